@@ -1,0 +1,253 @@
+//! One raw protocol connection from pgshard to a PostgreSQL server (worker or
+//! coordinator node). The data path forwards message bytes through it without
+//! decoding rows; startup and SCRAM authentication use postgres-protocol.
+
+use crate::error::{sqlstate, PgError, PgResult};
+use crate::frontend::messages::{self, decode_frame, Frame};
+use bytes::{BufMut, BytesMut};
+use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256};
+use postgres_protocol::message::frontend;
+use std::collections::HashSet;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Where a server listens: the key of its pool.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeAddr {
+    pub host: String,
+    pub port: u16,
+}
+
+impl std::fmt::Display for NodeAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// Credentials and database pgshard uses on every node.
+#[derive(Debug, Clone)]
+pub struct Credentials {
+    pub user: String,
+    pub password: String,
+    pub database: String,
+}
+
+pub struct BackendConn {
+    pub addr: NodeAddr,
+    stream: TcpStream,
+    rbuf: BytesMut,
+    pub wbuf: BytesMut,
+    pub process_id: i32,
+    pub secret_key: i32,
+    /// ParameterStatus values the server reported at startup.
+    pub parameters: Vec<(String, String)>,
+    /// Backend statement ids (see `executor::statements`) prepared on this connection.
+    pub prepared: HashSet<u64>,
+    /// Fingerprint of the session settings applied to this connection (0 = none).
+    pub settings_fingerprint: u64,
+    /// Transaction status of the last ReadyForQuery ('I', 'T' or 'E').
+    pub txn_status: u8,
+    /// Set when the connection's state is unknown (I/O error, abandoned mid-query).
+    pub broken: bool,
+}
+
+impl BackendConn {
+    pub async fn connect(addr: &NodeAddr, creds: &Credentials, application_name: &str) -> PgResult<BackendConn> {
+        let fail = |e: std::io::Error| {
+            PgError::new(sqlstate::CONNECTION_FAILURE, format!("could not connect to node {addr}: {e}"))
+        };
+        let stream = TcpStream::connect((addr.host.as_str(), addr.port)).await.map_err(fail)?;
+        stream.set_nodelay(true).map_err(fail)?;
+        let mut conn = BackendConn {
+            addr: addr.clone(),
+            stream,
+            rbuf: BytesMut::with_capacity(16 * 1024),
+            wbuf: BytesMut::with_capacity(8 * 1024),
+            process_id: 0,
+            secret_key: 0,
+            parameters: Vec::new(),
+            prepared: HashSet::new(),
+            settings_fingerprint: 0,
+            txn_status: b'I',
+            broken: false,
+        };
+        let params = [
+            ("user", creds.user.as_str()),
+            ("database", creds.database.as_str()),
+            ("application_name", application_name),
+            ("client_encoding", "UTF8"),
+        ];
+        frontend::startup_message(params.iter().copied(), &mut conn.wbuf)
+            .map_err(|e| PgError::internal(format!("startup message: {e}")))?;
+        conn.flush().await?;
+        conn.authenticate(creds).await?;
+        loop {
+            let f = conn.read().await?;
+            match f.tag {
+                b'S' => {
+                    let mut b: &[u8] = &f.body;
+                    let k = messages::read_cstr(&mut b)?;
+                    let v = messages::read_cstr(&mut b)?;
+                    conn.parameters.push((k, v));
+                }
+                b'K' if f.body.len() >= 8 => {
+                    conn.process_id = i32::from_be_bytes(f.body[0..4].try_into().unwrap());
+                    conn.secret_key = i32::from_be_bytes(f.body[4..8].try_into().unwrap());
+                }
+                b'Z' => break,
+                b'E' => return Err(conn.node_error(PgError::from_server_fields(f.body))),
+                _ => {}
+            }
+        }
+        Ok(conn)
+    }
+
+    async fn authenticate(&mut self, creds: &Credentials) -> PgResult<()> {
+        let mut scram: Option<ScramSha256> = None;
+        loop {
+            let f = self.read().await?;
+            if f.tag == b'E' {
+                return Err(self.node_error(PgError::from_server_fields(f.body)));
+            }
+            if f.tag != b'R' || f.body.len() < 4 {
+                return Err(self.protocol_error("expected authentication request"));
+            }
+            let code = i32::from_be_bytes(f.body[0..4].try_into().unwrap());
+            let data = &f.body[4..];
+            match code {
+                0 => return Ok(()),
+                3 => {
+                    frontend::password_message(creds.password.as_bytes(), &mut self.wbuf)
+                        .map_err(|e| PgError::internal(e.to_string()))?;
+                    self.flush().await?;
+                }
+                5 => {
+                    let salt: [u8; 4] = data.get(0..4).and_then(|s| s.try_into().ok()).ok_or_else(|| self.protocol_error("md5 salt"))?;
+                    let hashed = postgres_protocol::authentication::md5_hash(creds.user.as_bytes(), creds.password.as_bytes(), salt);
+                    frontend::password_message(hashed.as_bytes(), &mut self.wbuf)
+                        .map_err(|e| PgError::internal(e.to_string()))?;
+                    self.flush().await?;
+                }
+                10 => {
+                    let offers_scram = data.split(|&b| b == 0).any(|m| m == b"SCRAM-SHA-256");
+                    if !offers_scram {
+                        return Err(self.protocol_error("server offers no SCRAM-SHA-256"));
+                    }
+                    let s = ScramSha256::new(creds.password.as_bytes(), ChannelBinding::unsupported());
+                    frontend::sasl_initial_response("SCRAM-SHA-256", s.message(), &mut self.wbuf)
+                        .map_err(|e| PgError::internal(e.to_string()))?;
+                    scram = Some(s);
+                    self.flush().await?;
+                }
+                11 => {
+                    let s = scram.as_mut().ok_or_else(|| self.protocol_error("unexpected SASL continue"))?;
+                    s.update(data).map_err(|e| self.protocol_error(&format!("SCRAM: {e}")))?;
+                    frontend::sasl_response(s.message(), &mut self.wbuf).map_err(|e| PgError::internal(e.to_string()))?;
+                    self.flush().await?;
+                }
+                12 => {
+                    let mut s = scram.take().ok_or_else(|| self.protocol_error("unexpected SASL final"))?;
+                    s.finish(data).map_err(|e| self.protocol_error(&format!("SCRAM: {e}")))?;
+                }
+                other => return Err(self.protocol_error(&format!("unsupported authentication method {other}"))),
+            }
+        }
+    }
+
+    fn protocol_error(&self, what: &str) -> PgError {
+        PgError::new(sqlstate::CONNECTION_FAILURE, format!("node {}: {what}", self.addr))
+    }
+
+    /// Adds the node to an error raised while talking to it.
+    fn node_error(&self, mut e: PgError) -> PgError {
+        e.raw = None;
+        e.message = format!("{} (node {})", e.message, self.addr);
+        e
+    }
+
+    /// Sends everything buffered in `wbuf`.
+    pub async fn flush(&mut self) -> PgResult<()> {
+        if self.wbuf.is_empty() {
+            return Ok(());
+        }
+        let r = self.stream.write_all(&self.wbuf).await;
+        self.wbuf.clear();
+        r.map_err(|e| self.io_error(e))
+    }
+
+    fn io_error(&mut self, e: std::io::Error) -> PgError {
+        self.broken = true;
+        PgError::new(sqlstate::CONNECTION_FAILURE, format!("connection to node {} lost: {e}", self.addr))
+    }
+
+    /// Reads one message.
+    pub async fn read(&mut self) -> PgResult<Frame> {
+        loop {
+            match decode_frame(&mut self.rbuf, usize::MAX >> 1) {
+                Ok(Some(f)) => {
+                    if f.tag == b'Z' {
+                        self.txn_status = f.body.first().copied().unwrap_or(b'I');
+                    }
+                    return Ok(f);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.broken = true;
+                    return Err(e);
+                }
+            }
+            if self.rbuf.capacity() - self.rbuf.len() < 4096 {
+                self.rbuf.reserve(16 * 1024);
+            }
+            match self.stream.read_buf(&mut self.rbuf).await {
+                Ok(0) => {
+                    self.broken = true;
+                    return Err(PgError::new(
+                        sqlstate::CONNECTION_FAILURE,
+                        format!("connection to node {} closed unexpectedly", self.addr),
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) => return Err(self.io_error(e)),
+            }
+        }
+    }
+
+    /// Runs one simple query whose results nobody needs, returning its first error.
+    pub async fn simple(&mut self, sql: &str) -> PgResult<()> {
+        messages::write_query(&mut self.wbuf, sql);
+        self.flush().await?;
+        self.drain_to_ready().await
+    }
+
+    /// Reads until ReadyForQuery, returning the first error seen.
+    pub async fn drain_to_ready(&mut self) -> PgResult<()> {
+        let mut first_err = None;
+        loop {
+            let f = self.read().await?;
+            match f.tag {
+                b'Z' => return first_err.map_or(Ok(()), Err),
+                b'E' if first_err.is_none() => first_err = Some(PgError::from_server_fields(f.body)),
+                _ => {}
+            }
+        }
+    }
+
+    /// Usable by another client: not broken and outside any transaction.
+    pub fn is_reusable(&self) -> bool {
+        !self.broken && self.txn_status == b'I' && self.wbuf.is_empty() && self.rbuf.is_empty()
+    }
+
+    /// Sends a CancelRequest for whatever this connection's backend is running.
+    pub async fn cancel(addr: &NodeAddr, process_id: i32, secret_key: i32) {
+        if let Ok(mut s) = TcpStream::connect((addr.host.as_str(), addr.port)).await {
+            let mut buf = BytesMut::new();
+            buf.put_i32(16);
+            buf.put_i32(messages::CANCEL_REQUEST);
+            buf.put_i32(process_id);
+            buf.put_i32(secret_key);
+            let _ = s.write_all(&buf).await;
+            let _ = s.read(&mut [0u8; 1]).await;
+        }
+    }
+}

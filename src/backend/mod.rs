@@ -1,0 +1,10 @@
+//! Backend: connections from pgshard to PostgreSQL servers (workers and the
+//! coordinator node). `control` opens tokio-postgres clients for catalog and DDL work;
+//! `conn` and `pool` carry the data path as raw protocol messages.
+
+pub mod conn;
+pub mod control;
+pub mod pool;
+
+pub use conn::{BackendConn, Credentials, NodeAddr};
+pub use pool::{NodePool, Pools, PooledConn};

@@ -1,0 +1,181 @@
+//! The per-process catalog cache shared by all sessions.
+//!
+//! `snapshot()` hands out the current `Arc<Catalog>` (a read-lock and a clone).
+//! Changes made through any pgshard process bump `pgshard_catalog_version` and
+//! `NOTIFY pgshard_catalog` inside their catalog transaction ([`bump_version`]); a
+//! background task LISTENs on its own connection and reloads on every notification,
+//! reconnecting when that connection drops, and also compares the stored version every
+//! few seconds as a safety net against lost notifications.
+
+use super::{load, schema, Catalog};
+use crate::backend::control;
+use crate::config::Config;
+use crate::error::PgError;
+use std::sync::{Arc, RwLock, Weak};
+use std::time::Duration;
+use tokio_postgres::{Client, GenericClient};
+
+/// The NOTIFY channel announcing catalog changes.
+pub const CHANNEL: &str = "pgshard_catalog";
+/// How often the background task compares the stored version with the snapshot's.
+const VERSION_CHECK_INTERVAL: Duration = Duration::from_secs(3);
+/// Pause before reconnecting the listener after its connection failed.
+const RECONNECT_DELAY: Duration = Duration::from_secs(1);
+
+pub struct CatalogCache {
+    config: Arc<Config>,
+    current: RwLock<Arc<Catalog>>,
+    /// The connection loads go through (reconnected on demand); the mutex also
+    /// serialises reloads so that snapshots are installed in order.
+    loader: tokio::sync::Mutex<Option<Client>>,
+}
+
+impl CatalogCache {
+    /// Creates the catalog schema if needed, loads it, and starts the listener task.
+    pub async fn start(config: Arc<Config>) -> Result<Arc<CatalogCache>, PgError> {
+        let client = control::connect_coordinator(&config).await?;
+        schema::ensure_schema(&client).await?;
+        let catalog = load::load(&client).await?;
+        let cache = Arc::new(CatalogCache {
+            config,
+            current: RwLock::new(Arc::new(catalog)),
+            loader: tokio::sync::Mutex::new(Some(client)),
+        });
+        tokio::spawn(listen_loop(Arc::downgrade(&cache)));
+        Ok(cache)
+    }
+
+    /// A cache holding a fixed catalog, without any connection or listener (for
+    /// tests of code that only reads snapshots). `reload` fails on it.
+    pub fn fixed(config: Arc<Config>, catalog: Catalog) -> Arc<CatalogCache> {
+        Arc::new(CatalogCache {
+            config,
+            current: RwLock::new(Arc::new(catalog)),
+            loader: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// The current snapshot.
+    pub fn snapshot(&self) -> Arc<Catalog> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn config(&self) -> &Arc<Config> {
+        &self.config
+    }
+
+    /// Reloads the catalog now; a failure is logged and the old snapshot kept.
+    pub async fn reload(&self) {
+        if let Err(e) = self.try_reload().await {
+            tracing::warn!("catalog reload failed: {e}");
+        }
+    }
+
+    /// Reloads the catalog now, reporting failure.
+    pub async fn try_reload(&self) -> Result<(), PgError> {
+        let mut loader = self.loader.lock().await;
+        if loader.as_ref().map_or(true, |c| c.is_closed()) {
+            *loader = Some(control::connect_coordinator(&self.config).await?);
+        }
+        let client = loader.as_ref().expect("connected above");
+        match load::load(client).await {
+            Ok(catalog) => {
+                self.install(catalog);
+                Ok(())
+            }
+            Err(e) => {
+                // Start from a fresh connection next time.
+                *loader = None;
+                Err(e)
+            }
+        }
+    }
+
+    fn install(&self, catalog: Catalog) {
+        let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+        *current = Arc::new(catalog);
+    }
+}
+
+/// Records a catalog change: call inside the transaction that changes the catalog.
+/// Every pgshard process reloads once that transaction commits.
+pub async fn bump_version<C: GenericClient + Sync>(client: &C) -> Result<(), PgError> {
+    client
+        .batch_execute(
+            "UPDATE pg_catalog.pgshard_catalog_version SET version = version + 1; \
+             NOTIFY pgshard_catalog",
+        )
+        .await
+        .map_err(|e| PgError::from_client_error("cannot bump the catalog version", &e))
+}
+
+/// The listener: LISTEN, reload on each notification (coalescing bursts), compare
+/// versions periodically, reconnect on failure; ends when the cache is dropped.
+async fn listen_loop(cache: Weak<CatalogCache>) {
+    loop {
+        let Some(config) = cache.upgrade().map(|c| c.config.clone()) else {
+            return;
+        };
+        let host = config.coordinator.host.clone();
+        let port = config.coordinator.port;
+        let (client, mut notifications) =
+            match control::connect_with_notifications(&config, &host, port).await {
+                Ok(pair) => pair,
+                Err(e) => {
+                    tracing::warn!("catalog listener cannot connect: {e}");
+                    tokio::time::sleep(RECONNECT_DELAY).await;
+                    continue;
+                }
+            };
+        if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
+            tracing::warn!("catalog listener cannot LISTEN: {e}");
+            tokio::time::sleep(RECONNECT_DELAY).await;
+            continue;
+        }
+        // Changes may have happened while no listener was connected.
+        match cache.upgrade() {
+            Some(c) => c.reload().await,
+            None => return,
+        }
+        let mut tick = tokio::time::interval(VERSION_CHECK_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                n = notifications.recv() => {
+                    if n.is_none() {
+                        tracing::warn!("catalog listener connection lost; reconnecting");
+                        break;
+                    }
+                    while notifications.try_recv().is_ok() {}
+                    match cache.upgrade() {
+                        Some(c) => c.reload().await,
+                        None => return,
+                    }
+                }
+                _ = tick.tick() => {
+                    let Some(c) = cache.upgrade() else { return };
+                    let stored = client
+                        .query_opt("SELECT version FROM pg_catalog.pgshard_catalog_version LIMIT 1", &[])
+                        .await;
+                    match stored {
+                        Ok(row) => {
+                            let version: i64 = row.map(|r| r.get(0)).unwrap_or(0);
+                            if version != c.snapshot().version {
+                                c.reload().await;
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!("catalog version check failed: {e}; reconnecting");
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(RECONNECT_DELAY).await;
+    }
+}

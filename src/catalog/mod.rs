@@ -1,0 +1,131 @@
+//! The distributed-table catalog: Citus's `pg_dist_*` tables kept in the coordinator
+//! node's PostgreSQL, and the in-memory snapshot every planner decision reads.
+//!
+//! A snapshot is immutable (`Arc<Catalog>`); a change made through any pgshard process
+//! bumps `pgshard_catalog_version` and NOTIFYs `pgshard_catalog`, and every process
+//! reloads (see `cache.rs`).
+
+pub mod cache;
+pub mod load;
+pub mod schema;
+
+use crate::sharding::ranges::ShardIndexer;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub type NodeId = i32;
+pub type GroupId = i32;
+pub type ShardId = i64;
+pub type Oid = u32;
+
+/// A row of `pg_dist_node`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerNode {
+    pub node_id: NodeId,
+    pub group_id: GroupId,
+    pub host: String,
+    pub port: u16,
+    pub is_active: bool,
+    pub should_have_shards: bool,
+}
+
+/// `pg_dist_partition.partmethod`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitionMethod {
+    /// 'h': hash-distributed on a column.
+    Hash,
+    /// 'n': reference table, one shard replicated on every node.
+    Reference,
+}
+
+/// The distribution column of a hash-distributed table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DistColumn {
+    pub name: String,
+    /// 1-based position among the table's attributes (`pg_attribute.attnum`).
+    pub attnum: i16,
+    pub type_oid: Oid,
+    pub collation: Oid,
+}
+
+/// One shard: a hash range of a table and the groups (nodes) holding a copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardInterval {
+    pub shard_id: ShardId,
+    pub min: i32,
+    pub max: i32,
+    /// Group ids of the placements (`pg_dist_placement.groupid`), in placement-id order.
+    pub placement_groups: Vec<GroupId>,
+}
+
+/// A distributed (or reference) table as the planner sees it.
+#[derive(Debug, Clone)]
+pub struct DistTable {
+    pub relid: Oid,
+    pub schema: String,
+    pub name: String,
+    pub method: PartitionMethod,
+    pub dist_column: Option<DistColumn>,
+    pub colocation_id: i32,
+    /// Shards sorted by `min`.
+    pub shards: Vec<ShardInterval>,
+    /// The table's live column names in attnum order (dropped columns left out).
+    pub columns: Vec<String>,
+    pub indexer: ShardIndexer,
+}
+
+impl DistTable {
+    /// The shard table's name on the workers: `<table>_<shardid>`.
+    pub fn shard_name(&self, shard_id: ShardId) -> String {
+        shard_table_name(&self.name, shard_id)
+    }
+
+    /// The shard whose range holds `hash`.
+    pub fn shard_for_hash(&self, hash: i32) -> Option<&ShardInterval> {
+        self.indexer.find(&self.shards, hash)
+    }
+}
+
+pub fn shard_table_name(table: &str, shard_id: ShardId) -> String {
+    format!("{table}_{shard_id}")
+}
+
+/// A consistent snapshot of the whole catalog.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    pub version: i64,
+    /// Active worker nodes, sorted by (host, port).
+    pub workers: Vec<WorkerNode>,
+    pub tables_by_oid: HashMap<Oid, Arc<DistTable>>,
+    /// Table name -> every distributed table of that name (across schemas).
+    pub tables_by_name: HashMap<String, Vec<Arc<DistTable>>>,
+}
+
+impl Catalog {
+    pub fn is_empty(&self) -> bool {
+        self.tables_by_oid.is_empty()
+    }
+
+    /// Resolves a table reference as written in a query. An unqualified name matches
+    /// a distributed table in `public` or, failing that, the only one of that name.
+    pub fn resolve(&self, schema: Option<&str>, name: &str) -> Option<&Arc<DistTable>> {
+        let candidates = self.tables_by_name.get(name)?;
+        match schema {
+            Some(s) => candidates.iter().find(|t| t.schema == s),
+            None => candidates
+                .iter()
+                .find(|t| t.schema == "public")
+                .or_else(|| if candidates.len() == 1 { candidates.first() } else { None }),
+        }
+    }
+
+    pub fn node_for_group(&self, group: GroupId) -> Option<&WorkerNode> {
+        self.workers.iter().find(|w| w.group_id == group)
+    }
+
+    pub fn add_table(&mut self, table: DistTable) {
+        let table = Arc::new(table);
+        self.tables_by_oid.insert(table.relid, table.clone());
+        self.tables_by_name.entry(table.name.clone()).or_default().push(table);
+    }
+}

@@ -1,0 +1,606 @@
+//! A local pgshard cluster on one machine (`pgshard cluster up|down|status`): a
+//! coordinator node and N worker PostgreSQL servers under one directory, plus a
+//! detached `pgshard serve` in front of them, with the workers registered through it.
+//!
+//! Layout of DIR:
+//! ```text
+//! cluster.toml      ports and password chosen on the first run (0600)
+//! pgshard.toml      config of `pgshard serve` (written once; edits are kept)
+//! connection.env    `export PG...=` lines for psql/pgbench (0600)
+//! pgshard.pid       pid of the detached `pgshard serve`
+//! coordinator/      data directory of the coordinator node
+//! worker1/ ...      data directories of the workers
+//! sockets/ logs/
+//! ```
+
+pub mod node;
+
+use anyhow::{bail, Context, Result};
+use node::{Node, Settings};
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::io::Write;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    pub dir: PathBuf,
+    pub workers: usize,
+    /// The pgshard listener; the coordinator node gets `port + 1`, workers the next ones.
+    pub port: u16,
+    pub listen_host: String,
+    /// The binary to spawn as `pgshard_exe serve --config DIR/pgshard.toml`.
+    pub pgshard_exe: PathBuf,
+    /// Tests: fsync=off, full_page_writes=off, smaller shared_buffers.
+    pub fast: bool,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions {
+            dir: "pgshard-cluster".into(),
+            workers: 2,
+            port: 6432,
+            listen_host: "127.0.0.1".into(),
+            pgshard_exe: std::env::current_exe().unwrap_or_else(|_| "pgshard".into()),
+            fast: false,
+        }
+    }
+}
+
+/// How to reach a running cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterInfo {
+    /// Where clients connect (the pgshard listener).
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: String,
+    pub database: String,
+    pub coordinator_port: u16,
+    pub worker_ports: Vec<u16>,
+    pub env_file: PathBuf,
+}
+
+impl ClusterInfo {
+    /// libpq environment for psql / pgbench / sysbench against pgshard.
+    pub fn pg_env(&self) -> Vec<(String, String)> {
+        [
+            ("PGHOST", self.host.clone()),
+            ("PGPORT", self.port.to_string()),
+            ("PGUSER", self.user.clone()),
+            ("PGPASSWORD", self.password.clone()),
+            ("PGDATABASE", self.database.clone()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+}
+
+/// What the first `up` chose, so that later runs find the same ports and password.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Layout {
+    listen_host: String,
+    port: u16,
+    coordinator_port: u16,
+    worker_ports: Vec<u16>,
+    password: String,
+    socket_dir: PathBuf,
+}
+
+/// A cluster directory and its layout.
+struct Cluster {
+    dir: PathBuf,
+    layout: Layout,
+}
+
+const USER: &str = "postgres";
+const DATABASE: &str = "postgres";
+
+impl Cluster {
+    fn layout_file(dir: &Path) -> PathBuf {
+        dir.join("cluster.toml")
+    }
+
+    fn load(dir: &Path) -> Result<Cluster> {
+        let dir = absolute(dir)?;
+        let file = Self::layout_file(&dir);
+        let text = fs::read_to_string(&file).with_context(|| {
+            format!(
+                "no pgshard cluster in {} (missing {}); create one with `pgshard cluster up`",
+                dir.display(),
+                file.display()
+            )
+        })?;
+        let layout =
+            toml::from_str(&text).with_context(|| format!("invalid {}", file.display()))?;
+        Ok(Cluster { dir, layout })
+    }
+
+    fn save(&self) -> Result<()> {
+        let text = toml::to_string_pretty(&self.layout)?;
+        write_private(&Self::layout_file(&self.dir), &text)
+    }
+
+    /// A host clients can connect to: the listen address unless it is a wildcard.
+    fn connect_host(&self) -> String {
+        match self.layout.listen_host.as_str() {
+            "*" | "0.0.0.0" | "" => "127.0.0.1".into(),
+            "::" => "::1".into(),
+            h => h.into(),
+        }
+    }
+
+    fn node(&self, name: &str, subdir: &str, port: u16) -> Node {
+        Node {
+            name: name.into(),
+            data_dir: self.dir.join(subdir),
+            listen_host: self.layout.listen_host.clone(),
+            port,
+            socket_dir: self.layout.socket_dir.clone(),
+            log_file: self.dir.join("logs").join(format!("{subdir}.log")),
+        }
+    }
+
+    fn coordinator(&self) -> Node {
+        self.node(
+            "coordinator node",
+            "coordinator",
+            self.layout.coordinator_port,
+        )
+    }
+
+    fn workers(&self) -> Vec<Node> {
+        let ports = &self.layout.worker_ports;
+        (1..=ports.len())
+            .map(|i| self.node(&format!("worker {i}"), &format!("worker{i}"), ports[i - 1]))
+            .collect()
+    }
+
+    fn nodes(&self) -> Vec<Node> {
+        let mut all = vec![self.coordinator()];
+        all.extend(self.workers());
+        all
+    }
+
+    fn config_file(&self) -> PathBuf {
+        self.dir.join("pgshard.toml")
+    }
+    fn pid_file(&self) -> PathBuf {
+        self.dir.join("pgshard.pid")
+    }
+    fn pgshard_log(&self) -> PathBuf {
+        self.dir.join("logs").join("pgshard.log")
+    }
+    fn env_file(&self) -> PathBuf {
+        self.dir.join("connection.env")
+    }
+
+    fn info(&self) -> ClusterInfo {
+        ClusterInfo {
+            host: self.connect_host(),
+            port: self.layout.port,
+            user: USER.into(),
+            password: self.layout.password.clone(),
+            database: DATABASE.into(),
+            coordinator_port: self.layout.coordinator_port,
+            worker_ports: self.layout.worker_ports.clone(),
+            env_file: self.env_file(),
+        }
+    }
+
+    /// The pid of our `pgshard serve` if it runs: the pid file's process must still be a
+    /// `serve` of this directory's config (pids get reused).
+    fn pgshard_pid(&self) -> Option<u32> {
+        let pid: u32 = fs::read_to_string(self.pid_file())
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let config = self.config_file();
+        let config = config.to_string_lossy();
+        cmdline
+            .split(|&b| b == 0)
+            .any(|arg| arg == config.as_bytes())
+            .then_some(pid)
+    }
+
+    fn pgshard_accepts(&self) -> bool {
+        port_accepts(&self.connect_host(), self.layout.port)
+    }
+}
+
+/// Creates what is missing and starts what is not running (see the module comment).
+pub async fn cluster_up(opts: &ClusterOptions) -> Result<ClusterInfo> {
+    let opts = opts.clone();
+    let cluster = tokio::task::spawn_blocking(move || up_local(&opts)).await??;
+    register_workers(&cluster).await?;
+    let info = cluster.info();
+    println!(
+        "pgshard cluster up: pgshard on {}:{} (coordinator node {}, workers {})",
+        info.host,
+        info.port,
+        info.coordinator_port,
+        info.worker_ports
+            .iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!("connect with:  source {} && psql", info.env_file.display());
+    Ok(info)
+}
+
+/// Stops pgshard and every server; parts already down are fine.
+pub async fn cluster_down(dir: &Path) -> Result<()> {
+    let cluster = Cluster::load(dir)?;
+    tokio::task::spawn_blocking(move || down_local(&cluster)).await?
+}
+
+/// What runs where, one line per part.
+pub async fn cluster_status(dir: &Path) -> Result<String> {
+    let cluster = Cluster::load(dir)?;
+    tokio::task::spawn_blocking(move || status_local(&cluster)).await?
+}
+
+/// Connection details of an existing cluster directory, from its recorded layout.
+pub fn cluster_info(dir: &Path) -> Result<ClusterInfo> {
+    Ok(Cluster::load(dir)?.info())
+}
+
+fn up_local(opts: &ClusterOptions) -> Result<Cluster> {
+    let dir = absolute(&opts.dir)?;
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = fs::canonicalize(&dir)?;
+    node::check_reachable(&dir)?;
+    node::bin_dir()?;
+
+    let mut cluster = if Cluster::layout_file(&dir).exists() {
+        let c = Cluster::load(&dir)?;
+        if c.layout.port != opts.port {
+            println!(
+                "note: {} was created with port {}; keeping it",
+                dir.display(),
+                c.layout.port
+            );
+        }
+        c
+    } else {
+        let socket_dir = node::socket_dir_for(&dir);
+        Cluster {
+            dir: dir.clone(),
+            layout: Layout {
+                listen_host: opts.listen_host.clone(),
+                port: opts.port,
+                coordinator_port: opts.port + 1,
+                worker_ports: vec![],
+                password: node::random_password(),
+                socket_dir,
+            },
+        }
+    };
+    let have = cluster.layout.worker_ports.len();
+    if opts.workers < have {
+        println!("note: the cluster has {have} workers; `up` never removes any");
+    }
+    while cluster.layout.worker_ports.len() < opts.workers {
+        let l = &cluster.layout;
+        let next = l.worker_ports.last().copied().unwrap_or(l.coordinator_port) + 1;
+        cluster.layout.worker_ports.push(next);
+    }
+    cluster.save()?;
+
+    node::server_dir(&dir.join("logs"), 0o755)?;
+    node::server_dir(&cluster.layout.socket_dir, 0o755)?;
+
+    let settings = Settings { fast: opts.fast };
+    // The first node initdb'd in this run has never run: the others copy it.
+    let mut template: Option<Node> = None;
+    for n in cluster.nodes().into_iter().filter(|n| !n.exists()) {
+        match &template {
+            Some(t) => {
+                println!("creating {} (copy of a fresh initdb) ...", n.name);
+                n.create_from(t, settings)?;
+            }
+            None => {
+                println!("initdb {} ...", n.name);
+                n.create(&cluster.layout.password, settings)?;
+                template = Some(n);
+            }
+        }
+    }
+
+    start_nodes(&cluster)?;
+    write_serve_config(&cluster)?;
+    start_pgshard(&cluster, &opts.pgshard_exe)?;
+    write_env_file(&cluster)?;
+    Ok(cluster)
+}
+
+/// Starts the servers that are not running, in parallel.
+fn start_nodes(cluster: &Cluster) -> Result<()> {
+    let nodes = cluster.nodes();
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
+        let handles: Vec<_> = nodes
+            .iter()
+            .map(|n| {
+                s.spawn(move || {
+                    let addr = format!("{}:{}", n.listen_host, n.port);
+                    if let Some(pid) = n.running_pid() {
+                        println!("{} already running on {addr} (pid {pid})", n.name);
+                        return Ok(());
+                    }
+                    let pid = n.start()?;
+                    println!("started {} on {addr} (pid {pid})", n.name);
+                    Ok(())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    results.into_iter().collect()
+}
+
+/// pgshard.toml is written once: later edits by hand are kept.
+fn write_serve_config(cluster: &Cluster) -> Result<()> {
+    let path = cluster.config_file();
+    if path.exists() {
+        return Ok(());
+    }
+    // Built as a value and deserialised so that Config's own serde defaults fill the rest.
+    let value = serde_json::json!({
+        "listen_host": cluster.layout.listen_host,
+        "listen_port": cluster.layout.port,
+        "auth": crate::config::AuthMethod::ScramSha256,
+        "database": DATABASE,
+        "user": USER,
+        "password": cluster.layout.password,
+        "coordinator": { "host": cluster.connect_host(), "port": cluster.layout.coordinator_port },
+    });
+    let config: crate::config::Config =
+        serde_json::from_value(value).context("building pgshard.toml")?;
+    write_private(&path, &config.to_toml())
+}
+
+fn start_pgshard(cluster: &Cluster, exe: &Path) -> Result<()> {
+    let (host, port) = (cluster.connect_host(), cluster.layout.port);
+    if let Some(pid) = cluster.pgshard_pid() {
+        wait_for_pgshard(cluster, None)?;
+        println!("pgshard already running on {host}:{port} (pid {pid})");
+        return Ok(());
+    }
+    if cluster.pgshard_accepts() {
+        bail!("port {port} on {host} is taken by another process: pgshard cannot listen there");
+    }
+    let log_path = cluster.pgshard_log();
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("opening {}", log_path.display()))?;
+    // Own process group: Ctrl-C in the shell that ran `cluster up` must not reach it.
+    let mut child = Command::new(exe)
+        .arg("serve")
+        .arg("--config")
+        .arg(cluster.config_file())
+        .current_dir(&cluster.dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("starting {} serve", exe.display()))?;
+    fs::write(cluster.pid_file(), format!("{}\n", child.id()))?;
+    wait_for_pgshard(cluster, Some(&mut child))?;
+    println!("started pgshard on {host}:{port} (pid {})", child.id());
+    Ok(())
+}
+
+/// Waits until the listener accepts connections; fails early if `child` exits.
+fn wait_for_pgshard(cluster: &Cluster, mut child: Option<&mut std::process::Child>) -> Result<()> {
+    let log = cluster.pgshard_log();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cluster.pgshard_accepts() {
+        if let Some(status) = child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            bail!(
+                "pgshard exited right after starting ({status}); see {}:\n{}",
+                log.display(),
+                node::tail(&log, 15)
+            );
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "pgshard does not accept connections on {}:{} after 60 s; see {}",
+                cluster.connect_host(),
+                cluster.layout.port,
+                log.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+fn write_env_file(cluster: &Cluster) -> Result<()> {
+    let mut text = String::new();
+    for (k, v) in cluster.info().pg_env() {
+        text.push_str(&format!("export {k}={}\n", shell_quote(&v)));
+    }
+    write_private(&cluster.env_file(), &text)
+}
+
+/// Registers, through pgshard, every worker its catalog does not list yet.
+async fn register_workers(cluster: &Cluster) -> Result<()> {
+    let host = cluster.connect_host();
+    let log = cluster.pgshard_log();
+    let work = async {
+        let (client, conn) = tokio_postgres::Config::new()
+            .host(&host)
+            .port(cluster.layout.port)
+            .user(USER)
+            .password(&cluster.layout.password)
+            .dbname(DATABASE)
+            .connect(tokio_postgres::NoTls)
+            .await
+            .context("connecting to pgshard")?;
+        tokio::spawn(conn);
+        let mut listed = Vec::new();
+        for msg in client
+            .simple_query("select nodename, nodeport from pg_dist_node")
+            .await
+            .context("listing pg_dist_node")?
+        {
+            if let tokio_postgres::SimpleQueryMessage::Row(row) = msg {
+                listed.push((
+                    row.get(0).unwrap_or_default().to_string(),
+                    row.get(1).unwrap_or_default().parse::<u16>().unwrap_or(0),
+                ));
+            }
+        }
+        for w in cluster.workers() {
+            if listed.iter().any(|(h, p)| *h == host && *p == w.port) {
+                continue;
+            }
+            let sql = format!(
+                "SELECT citus_add_node('{}', {})",
+                host.replace('\'', "''"),
+                w.port
+            );
+            client
+                .simple_query(&sql)
+                .await
+                .with_context(|| format!("{sql} failed"))?;
+            println!("registered {} ({host}:{}) with pgshard", w.name, w.port);
+        }
+        anyhow::Ok(())
+    };
+    match tokio::time::timeout(Duration::from_secs(60), work).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.context(format!(
+            "registering the workers through pgshard (see {})",
+            log.display()
+        ))),
+        Err(_) => bail!(
+            "registering the workers through pgshard timed out (see {})",
+            log.display()
+        ),
+    }
+}
+
+fn down_local(cluster: &Cluster) -> Result<()> {
+    match cluster.pgshard_pid() {
+        Some(pid) => {
+            stop_process(pid);
+            println!("stopped pgshard (pid {pid})");
+        }
+        None => println!("pgshard was not running"),
+    }
+    let _ = fs::remove_file(cluster.pid_file());
+    let nodes = cluster.nodes();
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
+        let handles: Vec<_> = nodes
+            .iter()
+            .map(|n| {
+                s.spawn(move || {
+                    if n.stop()? {
+                        println!("stopped {}", n.name);
+                    } else {
+                        println!("{} was not running", n.name);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    results.into_iter().collect()
+}
+
+/// SIGTERM, up to 10 s for a clean exit, then SIGKILL.
+fn stop_process(pid: u32) {
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while node::process_exists(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if node::process_exists(pid) {
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+}
+
+fn status_local(cluster: &Cluster) -> Result<String> {
+    let mut out = format!("pgshard cluster in {}\n", cluster.dir.display());
+    let pgshard_pid = cluster.pgshard_pid();
+    let up = pgshard_pid.is_some() && cluster.pgshard_accepts();
+    out.push_str(&status_line(
+        "pgshard",
+        &format!("{}:{}", cluster.connect_host(), cluster.layout.port),
+        pgshard_pid,
+        up,
+        &cluster.pgshard_log(),
+    ));
+    for n in cluster.nodes() {
+        let pid = n.running_pid();
+        out.push_str(&status_line(
+            &n.name,
+            &format!("{}:{}", n.listen_host, n.port),
+            pid,
+            pid.is_some(),
+            &n.data_dir,
+        ));
+    }
+    out.push_str(&format!("connection: {}\n", cluster.env_file().display()));
+    Ok(out)
+}
+
+fn status_line(name: &str, addr: &str, pid: Option<u32>, up: bool, path: &Path) -> String {
+    let pid = pid.map_or("-".to_string(), |p| format!("pid {p}"));
+    let state = if up { "up" } else { "down" };
+    format!(
+        "  {name:<18} {addr:<22} {pid:<11} {state:<5} {}\n",
+        path.display()
+    )
+}
+
+fn port_accepts(host: &str, port: u16) -> bool {
+    let Ok(addrs) = (host, port).to_socket_addrs() else {
+        return false;
+    };
+    addrs
+        .into_iter()
+        .any(|a| TcpStream::connect_timeout(&a, Duration::from_millis(500)).is_ok())
+}
+
+fn absolute(dir: &Path) -> Result<PathBuf> {
+    std::path::absolute(dir).with_context(|| format!("resolving {}", dir.display()))
+}
+
+/// Files holding the password: owner-only.
+fn write_private(path: &Path, text: &str) -> Result<()> {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    f.set_permissions(fs::Permissions::from_mode(0o600))?;
+    f.write_all(text.as_bytes())?;
+    Ok(())
+}
+
+fn shell_quote(v: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "._:/@%+-,=".contains(c);
+    if !v.is_empty() && v.chars().all(plain) {
+        v.to_string()
+    } else {
+        format!("'{}'", v.replace('\'', "'\\''"))
+    }
+}

@@ -1,0 +1,1568 @@
+//! `create_distributed_table(table, column, distribution_type => 'hash',
+//! colocate_with => 'default', shard_count => NULL)`, as Citus does it.
+//!
+//! Steps, all or nothing:
+//! 1. On the coordinator node, in one transaction holding the catalog lock and an
+//!    EXCLUSIVE lock on the table (reads go on, writes wait): read the definition,
+//!    refuse what pgshard cannot distribute yet, pick the co-location group, shard
+//!    ranges (Citus's) and placements (round robin over workers sorted by (host,
+//!    port), or the placements of the co-located table), and insert the catalog rows.
+//! 2. On the workers, a few connections per worker, each in one transaction: create
+//!    its shard tables (columns, defaults, collations), receive their rows, then add
+//!    constraints (`<name>_<shardid>`) and indexes (rewritten with `pg_query`).
+//! 3. Rows of the local table: one `COPY (SELECT hash, cols FROM ONLY t) TO STDOUT`
+//!    on the coordinator node, the hash computed by PostgreSQL; pgshard splits the
+//!    rows by shard and streams them with `COPY shard FROM STDIN`, all shards at once.
+//! 4. Two-phase commit (`twopc`): workers PREPARE, the coordinator node empties the
+//!    shell, bumps the catalog version and commits; then COMMIT PREPARED.
+
+use super::twopc::{self, Participant};
+use super::{
+    abbreviate, begin_catalog_change, db_err, resolve_relation, Args, CitusSettings, UtilityResult,
+};
+use crate::backend::control;
+use crate::catalog::cache::{bump_version, CatalogCache};
+use crate::catalog::load::base_type_sql;
+use crate::catalog::{shard_table_name, GroupId, Oid, ShardInterval};
+use crate::config::Config;
+use crate::error::{sqlstate, PgError};
+use crate::sharding::hash::{hash_function_sql, hash_sql_expression};
+use crate::sharding::ranges::{all_ranges, ShardIndexer};
+use crate::sql::quote::{quote_ident, quote_literal, quote_qualified};
+use bytes::{Bytes, BytesMut};
+use futures_util::{SinkExt, StreamExt};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc;
+use tokio_postgres::Client;
+
+/// Connections (each its own prepared transaction) per worker for loading shards.
+pub const COPY_CONNECTIONS_PER_WORKER: usize = 2;
+/// Bytes of rows buffered per shard before they are sent as one COPY.
+const FLUSH_BYTES: usize = 256 * 1024;
+/// Chunks queued per worker connection (back-pressure on the reader).
+const SLOT_QUEUE: usize = 8;
+/// A progress NOTICE every this many rows.
+const PROGRESS_ROWS: u64 = 100_000;
+/// PostgreSQL's longest identifier, in bytes.
+const MAX_IDENTIFIER: usize = 63;
+/// Most shards Citus accepts.
+const MAX_SHARD_COUNT: i64 = 64_000;
+
+/// Citus's SQLSTATE for "table ... is already distributed".
+const INVALID_TABLE_DEFINITION: &str = "42P16";
+
+/// A column of the table being distributed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnDef {
+    pub attnum: i16,
+    pub name: String,
+    /// `format_type(atttypid, atttypmod)`.
+    pub type_sql: String,
+    pub type_oid: Oid,
+    /// The type with domains resolved (what the hash is computed on).
+    pub base_type: Oid,
+    pub collation: Oid,
+    /// `COLLATE` clause target when the column's collation is not its type's default.
+    pub collation_sql: Option<String>,
+    pub not_null: bool,
+    /// `pg_get_expr` of the default or generation expression.
+    pub default: Option<String>,
+    pub generated: bool,
+    pub identity: bool,
+    pub uses_sequence: bool,
+}
+
+/// A table constraint (`pg_get_constraintdef`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConstraintDef {
+    pub name: String,
+    pub kind: String,
+    pub definition: String,
+}
+
+/// An index not created by a constraint (`pg_get_indexdef`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexDef {
+    pub name: String,
+    pub definition: String,
+}
+
+/// What a shard table is built from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableDef {
+    pub schema: String,
+    pub name: String,
+    pub unlogged: bool,
+    pub columns: Vec<ColumnDef>,
+    /// `pg_class.reloptions` entries (`name=value`).
+    pub reloptions: Vec<String>,
+    pub constraints: Vec<ConstraintDef>,
+    pub indexes: Vec<IndexDef>,
+}
+
+/// One shard of the new table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardPlan {
+    pub shard_id: i64,
+    pub min: i32,
+    pub max: i32,
+    pub groups: Vec<GroupId>,
+}
+
+/// A worker as placement sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NodeInfo {
+    group: GroupId,
+    host: String,
+    port: u16,
+    should_have_shards: bool,
+}
+
+// ---------------------------------------------------------------------------
+// Pure parts
+// ---------------------------------------------------------------------------
+
+/// 32-bit FNV-1a, for shortening names deterministically.
+fn fnv1a(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5u32, |h, &b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+fn truncate_bytes(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Name of a shard's copy of an object (constraint, index): `<name>_<shardid>`; when
+/// that exceeds 63 bytes, the name is clipped and a hash of the full name keeps it
+/// unique (as Citus does): `<clipped>_<hash>_<shardid>`.
+pub fn shard_object_name(name: &str, shard_id: i64) -> String {
+    let suffix = format!("_{shard_id}");
+    if name.len() + suffix.len() <= MAX_IDENTIFIER {
+        return format!("{name}{suffix}");
+    }
+    let hash = format!("_{:08x}", fnv1a(name.as_bytes()));
+    let keep = MAX_IDENTIFIER - suffix.len() - hash.len();
+    format!("{}{hash}{suffix}", truncate_bytes(name, keep))
+}
+
+/// The shard ranges of a new table and their placements: shard `i` on node
+/// `(i + r) % n` for replica `r` (`groups` sorted by (host, port)).
+pub fn round_robin_placements(
+    shard_count: u32,
+    groups: &[GroupId],
+    replication: u32,
+) -> Vec<Vec<GroupId>> {
+    (0..shard_count as usize)
+        .map(|i| {
+            (0..replication as usize)
+                .map(|r| groups[(i + r) % groups.len()])
+                .collect()
+        })
+        .collect()
+}
+
+/// `WITH (...)` from reloptions, each value quoted as a literal.
+pub fn reloptions_sql(options: &[String]) -> String {
+    if options.is_empty() {
+        return String::new();
+    }
+    let items: Vec<String> = options
+        .iter()
+        .map(|o| match o.split_once('=') {
+            Some((k, v)) => format!("{} = {}", quote_ident(k), quote_literal(v)),
+            None => quote_ident(o),
+        })
+        .collect();
+    format!(" WITH ({})", items.join(", "))
+}
+
+/// `CREATE TABLE` of a shard: columns, collations, defaults, generated columns,
+/// NOT NULL, storage options. Constraints and indexes come after the data.
+pub fn create_shard_table_sql(def: &TableDef, shard_id: i64) -> String {
+    let columns: Vec<String> = def
+        .columns
+        .iter()
+        .map(|c| {
+            let mut s = format!("{} {}", quote_ident(&c.name), c.type_sql);
+            if let Some(coll) = &c.collation_sql {
+                s.push_str(&format!(" COLLATE {coll}"));
+            }
+            match (&c.default, c.generated) {
+                (Some(expr), true) => s.push_str(&format!(" GENERATED ALWAYS AS ({expr}) STORED")),
+                (Some(expr), false) => s.push_str(&format!(" DEFAULT {expr}")),
+                _ => {}
+            }
+            if c.not_null {
+                s.push_str(" NOT NULL");
+            }
+            s
+        })
+        .collect();
+    format!(
+        "CREATE {}TABLE {} ({}){}",
+        if def.unlogged { "UNLOGGED " } else { "" },
+        quote_qualified(&def.schema, &shard_table_name(&def.name, shard_id)),
+        columns.join(", "),
+        reloptions_sql(&def.reloptions)
+    )
+}
+
+/// `CREATE INDEX` of a table rewritten for a shard: same definition, the shard's
+/// table and index names (parse and deparse, never text replacement).
+pub fn rewrite_index_ddl(
+    index_def: &str,
+    schema: &str,
+    shard_table: &str,
+    shard_index: &str,
+) -> Result<String, PgError> {
+    let mut parsed = pg_query::parse(index_def, 0).map_err(|e| {
+        PgError::internal(format!("cannot parse index definition {index_def:?}: {e}"))
+    })?;
+    let stmts = &mut parsed.protobuf.stmts;
+    let node = match stmts.as_mut_slice() {
+        [raw] => raw.stmt.as_mut().and_then(|n| n.node.as_mut()),
+        _ => None,
+    };
+    match node {
+        Some(pg_query::NodeEnum::IndexStmt(stmt)) => {
+            stmt.idxname = shard_index.to_string();
+            let relation = stmt.relation.as_mut().ok_or_else(|| {
+                PgError::internal(format!("index definition without a table: {index_def}"))
+            })?;
+            relation.schemaname = schema.to_string();
+            relation.relname = shard_table.to_string();
+        }
+        _ => {
+            return Err(PgError::internal(format!(
+                "not an index definition: {index_def}"
+            )))
+        }
+    }
+    parsed.protobuf.deparse(Default::default()).map_err(|e| {
+        PgError::internal(format!(
+            "cannot deparse index definition {index_def:?}: {e}"
+        ))
+    })
+}
+
+/// Statements that complete a loaded shard: constraints then indexes.
+pub fn shard_post_load_sql(def: &TableDef, shard_id: i64) -> Result<Vec<String>, PgError> {
+    let shard = shard_table_name(&def.name, shard_id);
+    let qualified = quote_qualified(&def.schema, &shard);
+    let mut out = Vec::new();
+    for c in &def.constraints {
+        out.push(format!(
+            "ALTER TABLE {qualified} ADD CONSTRAINT {} {}",
+            quote_ident(&shard_object_name(&c.name, shard_id)),
+            c.definition
+        ));
+    }
+    for i in &def.indexes {
+        out.push(rewrite_index_ddl(
+            &i.definition,
+            &def.schema,
+            &shard,
+            &shard_object_name(&i.name, shard_id),
+        )?);
+    }
+    Ok(out)
+}
+
+/// The columns rows are copied with: every live column except generated ones.
+pub fn copy_columns(def: &TableDef) -> Vec<&ColumnDef> {
+    def.columns.iter().filter(|c| !c.generated).collect()
+}
+
+fn column_list(def: &TableDef, prefix: &str) -> String {
+    copy_columns(def)
+        .iter()
+        .map(|c| format!("{prefix}{}", quote_ident(&c.name)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `COPY (SELECT <hash>, cols FROM ONLY t) TO STDOUT`: the first field is the
+/// distribution hash computed by PostgreSQL (NULL when the value is NULL).
+pub fn copy_out_sql(def: &TableDef, dist: &ColumnDef) -> String {
+    let col = format!("t.{}", quote_ident(&dist.name));
+    format!(
+        "COPY (SELECT CASE WHEN {col} IS NULL THEN NULL ELSE {} END, {} FROM ONLY {} AS t) TO STDOUT",
+        hash_sql_expression(dist.base_type, &col),
+        column_list(def, "t."),
+        quote_qualified(&def.schema, &def.name)
+    )
+}
+
+/// `COPY shard (cols) FROM STDIN`.
+pub fn copy_in_sql(def: &TableDef, shard_id: i64) -> String {
+    format!(
+        "COPY {} ({}) FROM STDIN",
+        quote_qualified(&def.schema, &shard_table_name(&def.name, shard_id)),
+        column_list(def, "")
+    )
+}
+
+/// Splits a text-format COPY line into its leading hash field (None: NULL) and the
+/// rest of the line (the row to store, newline included).
+pub fn split_copy_line(line: &[u8]) -> Result<(Option<i32>, &[u8]), PgError> {
+    let tab = line
+        .iter()
+        .position(|&b| b == b'\t')
+        .ok_or_else(|| PgError::internal("malformed COPY row from the coordinator node"))?;
+    let (head, rest) = (&line[..tab], &line[tab + 1..]);
+    if head == b"\\N" {
+        return Ok((None, rest));
+    }
+    let hash = std::str::from_utf8(head)
+        .ok()
+        .and_then(|s| s.parse::<i32>().ok())
+        .ok_or_else(|| PgError::internal("malformed hash in COPY row from the coordinator node"))?;
+    Ok((Some(hash), rest))
+}
+
+/// Refusals that depend only on the definition (Citus's rules, plus what pgshard does
+/// not do yet).
+pub fn check_definition(def: &TableDef, dist: &ColumnDef) -> Result<(), PgError> {
+    for c in &def.columns {
+        if c.identity {
+            return Err(PgError::not_supported(format!(
+                "cannot distribute table \"{}\": column \"{}\" is an identity column",
+                def.name, c.name
+            ))
+            .with_detail("pgshard does not distribute sequences yet: each shard would generate its own values."));
+        }
+        if c.uses_sequence {
+            return Err(PgError::not_supported(format!(
+                "cannot distribute table \"{}\": the default of column \"{}\" calls nextval()",
+                def.name, c.name
+            ))
+            .with_detail(
+                "pgshard does not distribute sequences yet: each shard would generate its own, \
+                 colliding values.",
+            )
+            .with_hint("Drop the column default (or supply the values from the application) before distributing."));
+        }
+    }
+    let _ = dist;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Reading the definition
+// ---------------------------------------------------------------------------
+
+async fn read_columns(coord: &Client, relid: Oid) -> Result<Vec<ColumnDef>, PgError> {
+    let sql = format!(
+        "SELECT a.attnum, a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod), a.atttypid, \
+                {base}, a.attcollation, \
+                CASE WHEN a.attcollation <> 0 AND a.attcollation <> t.typcollation \
+                     THEN pg_catalog.quote_ident(cn.nspname) || '.' || pg_catalog.quote_ident(co.collname) END, \
+                a.attnotnull, pg_catalog.pg_get_expr(d.adbin, d.adrelid), a.attgenerated = 's', \
+                a.attidentity IN ('a', 'd'), \
+                coalesce(EXISTS (SELECT 1 FROM pg_catalog.pg_depend dep \
+                   JOIN pg_catalog.pg_class s ON s.oid = dep.refobjid AND s.relkind = 'S' \
+                   WHERE dep.classid = 'pg_catalog.pg_attrdef'::regclass AND dep.objid = d.oid) \
+                  OR pg_catalog.pg_get_expr(d.adbin, d.adrelid) ~* 'nextval\\s*\\(', false) \
+         FROM pg_catalog.pg_attribute a \
+         JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
+         LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
+         LEFT JOIN pg_catalog.pg_collation co ON co.oid = a.attcollation \
+         LEFT JOIN pg_catalog.pg_namespace cn ON cn.oid = co.collnamespace \
+         WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+        base = base_type_sql("a.atttypid")
+    );
+    let rows = coord
+        .query(sql.as_str(), &[&relid])
+        .await
+        .map_err(db_err("cannot read the table's columns"))?;
+    Ok(rows
+        .iter()
+        .map(|r| ColumnDef {
+            attnum: r.get(0),
+            name: r.get(1),
+            type_sql: r.get(2),
+            type_oid: r.get(3),
+            base_type: r.get::<_, Option<Oid>>(4).unwrap_or(r.get(3)),
+            collation: r.get(5),
+            collation_sql: r.get(6),
+            not_null: r.get(7),
+            default: r.get(8),
+            generated: r.get(9),
+            identity: r.get(10),
+            uses_sequence: r.get(11),
+        })
+        .collect())
+}
+
+/// Constraints and indexes; checks foreign keys and unique constraints on the way.
+async fn read_constraints_and_indexes(
+    coord: &Client,
+    relid: Oid,
+    table: &str,
+    dist_attnum: i16,
+) -> Result<(Vec<ConstraintDef>, Vec<IndexDef>), PgError> {
+    let rows = coord
+        .query(
+            "SELECT conname::text, contype::text, pg_catalog.pg_get_constraintdef(oid), \
+                    coalesce(conkey, '{}')::int2[] \
+             FROM pg_catalog.pg_constraint \
+             WHERE (conrelid = $1 AND contype IN ('p', 'u', 'c', 'x', 'f')) OR (confrelid = $1 AND contype = 'f') \
+             ORDER BY CASE contype WHEN 'p' THEN 0 WHEN 'u' THEN 1 WHEN 'x' THEN 2 ELSE 3 END, oid",
+            &[&relid],
+        )
+        .await
+        .map_err(db_err("cannot read the table's constraints"))?;
+    let mut constraints = Vec::new();
+    for r in &rows {
+        let kind: String = r.get(1);
+        let name: String = r.get(0);
+        if kind == "f" {
+            return Err(PgError::not_supported(format!(
+                "cannot distribute table \"{table}\": foreign key \"{name}\" is not supported by pgshard yet"
+            )));
+        }
+        let keys: Vec<i16> = r.get(3);
+        if kind == "x" && !keys.contains(&dist_attnum) {
+            return Err(unique_without_dist_column(table));
+        }
+        constraints.push(ConstraintDef {
+            name,
+            kind,
+            definition: r.get(2),
+        });
+    }
+    let rows = coord
+        .query(
+            "SELECT ic.relname::text, pg_catalog.pg_get_indexdef(i.indexrelid), i.indisunique, \
+                    i.indnkeyatts::int4, i.indkey::int2[], \
+                    EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k WHERE k.conindid = i.indexrelid \
+                            AND k.conrelid = i.indrelid AND k.contype IN ('p', 'u', 'x')) \
+             FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid \
+             WHERE i.indrelid = $1 ORDER BY i.indexrelid",
+            &[&relid],
+        )
+        .await
+        .map_err(db_err("cannot read the table's indexes"))?;
+    let mut indexes = Vec::new();
+    for r in &rows {
+        let unique: bool = r.get(2);
+        let nkeys: i32 = r.get(3);
+        let keys: Vec<i16> = r.get(4);
+        if unique
+            && !keys
+                .iter()
+                .take(nkeys.max(0) as usize)
+                .any(|k| *k == dist_attnum)
+        {
+            return Err(unique_without_dist_column(table));
+        }
+        if !r.get::<_, bool>(5) {
+            indexes.push(IndexDef {
+                name: r.get(0),
+                definition: r.get(1),
+            });
+        }
+    }
+    Ok((constraints, indexes))
+}
+
+fn unique_without_dist_column(table: &str) -> PgError {
+    PgError::not_supported(format!("cannot create constraint on \"{table}\"")).with_detail(
+        "Distributed relations cannot have UNIQUE, EXCLUDE, or PRIMARY KEY constraints that do not \
+         include the partition column (with an equality operator if EXCLUDE).",
+    )
+}
+
+async fn read_nodes(coord: &Client) -> Result<Vec<NodeInfo>, PgError> {
+    let rows = coord
+        .query(
+            "SELECT groupid, nodename, nodeport, shouldhaveshards FROM pg_catalog.pg_dist_node \
+             WHERE isactive AND noderole = 'primary' AND groupid <> 0 ORDER BY nodename, nodeport",
+            &[],
+        )
+        .await
+        .map_err(db_err("cannot read pg_dist_node"))?;
+    rows.iter()
+        .map(|r| {
+            let port: i32 = r.get(2);
+            Ok(NodeInfo {
+                group: r.get(0),
+                host: r.get(1),
+                port: u16::try_from(port)
+                    .map_err(|_| PgError::internal(format!("invalid node port {port}")))?,
+                should_have_shards: r.get(3),
+            })
+        })
+        .collect()
+}
+
+/// Shards of an existing table with their placement groups, sorted by min.
+pub(crate) async fn read_table_shards(
+    coord: &Client,
+    relid: Oid,
+) -> Result<Vec<ShardPlan>, PgError> {
+    let rows = coord
+        .query(
+            "SELECT s.shardid, s.shardminvalue::int4, s.shardmaxvalue::int4, \
+                    ARRAY(SELECT p.groupid FROM pg_catalog.pg_dist_placement p \
+                          WHERE p.shardid = s.shardid AND p.shardstate = 1 ORDER BY p.placementid) \
+             FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid = $1::oid::regclass \
+             ORDER BY s.shardminvalue::int4, s.shardid",
+            &[&relid],
+        )
+        .await
+        .map_err(db_err("cannot read pg_dist_shard"))?;
+    Ok(rows
+        .iter()
+        .map(|r| ShardPlan {
+            shard_id: r.get(0),
+            min: r.get(1),
+            max: r.get(2),
+            groups: r.get(3),
+        })
+        .collect())
+}
+
+// ---------------------------------------------------------------------------
+// The command
+// ---------------------------------------------------------------------------
+
+/// Where the new table's shards go.
+struct Placement {
+    colocation_id: i32,
+    new_group: bool,
+    /// (min, max, groups) per shard index.
+    shards: Vec<(i32, i32, Vec<GroupId>)>,
+}
+
+pub(crate) async fn create_distributed_table(
+    cache: &CatalogCache,
+    settings: &CitusSettings,
+    args: &Args<'_>,
+    notices: &mpsc::UnboundedSender<String>,
+) -> Result<UtilityResult, PgError> {
+    let table_arg = args.required(0)?.to_string();
+    let column = args.required(1)?.to_string();
+    let method = args.get(2).unwrap_or("hash").to_ascii_lowercase();
+    if method != "hash" {
+        return Err(PgError::not_supported(format!(
+            "distribution_type '{method}' is not supported by pgshard: only 'hash'"
+        )));
+    }
+    let colocate_with = args.get(3).unwrap_or("default").to_string();
+    let explicit_count = args.int(4, None)?;
+    if let Some(n) = explicit_count {
+        if !(1..=MAX_SHARD_COUNT).contains(&n) {
+            return Err(PgError::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!("{n} is outside the valid range for parameter \"shard_count\" (1 .. {MAX_SHARD_COUNT})"),
+            ));
+        }
+    }
+    let colocate_mode = colocate_with.to_ascii_lowercase();
+    if explicit_count.is_some() && colocate_mode != "default" && colocate_mode != "none" {
+        return Err(PgError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            "Cannot use colocate_with with a table and shard_count at the same time",
+        ));
+    }
+    let replication = settings.shard_replication_factor.max(1);
+    let default_count = explicit_count
+        .map(|n| n as u32)
+        .unwrap_or(settings.shard_count);
+    if default_count == 0 || default_count as i64 > MAX_SHARD_COUNT {
+        return Err(PgError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("citus.shard_count {default_count} is outside the valid range (1 .. {MAX_SHARD_COUNT})"),
+        ));
+    }
+
+    let coord = begin_catalog_change(cache).await?;
+    let relid = resolve_relation(&coord, &table_arg).await?;
+
+    // The table itself.
+    let row = coord
+        .query_one(
+            "SELECT n.nspname::text, c.relname::text, c.relkind::text, c.relpersistence::text, c.relispartition, \
+                    coalesce(c.reloptions, '{}')::text[], \
+                    EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i WHERE i.inhrelid = c.oid OR i.inhparent = c.oid), \
+                    EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid = c.oid) \
+             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
+            &[&relid],
+        )
+        .await
+        .map_err(db_err("cannot read the table"))?;
+    let schema: String = row.get(0);
+    let name: String = row.get(1);
+    let relkind: String = row.get(2);
+    let persistence: String = row.get(3);
+    let qualified = quote_qualified(&schema, &name);
+    if row.get::<_, bool>(7) {
+        return Err(PgError::new(
+            INVALID_TABLE_DEFINITION,
+            format!("table \"{name}\" is already distributed"),
+        ));
+    }
+    match relkind.as_str() {
+        "r" => {}
+        "p" => {
+            return Err(PgError::not_supported(format!(
+                "cannot distribute partitioned table \"{name}\": not supported by pgshard yet"
+            )))
+        }
+        _ => {
+            return Err(PgError::new(
+                sqlstate::WRONG_OBJECT_TYPE,
+                format!("cannot distribute relation \"{name}\""),
+            )
+            .with_detail("Distributed relations must be regular tables."))
+        }
+    }
+    if row.get::<_, bool>(4) || row.get::<_, bool>(6) {
+        return Err(PgError::not_supported(format!(
+            "cannot distribute table \"{name}\": partitions and inheritance are not supported by pgshard yet"
+        )));
+    }
+    if persistence == "t" {
+        return Err(PgError::not_supported(format!(
+            "cannot distribute temporary table \"{name}\""
+        )));
+    }
+    coord
+        .batch_execute(&format!("LOCK TABLE ONLY {qualified} IN EXCLUSIVE MODE"))
+        .await
+        .map_err(db_err(&format!("cannot lock table {qualified}")))?;
+
+    let columns = read_columns(&coord, relid).await?;
+    let dist = columns
+        .iter()
+        .find(|c| c.name == column)
+        .cloned()
+        .ok_or_else(|| {
+            PgError::new(
+                sqlstate::UNDEFINED_COLUMN,
+                format!("column \"{column}\" of relation \"{name}\" does not exist"),
+            )
+        })?;
+    ensure_hashable(&coord, &dist).await?;
+    let (constraints, indexes) =
+        read_constraints_and_indexes(&coord, relid, &name, dist.attnum).await?;
+    let def = TableDef {
+        schema: schema.clone(),
+        name: name.clone(),
+        unlogged: persistence == "u",
+        columns,
+        reloptions: row.get(5),
+        constraints,
+        indexes,
+    };
+    check_definition(&def, &dist)?;
+
+    // Co-location, ranges and placements.
+    let nodes = read_nodes(&coord).await?;
+    let placement = choose_placement(
+        &coord,
+        &colocate_with,
+        explicit_count.is_some(),
+        default_count,
+        replication,
+        &dist,
+        &nodes,
+    )
+    .await?;
+    let shard_count = placement.shards.len();
+    let ids: Vec<i64> = coord
+        .query(
+            "SELECT nextval('pg_catalog.pg_dist_shardid_seq') FROM generate_series(1, $1)",
+            &[&(shard_count as i32)],
+        )
+        .await
+        .map_err(db_err("cannot allocate shard ids"))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut ids = ids;
+    ids.sort_unstable();
+    let longest = shard_table_name(&name, *ids.last().expect("at least one shard"));
+    if longest.len() > MAX_IDENTIFIER {
+        return Err(PgError::not_supported(format!(
+            "cannot distribute table \"{name}\": its shard names (\"{longest}\") would exceed {MAX_IDENTIFIER} bytes"
+        ))
+        .with_hint("Rename the table to a shorter name first."));
+    }
+    let shards: Vec<ShardPlan> = placement
+        .shards
+        .iter()
+        .zip(&ids)
+        .map(|((min, max, groups), id)| ShardPlan {
+            shard_id: *id,
+            min: *min,
+            max: *max,
+            groups: groups.clone(),
+        })
+        .collect();
+    insert_catalog_rows(&coord, relid, &dist, &placement, replication, &shards).await?;
+
+    // Any local rows?
+    let has_rows: bool = coord
+        .query_one(
+            format!("SELECT EXISTS (SELECT 1 FROM ONLY {qualified})").as_str(),
+            &[],
+        )
+        .await
+        .map_err(db_err("cannot read the table"))?
+        .get(0);
+
+    // Worker side.
+    let node_by_group: HashMap<GroupId, &NodeInfo> = nodes.iter().map(|n| (n.group, n)).collect();
+    for s in &shards {
+        for g in &s.groups {
+            if !node_by_group.contains_key(g) {
+                return Err(PgError::new(
+                    sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                    format!(
+                        "shard {} would be placed in group {g}, which has no active worker node",
+                        s.shard_id
+                    ),
+                ));
+            }
+        }
+    }
+    ensure_worker_schemas(cache.config(), &def.schema, &shards, &node_by_group).await?;
+    let slots = plan_slots(&def, &shards, &node_by_group)?;
+    let participants = run_slots(
+        cache.config(),
+        &coord,
+        &def,
+        &dist,
+        &shards,
+        slots,
+        has_rows,
+        notices,
+    )
+    .await?;
+    let mut participants = participants;
+
+    twopc::commit_distributed(&coord, &mut participants, "cdt", || async {
+        if has_rows {
+            coord
+                .batch_execute(&format!("TRUNCATE ONLY {qualified}"))
+                .await
+                .map_err(db_err(&format!("cannot empty the local table {qualified}")))?;
+        }
+        bump_version(&coord).await
+    })
+    .await?;
+    cache.reload().await;
+    Ok(UtilityResult::void(args.name))
+}
+
+/// Refuses a distribution column whose type has no hash function.
+async fn ensure_hashable(coord: &Client, dist: &ColumnDef) -> Result<(), PgError> {
+    if hash_function_sql(dist.base_type).is_some() {
+        return Ok(());
+    }
+    let probe = format!(
+        "SELECT {}",
+        hash_sql_expression(dist.base_type, &format!("NULL::{}", dist.type_sql))
+    );
+    coord
+        .batch_execute("SAVEPOINT pgshard_hash_probe")
+        .await
+        .map_err(db_err("savepoint"))?;
+    match coord.batch_execute(&probe).await {
+        Ok(()) => coord
+            .batch_execute("RELEASE SAVEPOINT pgshard_hash_probe")
+            .await
+            .map_err(db_err("savepoint")),
+        Err(_) => {
+            coord
+                .batch_execute("ROLLBACK TO SAVEPOINT pgshard_hash_probe")
+                .await
+                .map_err(db_err("savepoint"))?;
+            Err(PgError::not_supported(format!("could not identify a hash function for type {}", dist.type_sql))
+                .with_detail("Partition column types must have a hash function defined to use hash partitioning."))
+        }
+    }
+}
+
+/// Picks the co-location group, the ranges and the placements.
+async fn choose_placement(
+    coord: &Client,
+    colocate_with: &str,
+    explicit_count: bool,
+    shard_count: u32,
+    replication: u32,
+    dist: &ColumnDef,
+    nodes: &[NodeInfo],
+) -> Result<Placement, PgError> {
+    let mode = colocate_with.to_ascii_lowercase();
+    let repl = replication as i32;
+    let existing_group: Option<i32> = match mode.as_str() {
+        "none" => None,
+        "default" => coord
+            .query_opt(
+                "SELECT colocationid FROM pg_catalog.pg_dist_colocation \
+                 WHERE shardcount = $1 AND replicationfactor = $2 AND distributioncolumntype = $3 \
+                   AND distributioncolumncollation = $4 ORDER BY colocationid LIMIT 1",
+                &[
+                    &(shard_count as i32),
+                    &repl,
+                    &dist.base_type,
+                    &dist.collation,
+                ],
+            )
+            .await
+            .map_err(db_err("cannot read pg_dist_colocation"))?
+            .map(|r| r.get(0)),
+        _ => {
+            let other = resolve_relation(coord, colocate_with).await?;
+            let row = coord
+                .query_opt(
+                    "SELECT p.partmethod::text, p.colocationid, c.shardcount, c.replicationfactor, \
+                            c.distributioncolumntype, c.distributioncolumncollation \
+                     FROM pg_catalog.pg_dist_partition p \
+                     LEFT JOIN pg_catalog.pg_dist_colocation c ON c.colocationid = p.colocationid \
+                     WHERE p.logicalrelid = $1::oid::regclass",
+                    &[&other],
+                )
+                .await
+                .map_err(db_err("cannot read pg_dist_partition"))?;
+            let row = row
+                .filter(|r| r.get::<_, String>(0) == "h")
+                .ok_or_else(|| {
+                    PgError::new(
+                        sqlstate::INVALID_PARAMETER_VALUE,
+                        format!("relation {colocate_with} should be a hash distributed table"),
+                    )
+                })?;
+            let group: i32 = row.get(1);
+            let their_type: Option<Oid> = row.get(4);
+            let their_collation: Option<Oid> = row.get(5);
+            let their_repl: Option<i32> = row.get(3);
+            if their_type != Some(dist.base_type) || their_collation != Some(dist.collation) {
+                return Err(PgError::new(
+                    sqlstate::INVALID_PARAMETER_VALUE,
+                    format!("cannot colocate tables {colocate_with} and the new table"),
+                )
+                .with_detail("Distribution column types don't match."));
+            }
+            if their_repl != Some(repl) {
+                return Err(PgError::new(
+                    sqlstate::INVALID_PARAMETER_VALUE,
+                    format!("cannot colocate tables {colocate_with} and the new table"),
+                )
+                .with_detail(format!(
+                    "Replication factors don't match ({} vs citus.shard_replication_factor {repl}).",
+                    their_repl.unwrap_or(0)
+                )));
+            }
+            Some(group)
+        }
+    };
+    let _ = explicit_count;
+
+    if let Some(group) = existing_group {
+        // Same ranges and placements as a table of the group.
+        let member: Option<Oid> = coord
+            .query_opt(
+                "SELECT logicalrelid::oid FROM pg_catalog.pg_dist_partition WHERE colocationid = $1 \
+                 ORDER BY logicalrelid::oid LIMIT 1",
+                &[&group],
+            )
+            .await
+            .map_err(db_err("cannot read pg_dist_partition"))?
+            .map(|r| r.get(0));
+        if let Some(member) = member {
+            let existing = read_table_shards(coord, member).await?;
+            if !existing.is_empty() {
+                if existing
+                    .iter()
+                    .any(|s| s.groups.len() != replication as usize)
+                {
+                    return Err(PgError::new(
+                        sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                        "cannot colocate with a table whose shards do not all have their placements",
+                    ));
+                }
+                return Ok(Placement {
+                    colocation_id: group,
+                    new_group: false,
+                    shards: existing
+                        .into_iter()
+                        .map(|s| (s.min, s.max, s.groups))
+                        .collect(),
+                });
+            }
+        }
+        // An empty group: fresh ranges, round robin.
+        let shard_count = if mode == "default" || mode == "none" {
+            shard_count
+        } else {
+            coord
+                .query_one(
+                    "SELECT shardcount FROM pg_catalog.pg_dist_colocation WHERE colocationid = $1",
+                    &[&group],
+                )
+                .await
+                .map_err(db_err("cannot read pg_dist_colocation"))?
+                .get::<_, i32>(0) as u32
+        };
+        return Ok(Placement {
+            colocation_id: group,
+            new_group: false,
+            shards: fresh_shards(shard_count, replication, nodes)?,
+        });
+    }
+    Ok(Placement {
+        colocation_id: 0,
+        new_group: true,
+        shards: fresh_shards(shard_count, replication, nodes)?,
+    })
+}
+
+fn fresh_shards(
+    shard_count: u32,
+    replication: u32,
+    nodes: &[NodeInfo],
+) -> Result<Vec<(i32, i32, Vec<GroupId>)>, PgError> {
+    let groups: Vec<GroupId> = nodes
+        .iter()
+        .filter(|n| n.should_have_shards)
+        .map(|n| n.group)
+        .collect();
+    if groups.is_empty() {
+        return Err(PgError::new(
+            sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "cannot create a distributed table: there are no active worker nodes to place shards on",
+        )
+        .with_hint("Add workers with SELECT citus_add_node('host', port)."));
+    }
+    if replication as usize > groups.len() {
+        return Err(PgError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!(
+                "replication_factor ({replication}) exceeds number of worker nodes ({})",
+                groups.len()
+            ),
+        )
+        .with_hint("Add more worker nodes or try again with a lower replication factor."));
+    }
+    Ok(all_ranges(shard_count)
+        .into_iter()
+        .zip(round_robin_placements(shard_count, &groups, replication))
+        .map(|((min, max), g)| (min, max, g))
+        .collect())
+}
+
+async fn insert_catalog_rows(
+    coord: &Client,
+    relid: Oid,
+    dist: &ColumnDef,
+    placement: &Placement,
+    replication: u32,
+    shards: &[ShardPlan],
+) -> Result<(), PgError> {
+    let colocation_id = if placement.new_group {
+        coord
+            .query_one(
+                "INSERT INTO pg_catalog.pg_dist_colocation (colocationid, shardcount, replicationfactor, \
+                   distributioncolumntype, distributioncolumncollation) \
+                 VALUES (nextval('pg_catalog.pg_dist_colocationid_seq'), $1, $2, $3, $4) RETURNING colocationid",
+                &[&(shards.len() as i32), &(replication as i32), &dist.base_type, &dist.collation],
+            )
+            .await
+            .map_err(db_err("cannot insert into pg_dist_colocation"))?
+            .get(0)
+    } else {
+        placement.colocation_id
+    };
+    let repmodel = if replication > 1 { "c" } else { "s" };
+    coord
+        .execute(
+            "INSERT INTO pg_catalog.pg_dist_partition (logicalrelid, partmethod, partkey, colocationid, repmodel, autoconverted) \
+             VALUES ($1::oid::regclass, 'h', $2, $3, $4::text::\"char\", false)",
+            &[&relid, &dist.name, &colocation_id, &repmodel],
+        )
+        .await
+        .map_err(db_err("cannot insert into pg_dist_partition"))?;
+    let ids: Vec<i64> = shards.iter().map(|s| s.shard_id).collect();
+    let mins: Vec<String> = shards.iter().map(|s| s.min.to_string()).collect();
+    let maxs: Vec<String> = shards.iter().map(|s| s.max.to_string()).collect();
+    coord
+        .execute(
+            "INSERT INTO pg_catalog.pg_dist_shard (logicalrelid, shardid, shardstorage, shardminvalue, shardmaxvalue) \
+             SELECT $1::oid::regclass, u.s, 't', u.mn, u.mx FROM unnest($2::int8[], $3::text[], $4::text[]) AS u(s, mn, mx)",
+            &[&relid, &ids, &mins, &maxs],
+        )
+        .await
+        .map_err(db_err("cannot insert into pg_dist_shard"))?;
+    let (p_shards, p_groups): (Vec<i64>, Vec<i32>) = shards
+        .iter()
+        .flat_map(|s| s.groups.iter().map(move |g| (s.shard_id, *g)))
+        .unzip();
+    coord
+        .execute(
+            "INSERT INTO pg_catalog.pg_dist_placement (placementid, shardid, shardstate, shardlength, groupid) \
+             SELECT nextval('pg_catalog.pg_dist_placement_placementid_seq'), u.s, 1, 0, u.g \
+             FROM unnest($1::int8[], $2::int4[]) AS u(s, g)",
+            &[&p_shards, &p_groups],
+        )
+        .await
+        .map_err(db_err("cannot insert into pg_dist_placement"))?;
+    Ok(())
+}
+
+/// Creates the table's schema on workers that lack it (committed at once: an empty
+/// schema left behind by a failure is harmless).
+async fn ensure_worker_schemas(
+    cfg: &Config,
+    schema: &str,
+    shards: &[ShardPlan],
+    nodes: &HashMap<GroupId, &NodeInfo>,
+) -> Result<(), PgError> {
+    let mut groups: Vec<GroupId> = shards
+        .iter()
+        .flat_map(|s| s.groups.iter().copied())
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
+    let results = futures_util::future::join_all(groups.iter().map(|g| {
+        let node = nodes[g];
+        async move {
+            let client = control::connect(cfg, &node.host, node.port).await?;
+            let exists = client
+                .query_opt(
+                    "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1",
+                    &[&schema],
+                )
+                .await
+                .map_err(db_err(&format!(
+                    "cannot read schemas on node {}:{}",
+                    node.host, node.port
+                )))?
+                .is_some();
+            if !exists {
+                client
+                    .batch_execute(&format!(
+                        "CREATE SCHEMA IF NOT EXISTS {}",
+                        quote_ident(schema)
+                    ))
+                    .await
+                    .map_err(db_err(&format!(
+                        "cannot create schema {schema} on node {}:{}",
+                        node.host, node.port
+                    )))?;
+            }
+            Ok::<(), PgError>(())
+        }
+    }))
+    .await;
+    results.into_iter().collect()
+}
+
+/// The work of one worker connection.
+struct SlotPlan {
+    host: String,
+    port: u16,
+    group: GroupId,
+    shards: Vec<SlotShard>,
+}
+
+struct SlotShard {
+    /// Index of the shard in the table's shard list.
+    index: usize,
+    shard_id: i64,
+    qualified: String,
+    create_sql: String,
+    copy_sql: String,
+    post_sql: Vec<String>,
+}
+
+/// Spreads each worker's shard placements over up to
+/// `COPY_CONNECTIONS_PER_WORKER` connections.
+fn plan_slots(
+    def: &TableDef,
+    shards: &[ShardPlan],
+    nodes: &HashMap<GroupId, &NodeInfo>,
+) -> Result<Vec<SlotPlan>, PgError> {
+    let mut per_group: BTreeMap<GroupId, Vec<usize>> = BTreeMap::new();
+    for (i, s) in shards.iter().enumerate() {
+        for g in &s.groups {
+            per_group.entry(*g).or_default().push(i);
+        }
+    }
+    let mut slots = Vec::new();
+    for (group, indexes) in per_group {
+        let node = nodes[&group];
+        let count = indexes.len().min(COPY_CONNECTIONS_PER_WORKER);
+        let mut group_slots: Vec<SlotPlan> = (0..count)
+            .map(|_| SlotPlan {
+                host: node.host.clone(),
+                port: node.port,
+                group,
+                shards: Vec::new(),
+            })
+            .collect();
+        for (j, i) in indexes.into_iter().enumerate() {
+            let id = shards[i].shard_id;
+            group_slots[j % count].shards.push(SlotShard {
+                index: i,
+                shard_id: id,
+                qualified: quote_qualified(&def.schema, &shard_table_name(&def.name, id)),
+                create_sql: create_shard_table_sql(def, id),
+                copy_sql: copy_in_sql(def, id),
+                post_sql: shard_post_load_sql(def, id)?,
+            });
+        }
+        slots.extend(group_slots);
+    }
+    Ok(slots)
+}
+
+fn aborted() -> PgError {
+    PgError::new(
+        sqlstate::QUERY_CANCELED,
+        "canceled because another part of the operation failed",
+    )
+}
+
+fn statement_error(
+    shard: &SlotShard,
+    host: &str,
+    port: u16,
+    sql: &str,
+    e: &tokio_postgres::Error,
+) -> PgError {
+    PgError::from_client_error(
+        &format!(
+            "shard {} (id {}) on node {host}:{port}, statement \"{}\"",
+            shard.qualified,
+            shard.shard_id,
+            abbreviate(sql)
+        ),
+        e,
+    )
+}
+
+/// One worker connection: creates its shards, loads the chunks it receives, adds
+/// constraints and indexes, and returns the connection still inside its transaction.
+async fn run_slot(
+    cfg: Arc<Config>,
+    slot: SlotPlan,
+    mut rx: mpsc::Receiver<(usize, Bytes)>,
+    abort: Arc<AtomicBool>,
+) -> Result<Participant, PgError> {
+    let client = control::connect(&cfg, &slot.host, slot.port).await?;
+    client
+        .batch_execute("BEGIN")
+        .await
+        .map_err(db_err(&format!(
+            "cannot begin on node {}:{}",
+            slot.host, slot.port
+        )))?;
+    for shard in &slot.shards {
+        if abort.load(Ordering::Relaxed) {
+            return Err(aborted());
+        }
+        client
+            .batch_execute(&shard.create_sql)
+            .await
+            .map_err(|e| statement_error(shard, &slot.host, slot.port, &shard.create_sql, &e))?;
+    }
+    let by_index: HashMap<usize, &SlotShard> = slot.shards.iter().map(|s| (s.index, s)).collect();
+    while let Some((index, chunk)) = rx.recv().await {
+        if abort.load(Ordering::Relaxed) {
+            return Err(aborted());
+        }
+        let shard = by_index[&index];
+        let copy = async {
+            let sink = client.copy_in::<_, Bytes>(shard.copy_sql.as_str()).await?;
+            futures_util::pin_mut!(sink);
+            sink.send(chunk).await?;
+            sink.finish().await
+        };
+        copy.await
+            .map_err(|e| statement_error(shard, &slot.host, slot.port, &shard.copy_sql, &e))?;
+    }
+    for shard in &slot.shards {
+        for sql in &shard.post_sql {
+            if abort.load(Ordering::Relaxed) {
+                return Err(aborted());
+            }
+            client
+                .batch_execute(sql)
+                .await
+                .map_err(|e| statement_error(shard, &slot.host, slot.port, sql, &e))?;
+        }
+    }
+    Ok(Participant {
+        host: slot.host,
+        port: slot.port,
+        group_id: slot.group,
+        client,
+        gid: None,
+    })
+}
+
+/// Runs every worker connection and, if the table has rows, streams them; returns the
+/// participants ready to prepare, or the first error after rolling all of them back.
+#[allow(clippy::too_many_arguments)]
+async fn run_slots(
+    cfg: &Arc<Config>,
+    coord: &Client,
+    def: &TableDef,
+    dist: &ColumnDef,
+    shards: &[ShardPlan],
+    slots: Vec<SlotPlan>,
+    has_rows: bool,
+    notices: &mpsc::UnboundedSender<String>,
+) -> Result<Vec<Participant>, PgError> {
+    let abort = Arc::new(AtomicBool::new(false));
+    // Shard index -> the slots holding a placement of it.
+    let mut routes: Vec<Vec<usize>> = vec![Vec::new(); shards.len()];
+    let mut senders = Vec::new();
+    let mut handles = Vec::new();
+    for (slot_id, slot) in slots.into_iter().enumerate() {
+        for s in &slot.shards {
+            routes[s.index].push(slot_id);
+        }
+        let (tx, rx) = mpsc::channel(SLOT_QUEUE);
+        senders.push(tx);
+        handles.push(tokio::spawn(run_slot(cfg.clone(), slot, rx, abort.clone())));
+    }
+
+    let copy_result = if has_rows {
+        let _ = notices.send("Copying data from local table...".to_string());
+        copy_rows(coord, def, dist, shards, &routes, &senders, notices).await
+    } else {
+        Ok(())
+    };
+    drop(senders);
+    if copy_result.is_err() {
+        abort.store(true, Ordering::Relaxed);
+    }
+
+    let mut participants = Vec::new();
+    let mut slot_error: Option<PgError> = None;
+    for h in handles {
+        match h.await {
+            Ok(Ok(p)) => participants.push(p),
+            Ok(Err(e)) => {
+                abort.store(true, Ordering::Relaxed);
+                if slot_error.is_none()
+                    || slot_error
+                        .as_ref()
+                        .is_some_and(|s| s.code == sqlstate::QUERY_CANCELED)
+                {
+                    slot_error = Some(e);
+                }
+            }
+            Err(e) => {
+                abort.store(true, Ordering::Relaxed);
+                slot_error.get_or_insert_with(|| {
+                    PgError::internal(format!("shard loading task failed: {e}"))
+                });
+            }
+        }
+    }
+    let error = match (copy_result, slot_error) {
+        (Err(CopyError::Own(e)), _) => Some(e),
+        (_, Some(e)) => Some(e),
+        (Err(CopyError::SlotGone), None) => Some(PgError::internal(
+            "a shard loading connection ended unexpectedly",
+        )),
+        (Ok(()), None) => None,
+    };
+    if let Some(e) = error {
+        twopc::abort(&participants).await;
+        return Err(e);
+    }
+    Ok(participants)
+}
+
+enum CopyError {
+    /// The reader's own failure (NULL distribution value, coordinator error).
+    Own(PgError),
+    /// A worker connection stopped receiving: its own error explains why.
+    SlotGone,
+}
+
+impl From<PgError> for CopyError {
+    fn from(e: PgError) -> Self {
+        CopyError::Own(e)
+    }
+}
+
+/// Reads the local rows with their hashes and sends them, per shard, to the slots.
+async fn copy_rows(
+    coord: &Client,
+    def: &TableDef,
+    dist: &ColumnDef,
+    shards: &[ShardPlan],
+    routes: &[Vec<usize>],
+    senders: &[mpsc::Sender<(usize, Bytes)>],
+    notices: &mpsc::UnboundedSender<String>,
+) -> Result<(), CopyError> {
+    let started = Instant::now();
+    let intervals: Vec<ShardInterval> = shards
+        .iter()
+        .map(|s| ShardInterval {
+            shard_id: s.shard_id,
+            min: s.min,
+            max: s.max,
+            placement_groups: s.groups.clone(),
+        })
+        .collect();
+    let indexer = ShardIndexer::for_intervals(&intervals);
+    let position: HashMap<i64, usize> = shards
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.shard_id, i))
+        .collect();
+    let table = format!("{}.{}", def.schema, def.name);
+
+    let sql = copy_out_sql(def, dist);
+    let stream = coord
+        .copy_out(sql.as_str())
+        .await
+        .map_err(|e| PgError::from_client_error(&format!("cannot read the rows of {table}"), &e))?;
+    futures_util::pin_mut!(stream);
+
+    let mut buffers: Vec<BytesMut> = vec![BytesMut::new(); shards.len()];
+    let mut carry = BytesMut::new();
+    let mut rows: u64 = 0;
+
+    async fn flush(
+        index: usize,
+        buffers: &mut [BytesMut],
+        routes: &[Vec<usize>],
+        senders: &[mpsc::Sender<(usize, Bytes)>],
+    ) -> Result<(), CopyError> {
+        if buffers[index].is_empty() {
+            return Ok(());
+        }
+        let chunk = buffers[index].split().freeze();
+        for &slot in &routes[index] {
+            senders[slot]
+                .send((index, chunk.clone()))
+                .await
+                .map_err(|_| CopyError::SlotGone)?;
+        }
+        Ok(())
+    }
+
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| {
+            PgError::from_client_error(&format!("cannot read the rows of {table}"), &e)
+        })?;
+        carry.extend_from_slice(&chunk);
+        let mut start = 0;
+        while let Some(nl) = carry[start..].iter().position(|&b| b == b'\n') {
+            let line = &carry[start..start + nl + 1];
+            start += nl + 1;
+            let (hash, row) = split_copy_line(line)?;
+            let hash = hash.ok_or_else(|| {
+                PgError::new(
+                    sqlstate::NOT_NULL_VIOLATION,
+                    format!("the partition column of table {table} cannot be NULL"),
+                )
+                .with_detail(format!(
+                    "A row of the local table has NULL in column \"{}\".",
+                    dist.name
+                ))
+            })?;
+            let index = indexer
+                .find(&intervals, hash)
+                .and_then(|s| position.get(&s.shard_id).copied())
+                .ok_or_else(|| {
+                    PgError::internal(format!("no shard of {table} covers hash value {hash}"))
+                })?;
+            buffers[index].extend_from_slice(row);
+            rows += 1;
+            if buffers[index].len() >= FLUSH_BYTES {
+                // `carry` is borrowed by `line` only up to here.
+                flush(index, &mut buffers, routes, senders).await?;
+            }
+            if rows % PROGRESS_ROWS == 0 {
+                let _ = notices.send(format!("Copied {rows} rows..."));
+            }
+        }
+        let _ = carry.split_to(start);
+    }
+    for index in 0..buffers.len() {
+        flush(index, &mut buffers, routes, senders).await?;
+    }
+    let _ = notices.send(format!(
+        "Copied {rows} rows from local table {table} in {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn col(attnum: i16, name: &str, type_sql: &str) -> ColumnDef {
+        ColumnDef {
+            attnum,
+            name: name.into(),
+            type_sql: type_sql.into(),
+            type_oid: 23,
+            base_type: 23,
+            collation: 0,
+            collation_sql: None,
+            not_null: false,
+            default: None,
+            generated: false,
+            identity: false,
+            uses_sequence: false,
+        }
+    }
+
+    fn def() -> TableDef {
+        let mut id = col(1, "id", "integer");
+        id.not_null = true;
+        let mut name = col(2, "Name", "text");
+        name.collation_sql = Some("pg_catalog.\"C\"".into());
+        name.default = Some("'x'::text".into());
+        let mut twice = col(3, "twice", "integer");
+        twice.generated = true;
+        twice.default = Some("(id * 2)".into());
+        TableDef {
+            schema: "my schema".into(),
+            name: "items".into(),
+            unlogged: false,
+            columns: vec![id, name, twice],
+            reloptions: vec!["fillfactor=90".into()],
+            constraints: vec![
+                ConstraintDef { name: "items_pkey".into(), kind: "p".into(), definition: "PRIMARY KEY (id)".into() },
+                ConstraintDef { name: "pos".into(), kind: "c".into(), definition: "CHECK ((id > 0))".into() },
+            ],
+            indexes: vec![IndexDef {
+                name: "items_lower".into(),
+                definition: "CREATE INDEX items_lower ON \"my schema\".items USING btree (lower(\"Name\")) WHERE (id > 5)"
+                    .into(),
+            }],
+        }
+    }
+
+    #[test]
+    fn shard_object_names_fit() {
+        assert_eq!(shard_object_name("items_pkey", 102008), "items_pkey_102008");
+        let long = "a".repeat(70);
+        let n = shard_object_name(&long, 102008);
+        assert!(n.len() <= 63 && n.ends_with("_102008"), "{n}");
+        assert_ne!(n, shard_object_name(&format!("{long}b"), 102008));
+        let multibyte = "é".repeat(40);
+        assert!(shard_object_name(&multibyte, 1).len() <= 63);
+    }
+
+    #[test]
+    fn round_robin_like_citus() {
+        assert_eq!(
+            round_robin_placements(4, &[1, 2], 1),
+            vec![vec![1], vec![2], vec![1], vec![2]]
+        );
+        assert_eq!(
+            round_robin_placements(3, &[1, 2, 3], 2),
+            vec![vec![1, 2], vec![2, 3], vec![3, 1]]
+        );
+    }
+
+    #[test]
+    fn builds_shard_ddl() {
+        let d = def();
+        assert_eq!(
+            create_shard_table_sql(&d, 102008),
+            "CREATE TABLE \"my schema\".\"items_102008\" (\"id\" integer NOT NULL, \
+             \"Name\" text COLLATE pg_catalog.\"C\" DEFAULT 'x'::text, \
+             \"twice\" integer GENERATED ALWAYS AS ((id * 2)) STORED) WITH (\"fillfactor\" = '90')"
+        );
+        let post = shard_post_load_sql(&d, 102008).unwrap();
+        assert_eq!(post[0], "ALTER TABLE \"my schema\".\"items_102008\" ADD CONSTRAINT \"items_pkey_102008\" PRIMARY KEY (id)");
+        assert_eq!(post[1], "ALTER TABLE \"my schema\".\"items_102008\" ADD CONSTRAINT \"pos_102008\" CHECK ((id > 0))");
+        assert!(
+            post[2].starts_with("CREATE INDEX items_lower_102008 ON \"my schema\".items_102008"),
+            "{}",
+            post[2]
+        );
+        assert!(
+            post[2].contains("lower(\"Name\")") && post[2].contains("WHERE id > 5"),
+            "{}",
+            post[2]
+        );
+        assert_eq!(
+            copy_in_sql(&d, 7),
+            "COPY \"my schema\".\"items_7\" (\"id\", \"Name\") FROM STDIN"
+        );
+        let out = copy_out_sql(&d, &d.columns[0]);
+        assert!(out.contains("hashint4(t.\"id\")"), "{out}");
+        assert!(
+            out.contains("FROM ONLY \"my schema\".\"items\" AS t"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn index_rewrite_handles_hostile_names() {
+        let sql = rewrite_index_ddl(
+            "CREATE UNIQUE INDEX \"x\"\"y\" ON public.\"T; drop\" USING btree (a) INCLUDE (b)",
+            "public",
+            "T; drop_5",
+            "x\"y_5",
+        )
+        .unwrap();
+        assert!(sql.contains("\"x\"\"y_5\""), "{sql}");
+        assert!(sql.contains("\"T; drop_5\""), "{sql}");
+        assert!(sql.starts_with("CREATE UNIQUE INDEX"), "{sql}");
+        assert!(rewrite_index_ddl("SELECT 1", "public", "t", "i").is_err());
+    }
+
+    #[test]
+    fn splits_copy_lines() {
+        assert_eq!(
+            split_copy_line(b"-5\t1\tabc\n").unwrap(),
+            (Some(-5), &b"1\tabc\n"[..])
+        );
+        assert_eq!(
+            split_copy_line(b"\\N\t\\N\tx\n").unwrap(),
+            (None, &b"\\N\tx\n"[..])
+        );
+        assert!(split_copy_line(b"abc\tx\n").is_err());
+        assert!(split_copy_line(b"12\n").is_err());
+    }
+
+    #[test]
+    fn refuses_sequences() {
+        let mut d = def();
+        d.columns[1].uses_sequence = true;
+        let e = check_definition(&d, &d.columns[0].clone()).unwrap_err();
+        assert_eq!(e.code, "0A000");
+        assert!(e.message.contains("nextval"));
+        let mut d = def();
+        d.columns[0].identity = true;
+        assert!(check_definition(&d, &d.columns[0].clone()).is_err());
+    }
+
+    #[test]
+    fn quotes_reloptions() {
+        assert_eq!(reloptions_sql(&[]), "");
+        assert_eq!(
+            reloptions_sql(&["fillfactor=70".into(), "autovacuum_enabled=false".into()]),
+            " WITH (\"fillfactor\" = '70', \"autovacuum_enabled\" = 'false')"
+        );
+    }
+}

@@ -1,0 +1,314 @@
+//! Commands: the Citus user-facing functions (`create_distributed_table`,
+//! `citus_add_node`, ...) that pgshard executes itself.
+//!
+//! The executor recognises a call (`is_utility_function`), places named arguments by
+//! position (`utility_arg_names`) and runs it with [`call_utility`]; arguments arrive
+//! as text (None = NULL or omitted) and the result goes back as text rows.
+//!
+//! - `nodes`: `citus_add_node`, `citus_remove_node`, `citus_get_active_worker_nodes`
+//! - `distribute`: `create_distributed_table` (shard creation, data copy, 2PC)
+//! - `shards`: `get_shard_id_for_distribution_column`, the size functions,
+//!   `undistribute_table`, and the helpers `drop_distributed_table` and
+//!   `propagate_to_shards` for the executor
+//! - `twopc`: two-phase commit of control-plane work anchored in the coordinator node
+
+pub mod distribute;
+pub mod nodes;
+pub mod shards;
+pub mod twopc;
+
+pub use shards::{drop_distributed_table, propagate_to_shards};
+
+use crate::catalog::cache::CatalogCache;
+use crate::catalog::schema::CATALOG_LOCK_KEY;
+use crate::error::{sqlstate, PgError};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_postgres::Client;
+
+/// The `citus.*` settings of the calling session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CitusSettings {
+    pub shard_count: u32,
+    pub shard_replication_factor: u32,
+}
+
+/// Type oids of result columns.
+pub mod type_oid {
+    pub const INT4: u32 = 23;
+    pub const INT8: u32 = 20;
+    pub const TEXT: u32 = 25;
+    pub const VOID: u32 = 2278;
+}
+
+/// A function's result set, in text format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UtilityResult {
+    pub columns: Vec<(String, u32)>,
+    pub rows: Vec<Vec<Option<String>>>,
+}
+
+impl UtilityResult {
+    /// The one-row result of a `void` function named `name`.
+    pub fn void(name: &str) -> UtilityResult {
+        UtilityResult {
+            columns: vec![(name.to_string(), type_oid::VOID)],
+            rows: vec![vec![Some(String::new())]],
+        }
+    }
+
+    /// A one-row, one-column result.
+    pub fn scalar(name: &str, type_oid: u32, value: Option<String>) -> UtilityResult {
+        UtilityResult {
+            columns: vec![(name.to_string(), type_oid)],
+            rows: vec![vec![value]],
+        }
+    }
+}
+
+/// Every function pgshard runs itself, with its argument names (for named notation).
+const FUNCTIONS: &[(&str, &[&str])] = &[
+    (
+        "citus_add_node",
+        &["nodename", "nodeport", "groupid", "noderole", "nodecluster"],
+    ),
+    (
+        "master_add_node",
+        &["nodename", "nodeport", "groupid", "noderole", "nodecluster"],
+    ),
+    ("citus_remove_node", &["nodename", "nodeport"]),
+    ("master_remove_node", &["nodename", "nodeport"]),
+    ("citus_get_active_worker_nodes", &[]),
+    ("master_get_active_worker_nodes", &[]),
+    (
+        "create_distributed_table",
+        &[
+            "table_name",
+            "distribution_column",
+            "distribution_type",
+            "colocate_with",
+            "shard_count",
+        ],
+    ),
+    (
+        "get_shard_id_for_distribution_column",
+        &["table_name", "distribution_value"],
+    ),
+    ("citus_relation_size", &["logicalrelid"]),
+    ("citus_table_size", &["logicalrelid"]),
+    (
+        "citus_total_relation_size",
+        &["logicalrelid", "fail_on_error"],
+    ),
+    (
+        "undistribute_table",
+        &["table_name", "cascade_via_foreign_keys"],
+    ),
+];
+
+fn normalize(name: &str) -> String {
+    let lower = name.to_ascii_lowercase();
+    match lower.strip_prefix("pg_catalog.") {
+        Some(rest) => rest.to_string(),
+        None => lower,
+    }
+}
+
+/// Whether pgshard runs `name` itself (lower-case, schema-less name).
+pub fn is_utility_function(name: &str) -> bool {
+    let name = normalize(name);
+    FUNCTIONS.iter().any(|(f, _)| *f == name)
+}
+
+/// Argument names of a utility function, in order (empty if unknown).
+pub fn utility_arg_names(name: &str) -> &'static [&'static str] {
+    let name = normalize(name);
+    FUNCTIONS
+        .iter()
+        .find(|(f, _)| *f == name)
+        .map(|(_, a)| *a)
+        .unwrap_or(&[])
+}
+
+/// Runs `name(args)`. `notices` receives progress messages for the client.
+pub async fn call_utility(
+    cache: &CatalogCache,
+    settings: &CitusSettings,
+    name: &str,
+    args: Vec<Option<String>>,
+    notices: UnboundedSender<String>,
+) -> Result<UtilityResult, PgError> {
+    let name = normalize(name);
+    let arg_names = utility_arg_names(&name);
+    if !is_utility_function(&name) || args.len() > arg_names.len() {
+        return Err(PgError::new(
+            sqlstate::UNDEFINED_FUNCTION,
+            format!(
+                "function {name} with {} arguments does not exist",
+                args.len()
+            ),
+        ));
+    }
+    let args = Args {
+        name: &name,
+        names: arg_names,
+        values: args,
+    };
+    match name.as_str() {
+        "citus_add_node" | "master_add_node" => nodes::add_node(cache, &args).await,
+        "citus_remove_node" | "master_remove_node" => nodes::remove_node(cache, &args).await,
+        "citus_get_active_worker_nodes" | "master_get_active_worker_nodes" => {
+            nodes::active_worker_nodes(cache).await
+        }
+        "create_distributed_table" => {
+            distribute::create_distributed_table(cache, settings, &args, &notices).await
+        }
+        "get_shard_id_for_distribution_column" => {
+            shards::get_shard_id_for_distribution_column(cache, &args).await
+        }
+        "citus_relation_size" | "citus_table_size" | "citus_total_relation_size" => {
+            shards::relation_size(cache, &name, &args).await
+        }
+        "undistribute_table" => shards::undistribute_table(cache, &args, &notices).await,
+        _ => unreachable!("checked by is_utility_function"),
+    }
+}
+
+/// The arguments of one call, by position.
+pub(crate) struct Args<'a> {
+    pub name: &'a str,
+    pub names: &'static [&'static str],
+    pub values: Vec<Option<String>>,
+}
+
+impl Args<'_> {
+    /// Argument `i` (None when NULL or omitted).
+    pub fn get(&self, i: usize) -> Option<&str> {
+        self.values.get(i).and_then(|v| v.as_deref())
+    }
+
+    /// A required, non-NULL argument.
+    pub fn required(&self, i: usize) -> Result<&str, PgError> {
+        self.get(i).ok_or_else(|| {
+            PgError::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!(
+                    "{}: argument {} must not be NULL",
+                    self.name,
+                    self.names.get(i).unwrap_or(&"?")
+                ),
+            )
+        })
+    }
+
+    /// An integer argument, `default` when NULL or omitted.
+    pub fn int(&self, i: usize, default: Option<i64>) -> Result<Option<i64>, PgError> {
+        match self.get(i) {
+            None => Ok(default),
+            Some(v) => v.trim().parse::<i64>().map(Some).map_err(|_| {
+                PgError::new(
+                    sqlstate::INVALID_TEXT_REPRESENTATION,
+                    format!("invalid input syntax for type integer: \"{v}\""),
+                )
+            }),
+        }
+    }
+}
+
+/// Maps a tokio-postgres error with context.
+pub(crate) fn db_err(context: &str) -> impl Fn(tokio_postgres::Error) -> PgError + '_ {
+    move |e| PgError::from_client_error(context, &e)
+}
+
+/// Opens a coordinator-node connection inside `BEGIN` holding the catalog lock, so
+/// that catalog-changing commands (from any pgshard process) run one at a time.
+/// Dropping the client without COMMIT rolls everything back.
+pub(crate) async fn begin_catalog_change(cache: &CatalogCache) -> Result<Client, PgError> {
+    let client = crate::backend::control::connect_coordinator(cache.config()).await?;
+    client
+        .batch_execute(&format!(
+            "BEGIN; SELECT pg_catalog.pg_advisory_xact_lock({CATALOG_LOCK_KEY})"
+        ))
+        .await
+        .map_err(db_err("cannot lock the pgshard catalog"))?;
+    Ok(client)
+}
+
+/// Resolves a table argument (a name as `regclass` reads it, or an oid) on the
+/// coordinator node: 42P01 if there is no such relation.
+pub(crate) async fn resolve_relation(client: &Client, arg: &str) -> Result<u32, PgError> {
+    let row = client
+        .query_opt(
+            "SELECT c.oid FROM pg_catalog.pg_class c WHERE c.oid = coalesce(pg_catalog.to_regclass($1)::oid, \
+             CASE WHEN $1 ~ '^[0-9]+$' AND length($1) < 11 THEN $1::int8::oid END)",
+            &[&arg],
+        )
+        .await
+        .map_err(|e| PgError::from_client_error(&format!("cannot resolve relation \"{arg}\""), &e))?;
+    row.map(|r| r.get(0)).ok_or_else(|| {
+        PgError::new(
+            sqlstate::UNDEFINED_TABLE,
+            format!("relation \"{arg}\" does not exist"),
+        )
+    })
+}
+
+/// A statement shortened for error messages.
+pub(crate) fn abbreviate(sql: &str) -> String {
+    const MAX: usize = 200;
+    if sql.len() <= MAX {
+        return sql.to_string();
+    }
+    let mut end = MAX;
+    while !sql.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &sql[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_functions() {
+        assert!(is_utility_function("create_distributed_table"));
+        assert!(is_utility_function("MASTER_ADD_NODE"));
+        assert!(is_utility_function("pg_catalog.citus_add_node"));
+        assert!(!is_utility_function("count"));
+        assert_eq!(
+            utility_arg_names("create_distributed_table"),
+            &[
+                "table_name",
+                "distribution_column",
+                "distribution_type",
+                "colocate_with",
+                "shard_count"
+            ]
+        );
+        assert!(utility_arg_names("nope").is_empty());
+    }
+
+    #[test]
+    fn args_by_position() {
+        let a = Args {
+            name: "f",
+            names: &["a", "b", "c"],
+            values: vec![Some("x".into()), None, Some(" 12 ".into())],
+        };
+        assert_eq!(a.get(0), Some("x"));
+        assert_eq!(a.get(1), None);
+        assert_eq!(a.get(7), None);
+        assert!(a.required(1).is_err());
+        assert_eq!(a.int(2, None).unwrap(), Some(12));
+        assert_eq!(a.int(1, Some(5)).unwrap(), Some(5));
+        assert_eq!(a.int(0, None).unwrap_err().code, "22P02");
+    }
+
+    #[test]
+    fn abbreviates_long_statements() {
+        assert_eq!(abbreviate("select 1"), "select 1");
+        let long = "é".repeat(300);
+        let s = abbreviate(&long);
+        assert!(s.ends_with("...") && s.len() <= 204);
+    }
+}

@@ -1,0 +1,204 @@
+//! Worker membership: `citus_add_node` / `master_add_node`, `citus_remove_node` /
+//! `master_remove_node`, `citus_get_active_worker_nodes` /
+//! `master_get_active_worker_nodes`.
+//!
+//! Adding a node checks that pgshard can log into it with its configured credentials
+//! and that it accepts two-phase commit (`max_prepared_transactions > 0`). Like Citus,
+//! adding an existing node returns its id, and a new node gets no shards of tables
+//! distributed before (no automatic rebalance).
+
+use super::{begin_catalog_change, db_err, type_oid, Args, UtilityResult};
+use crate::backend::control;
+use crate::catalog::cache::{bump_version, CatalogCache};
+use crate::error::{sqlstate, PgError};
+
+fn node_port(args: &Args, i: usize) -> Result<u16, PgError> {
+    let port = args.int(i, Some(5432))?.unwrap_or(5432);
+    u16::try_from(port).ok().filter(|p| *p > 0).ok_or_else(|| {
+        PgError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("invalid node port {port}"),
+        )
+    })
+}
+
+/// Checks that a prospective worker is reachable and supports 2PC.
+pub async fn check_node(cache: &CatalogCache, host: &str, port: u16) -> Result<(), PgError> {
+    let cfg = cache.config();
+    let client = control::connect(cfg, host, port).await.map_err(|e| {
+        let mut err = PgError::new(
+            &e.code,
+            format!(
+                "cannot add node {host}:{port}: cannot connect to database \"{}\" as user \"{}\": {}",
+                cfg.database, cfg.user, e.message
+            ),
+        );
+        err.detail = e.detail.clone();
+        err.hint = Some("pgshard logs into every node with the credentials of its configuration file".into());
+        err
+    })?;
+    let row = client
+        .query_one(
+            "SELECT current_setting('max_prepared_transactions')::int",
+            &[],
+        )
+        .await
+        .map_err(db_err(&format!("cannot check node {host}:{port}")))?;
+    let max_prepared: i32 = row.get(0);
+    if max_prepared <= 0 {
+        return Err(PgError::new(
+            sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("cannot add node {host}:{port}: max_prepared_transactions is 0 there"),
+        )
+        .with_detail("pgshard commits changes that span workers with two-phase commit.")
+        .with_hint("Set max_prepared_transactions (e.g. to max_connections) in that server's postgresql.conf and restart it."));
+    }
+    Ok(())
+}
+
+/// `citus_add_node(nodename, nodeport, groupid => -1, noderole => 'primary', nodecluster => 'default')`.
+pub(crate) async fn add_node(
+    cache: &CatalogCache,
+    args: &Args<'_>,
+) -> Result<UtilityResult, PgError> {
+    let host = args.required(0)?.to_string();
+    let port = node_port(args, 1)?;
+    let group = args.int(2, Some(-1))?.unwrap_or(-1);
+    let role = args.get(3).unwrap_or("primary");
+    let cluster = args.get(4).unwrap_or("default");
+    if role != "primary" {
+        return Err(PgError::not_supported(format!(
+            "pgshard supports only primary nodes (noderole '{role}')"
+        )));
+    }
+    if cluster != "default" {
+        return Err(PgError::not_supported(
+            "pgshard supports only the default node cluster",
+        ));
+    }
+    let group = i32::try_from(group)
+        .ok()
+        .filter(|g| *g >= -1)
+        .ok_or_else(|| {
+            PgError::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!("invalid group id {group}"),
+            )
+        })?;
+    let port_i32 = i32::from(port);
+
+    let coord = begin_catalog_change(cache).await?;
+    let existing = coord
+        .query_opt(
+            "SELECT nodeid FROM pg_catalog.pg_dist_node WHERE nodename = $1 AND nodeport = $2",
+            &[&host, &port_i32],
+        )
+        .await
+        .map_err(db_err("cannot read pg_dist_node"))?;
+    if let Some(row) = existing {
+        let id: i32 = row.get(0);
+        return Ok(UtilityResult::scalar(
+            args.name,
+            type_oid::INT4,
+            Some(id.to_string()),
+        ));
+    }
+    check_node(cache, &host, port).await?;
+    let row = coord
+        .query_one(
+            "INSERT INTO pg_catalog.pg_dist_node (groupid, nodename, nodeport, hasmetadata, metadatasynced) \
+             VALUES (CASE WHEN $3 = -1 THEN nextval('pg_catalog.pg_dist_groupid_seq')::int ELSE $3 END, \
+                     $1, $2, $3 = 0, $3 = 0) \
+             RETURNING nodeid",
+            &[&host, &port_i32, &group],
+        )
+        .await
+        .map_err(db_err("cannot add the node to pg_dist_node"))?;
+    let id: i32 = row.get(0);
+    bump_version(&coord).await?;
+    coord
+        .batch_execute("COMMIT")
+        .await
+        .map_err(db_err("cannot commit the new node"))?;
+    cache.reload().await;
+    Ok(UtilityResult::scalar(
+        args.name,
+        type_oid::INT4,
+        Some(id.to_string()),
+    ))
+}
+
+/// `citus_remove_node(nodename, nodeport)`: refused while the node holds placements.
+pub(crate) async fn remove_node(
+    cache: &CatalogCache,
+    args: &Args<'_>,
+) -> Result<UtilityResult, PgError> {
+    let host = args.required(0)?.to_string();
+    let port = i32::from(node_port(args, 1)?);
+    let coord = begin_catalog_change(cache).await?;
+    let row = coord
+        .query_opt(
+            "SELECT n.nodeid, n.groupid, \
+                    (SELECT count(*) FROM pg_catalog.pg_dist_placement p WHERE p.groupid = n.groupid) \
+             FROM pg_catalog.pg_dist_node n WHERE n.nodename = $1 AND n.nodeport = $2",
+            &[&host, &port],
+        )
+        .await
+        .map_err(db_err("cannot read pg_dist_node"))?
+        .ok_or_else(|| {
+            PgError::new("42704", format!("node at \"{host}:{port}\" does not exist"))
+        })?;
+    let node_id: i32 = row.get(0);
+    let placements: i64 = row.get(2);
+    if placements > 0 {
+        return Err(PgError::new(
+            sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "cannot remove node {host}:{port}: it still holds {placements} shard placements"
+            ),
+        )
+        .with_hint("Move its shards to other nodes or drop the distributed tables first."));
+    }
+    coord
+        .execute(
+            "DELETE FROM pg_catalog.pg_dist_node WHERE nodeid = $1",
+            &[&node_id],
+        )
+        .await
+        .map_err(db_err("cannot remove the node from pg_dist_node"))?;
+    bump_version(&coord).await?;
+    coord
+        .batch_execute("COMMIT")
+        .await
+        .map_err(db_err("cannot commit the node removal"))?;
+    cache.reload().await;
+    Ok(UtilityResult::void(args.name))
+}
+
+/// `citus_get_active_worker_nodes()`: rows `(node_name text, node_port int8)`.
+pub(crate) async fn active_worker_nodes(cache: &CatalogCache) -> Result<UtilityResult, PgError> {
+    let client = control::connect_coordinator(cache.config()).await?;
+    let rows = client
+        .query(
+            "SELECT nodename, nodeport::int8 FROM pg_catalog.pg_dist_node \
+             WHERE isactive AND noderole = 'primary' AND groupid <> 0 ORDER BY nodename, nodeport",
+            &[],
+        )
+        .await
+        .map_err(db_err("cannot read pg_dist_node"))?;
+    Ok(UtilityResult {
+        columns: vec![
+            ("node_name".into(), type_oid::TEXT),
+            ("node_port".into(), type_oid::INT8),
+        ],
+        rows: rows
+            .iter()
+            .map(|r| {
+                vec![
+                    Some(r.get::<_, String>(0)),
+                    Some(r.get::<_, i64>(1).to_string()),
+                ]
+            })
+            .collect(),
+    })
+}

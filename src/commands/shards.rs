@@ -1,0 +1,633 @@
+//! Commands over the shards of an existing distributed table:
+//! `get_shard_id_for_distribution_column`, `citus_relation_size` /
+//! `citus_table_size` / `citus_total_relation_size`, `undistribute_table`, and the
+//! executor's helpers `drop_distributed_table` (DROP TABLE of a distributed table) and
+//! `propagate_to_shards` (TRUNCATE / VACUUM / ANALYZE on every shard).
+//!
+//! Changes spanning workers commit with two-phase commit anchored in the coordinator
+//! node (`twopc`), so a failure leaves nothing half-done.
+
+use super::distribute::read_table_shards;
+use super::twopc::{self, Participant};
+use super::{
+    abbreviate, begin_catalog_change, db_err, resolve_relation, type_oid, Args, UtilityResult,
+};
+use crate::backend::control;
+use crate::catalog::cache::{bump_version, CatalogCache};
+use crate::catalog::load::base_type_sql;
+use crate::catalog::{shard_table_name, DistTable, GroupId, Oid, ShardInterval};
+use crate::config::Config;
+use crate::error::{sqlstate, PgError};
+use crate::sharding::hash::hash_sql_expression;
+use crate::sharding::ranges::ShardIndexer;
+use crate::sql::quote::{quote_ident, quote_qualified};
+use bytes::{Bytes, BytesMut};
+use futures_util::future::join_all;
+use futures_util::{SinkExt, StreamExt};
+use std::collections::BTreeMap;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_postgres::Client;
+
+/// One shard placement with its node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlacementRow {
+    pub shard_id: i64,
+    pub group: GroupId,
+    pub host: String,
+    pub port: u16,
+}
+
+/// Every placement of a table (by oid, even if its shell is gone), shard and
+/// placement-id order. A placement whose group has no active node is an error.
+async fn read_placements(client: &Client, relid: Oid) -> Result<Vec<PlacementRow>, PgError> {
+    let rows = client
+        .query(
+            "SELECT s.shardid, pl.groupid, n.nodename, n.nodeport \
+             FROM pg_catalog.pg_dist_shard s \
+             JOIN pg_catalog.pg_dist_placement pl ON pl.shardid = s.shardid \
+             LEFT JOIN pg_catalog.pg_dist_node n ON n.groupid = pl.groupid AND n.noderole = 'primary' AND n.isactive \
+             WHERE s.logicalrelid = $1::oid::regclass ORDER BY s.shardid, pl.placementid",
+            &[&relid],
+        )
+        .await
+        .map_err(db_err("cannot read the shard placements"))?;
+    rows.iter()
+        .map(|r| {
+            let shard_id: i64 = r.get(0);
+            let group: i32 = r.get(1);
+            match (r.get::<_, Option<String>>(2), r.get::<_, Option<i32>>(3)) {
+                (Some(host), Some(port)) => Ok(PlacementRow {
+                    shard_id,
+                    group,
+                    host,
+                    port: u16::try_from(port).map_err(|_| PgError::internal(format!("invalid node port {port}")))?,
+                }),
+                _ => Err(PgError::new(
+                    sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                    format!("placement of shard {shard_id} is in group {group}, which has no active node"),
+                )),
+            }
+        })
+        .collect()
+}
+
+/// Groups placements by node: (group, host, port) -> shard ids.
+fn by_node(placements: &[PlacementRow]) -> BTreeMap<(GroupId, String, u16), Vec<i64>> {
+    let mut map: BTreeMap<(GroupId, String, u16), Vec<i64>> = BTreeMap::new();
+    for p in placements {
+        map.entry((p.group, p.host.clone(), p.port))
+            .or_default()
+            .push(p.shard_id);
+    }
+    map
+}
+
+/// The partition method of a distributed table ('h', 'n'), or an error naming `arg`.
+async fn partition_method(
+    client: &Client,
+    relid: Oid,
+    arg: &str,
+    what: &str,
+) -> Result<String, PgError> {
+    client
+        .query_opt(
+            "SELECT partmethod::text FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1::oid::regclass",
+            &[&relid],
+        )
+        .await
+        .map_err(db_err("cannot read pg_dist_partition"))?
+        .map(|r| r.get(0))
+        .ok_or_else(|| {
+            PgError::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!("cannot {what} because relation '{arg}' is not distributed"),
+            )
+        })
+}
+
+/// (schema, name) of a relation that exists.
+async fn relation_name(client: &Client, relid: Oid) -> Result<Option<(String, String)>, PgError> {
+    Ok(client
+        .query_opt(
+            "SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_class c \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
+            &[&relid],
+        )
+        .await
+        .map_err(db_err("cannot read pg_class"))?
+        .map(|r| (r.get(0), r.get(1))))
+}
+
+/// Deletes a table's rows from `pg_dist_placement`, `pg_dist_shard`,
+/// `pg_dist_partition`, and its co-location group if it was the last member.
+async fn delete_table_catalog(coord: &Client, relid: Oid) -> Result<(), PgError> {
+    coord
+        .execute(
+            "DELETE FROM pg_catalog.pg_dist_placement WHERE shardid IN \
+               (SELECT shardid FROM pg_catalog.pg_dist_shard WHERE logicalrelid = $1::oid::regclass)",
+            &[&relid],
+        )
+        .await
+        .map_err(db_err("cannot delete from pg_dist_placement"))?;
+    coord
+        .execute(
+            "DELETE FROM pg_catalog.pg_dist_shard WHERE logicalrelid = $1::oid::regclass",
+            &[&relid],
+        )
+        .await
+        .map_err(db_err("cannot delete from pg_dist_shard"))?;
+    let groups = coord
+        .query(
+            "DELETE FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1::oid::regclass RETURNING colocationid",
+            &[&relid],
+        )
+        .await
+        .map_err(db_err("cannot delete from pg_dist_partition"))?;
+    for g in groups {
+        let group: i32 = g.get(0);
+        coord
+            .execute(
+                "DELETE FROM pg_catalog.pg_dist_colocation c WHERE c.colocationid = $1 \
+                 AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p WHERE p.colocationid = c.colocationid)",
+                &[&group],
+            )
+            .await
+            .map_err(db_err("cannot delete from pg_dist_colocation"))?;
+    }
+    Ok(())
+}
+
+/// Opens one participant per node, inside `BEGIN`.
+async fn open_participants(
+    cfg: &Config,
+    nodes: impl Iterator<Item = (GroupId, String, u16)>,
+) -> Result<Vec<Participant>, PgError> {
+    let opened = join_all(nodes.map(|(group, host, port)| async move {
+        let client = control::connect(cfg, &host, port).await?;
+        client
+            .batch_execute("BEGIN")
+            .await
+            .map_err(db_err(&format!("cannot begin on node {host}:{port}")))?;
+        Ok::<_, PgError>(Participant {
+            host,
+            port,
+            group_id: group,
+            client,
+            gid: None,
+        })
+    }))
+    .await;
+    let mut participants = Vec::new();
+    let mut error = None;
+    for p in opened {
+        match p {
+            Ok(p) => participants.push(p),
+            Err(e) => {
+                error.get_or_insert(e);
+            }
+        }
+    }
+    match error {
+        None => Ok(participants),
+        Some(e) => {
+            twopc::abort(&participants).await;
+            Err(e)
+        }
+    }
+}
+
+/// Drops a distributed table's shards on the workers and deletes its catalog rows,
+/// atomically (2PC). With `drop_shell`, the coordinator node's shell table is dropped
+/// in the same transaction; without, the shell may already be gone (the names then
+/// come from the cached catalog).
+pub async fn drop_distributed_table(
+    cache: &CatalogCache,
+    relid: Oid,
+    drop_shell: bool,
+) -> Result<(), PgError> {
+    let coord = begin_catalog_change(cache).await?;
+    let exists = coord
+        .query_opt(
+            "SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1::oid::regclass",
+            &[&relid],
+        )
+        .await
+        .map_err(db_err("cannot read pg_dist_partition"))?
+        .is_some();
+    if !exists {
+        return Err(PgError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("relation with oid {relid} is not a distributed table"),
+        ));
+    }
+    let (schema, name) = match relation_name(&coord, relid).await? {
+        Some(n) => n,
+        None => {
+            let snapshot = cache.snapshot();
+            let t = snapshot.tables_by_oid.get(&relid).ok_or_else(|| {
+                PgError::internal(format!(
+                    "cannot find the name of dropped distributed table {relid}"
+                ))
+            })?;
+            (t.schema.clone(), t.name.clone())
+        }
+    };
+    let placements = read_placements(&coord, relid).await?;
+    delete_table_catalog(&coord, relid).await?;
+
+    let nodes = by_node(&placements);
+    let mut participants = open_participants(cache.config(), nodes.keys().cloned()).await?;
+    let work = join_all(participants.iter().map(|p| {
+        let shards = &nodes[&(p.group_id, p.host.clone(), p.port)];
+        let names: Vec<String> = shards
+            .iter()
+            .map(|id| quote_qualified(&schema, &shard_table_name(&name, *id)))
+            .collect();
+        let sql = format!("DROP TABLE IF EXISTS {}", names.join(", "));
+        async move {
+            p.client.batch_execute(&sql).await.map_err(|e| {
+                PgError::from_client_error(
+                    &format!("node {}, statement \"{}\"", p.node(), abbreviate(&sql)),
+                    &e,
+                )
+            })
+        }
+    }))
+    .await;
+    if let Some(e) = work.into_iter().find_map(Result::err) {
+        twopc::abort(&participants).await;
+        return Err(e);
+    }
+    let shell = quote_qualified(&schema, &name);
+    twopc::commit_distributed(&coord, &mut participants, "drop", || async {
+        if drop_shell {
+            coord
+                .batch_execute(&format!("DROP TABLE IF EXISTS {shell}"))
+                .await
+                .map_err(db_err(&format!("cannot drop {shell}")))?;
+        }
+        bump_version(&coord).await
+    })
+    .await?;
+    cache.reload().await;
+    Ok(())
+}
+
+/// Runs one statement per shard placement on its node (`per_shard_sql` receives the
+/// quoted, schema-qualified shard name). With `in_transaction`, all statements commit
+/// atomically (2PC); without (VACUUM), each runs on its own, nodes in parallel.
+pub async fn propagate_to_shards(
+    cache: &CatalogCache,
+    table: &DistTable,
+    per_shard_sql: impl Fn(&str) -> String,
+    in_transaction: bool,
+) -> Result<(), PgError> {
+    let snapshot = cache.snapshot();
+    let mut per_node: BTreeMap<(GroupId, String, u16), Vec<(i64, String)>> = BTreeMap::new();
+    for shard in &table.shards {
+        let sql = per_shard_sql(&quote_qualified(
+            &table.schema,
+            &table.shard_name(shard.shard_id),
+        ));
+        for g in &shard.placement_groups {
+            let node = snapshot.node_for_group(*g).ok_or_else(|| {
+                PgError::new(
+                    sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                    format!(
+                        "placement of shard {} is in group {g}, which has no active node",
+                        shard.shard_id
+                    ),
+                )
+            })?;
+            per_node
+                .entry((*g, node.host.clone(), node.port))
+                .or_default()
+                .push((shard.shard_id, sql.clone()));
+        }
+    }
+    let cfg = cache.config();
+    if !in_transaction {
+        let results = join_all(per_node.iter().map(|((_, host, port), stmts)| async move {
+            let client = control::connect(cfg, host, *port).await?;
+            run_statements(&client, host, *port, stmts).await
+        }))
+        .await;
+        return results.into_iter().collect();
+    }
+    let mut participants = open_participants(cfg, per_node.keys().cloned()).await?;
+    let results = join_all(participants.iter().map(|p| {
+        let stmts = &per_node[&(p.group_id, p.host.clone(), p.port)];
+        run_statements(&p.client, &p.host, p.port, stmts)
+    }))
+    .await;
+    if let Some(e) = results.into_iter().find_map(Result::err) {
+        twopc::abort(&participants).await;
+        return Err(e);
+    }
+    let coord = control::connect_coordinator(cfg).await?;
+    coord
+        .batch_execute("BEGIN")
+        .await
+        .map_err(db_err("cannot begin on the coordinator node"))?;
+    twopc::commit_distributed(&coord, &mut participants, "prop", || async { Ok(()) }).await
+}
+
+async fn run_statements(
+    client: &Client,
+    host: &str,
+    port: u16,
+    stmts: &[(i64, String)],
+) -> Result<(), PgError> {
+    for (shard_id, sql) in stmts {
+        client.batch_execute(sql).await.map_err(|e| {
+            PgError::from_client_error(
+                &format!(
+                    "shard {shard_id} on node {host}:{port}, statement \"{}\"",
+                    abbreviate(sql)
+                ),
+                &e,
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// `get_shard_id_for_distribution_column(table, value)`: the value is cast to the
+/// column's type and hashed inside PostgreSQL (a query parameter, never SQL text).
+pub(crate) async fn get_shard_id_for_distribution_column(
+    cache: &CatalogCache,
+    args: &Args<'_>,
+) -> Result<UtilityResult, PgError> {
+    let table_arg = args.required(0)?;
+    let client = control::connect_coordinator(cache.config()).await?;
+    let relid = resolve_relation(&client, table_arg).await?;
+    let method = partition_method(&client, relid, table_arg, "get the shard id").await?;
+    let shards = read_table_shards(&client, relid).await?;
+    let result = |id: i64| UtilityResult::scalar(args.name, type_oid::INT8, Some(id.to_string()));
+    if method == "n" {
+        return shards
+            .first()
+            .map(|s| result(s.shard_id))
+            .ok_or_else(|| PgError::internal(format!("reference table {table_arg} has no shard")));
+    }
+    let value = args.get(1).ok_or_else(|| {
+        PgError::new(
+            "22004",
+            "distribution value cannot be NULL for tables other than reference tables",
+        )
+    })?;
+    let row = client
+        .query_one(
+            format!(
+                "SELECT pg_catalog.format_type(a.atttypid, a.atttypmod), {} \
+                 FROM pg_catalog.pg_dist_partition p JOIN pg_catalog.pg_attribute a \
+                   ON a.attrelid = p.logicalrelid AND a.attname = p.partkey AND a.attnum > 0 AND NOT a.attisdropped \
+                 WHERE p.logicalrelid = $1::oid::regclass",
+                base_type_sql("a.atttypid")
+            )
+            .as_str(),
+            &[&relid],
+        )
+        .await
+        .map_err(db_err("cannot read the distribution column"))?;
+    let type_sql: String = row.get(0);
+    let base: Oid = row.get(1);
+    let hash_sql = format!(
+        "SELECT {}",
+        hash_sql_expression(base, &format!("CAST($1::text AS {type_sql})"))
+    );
+    let hash: i32 = client
+        .query_one(hash_sql.as_str(), &[&value])
+        .await
+        .map_err(|e| PgError::from_client_error("cannot hash the distribution value", &e))?
+        .get(0);
+    let intervals: Vec<ShardInterval> = shards
+        .iter()
+        .map(|s| ShardInterval {
+            shard_id: s.shard_id,
+            min: s.min,
+            max: s.max,
+            placement_groups: s.groups.clone(),
+        })
+        .collect();
+    let shard = ShardIndexer::for_intervals(&intervals)
+        .find(&intervals, hash)
+        .ok_or_else(|| {
+            PgError::internal(format!("no shard of {table_arg} covers hash value {hash}"))
+        })?;
+    Ok(result(shard.shard_id))
+}
+
+/// `citus_relation_size` / `citus_table_size` / `citus_total_relation_size`: the sum
+/// over all shard placements of `pg_relation_size` / `pg_table_size` /
+/// `pg_total_relation_size`, computed on the workers.
+pub(crate) async fn relation_size(
+    cache: &CatalogCache,
+    name: &str,
+    args: &Args<'_>,
+) -> Result<UtilityResult, PgError> {
+    let function = match name {
+        "citus_relation_size" => "pg_relation_size",
+        "citus_table_size" => "pg_table_size",
+        _ => "pg_total_relation_size",
+    };
+    let table_arg = args.required(0)?;
+    let cfg = cache.config();
+    let client = control::connect_coordinator(cfg).await?;
+    let relid = resolve_relation(&client, table_arg).await?;
+    partition_method(&client, relid, table_arg, "calculate the size").await?;
+    let (schema, table) = relation_name(&client, relid).await?.ok_or_else(|| {
+        PgError::new(
+            sqlstate::UNDEFINED_TABLE,
+            format!("relation \"{table_arg}\" does not exist"),
+        )
+    })?;
+    let placements = read_placements(&client, relid).await?;
+    let nodes = by_node(&placements);
+    let sizes = join_all(nodes.iter().map(|((_, host, port), shards)| {
+        let names: Vec<String> = shards
+            .iter()
+            .map(|id| quote_qualified(&schema, &shard_table_name(&table, *id)))
+            .collect();
+        let sql = format!(
+            "SELECT coalesce(sum(pg_catalog.{function}(x::regclass)), 0)::int8 FROM unnest($1::text[]) AS x"
+        );
+        let context =
+            format!("cannot compute the size of the shards of {schema}.{table} on node {host}:{port}");
+        async move {
+            let worker = control::connect(cfg, host, *port).await?;
+            let row = worker
+                .query_one(sql.as_str(), &[&names])
+                .await
+                .map_err(db_err(&context))?;
+            Ok::<i64, PgError>(row.get(0))
+        }
+    }))
+    .await;
+    let mut total: i64 = 0;
+    for s in sizes {
+        total += s?;
+    }
+    Ok(UtilityResult::scalar(
+        name,
+        type_oid::INT8,
+        Some(total.to_string()),
+    ))
+}
+
+/// Bytes of a shard's rows sent to the coordinator node per COPY message.
+const MOVE_CHUNK: usize = 256 * 1024;
+
+/// `undistribute_table(table)`: moves the rows back into the coordinator node's table,
+/// drops the shards and the catalog rows, atomically.
+pub(crate) async fn undistribute_table(
+    cache: &CatalogCache,
+    args: &Args<'_>,
+    notices: &UnboundedSender<String>,
+) -> Result<UtilityResult, PgError> {
+    let table_arg = args.required(0)?;
+    if args
+        .get(1)
+        .is_some_and(|v| matches!(v, "t" | "true" | "on" | "1"))
+    {
+        return Err(PgError::not_supported(
+            "cascade_via_foreign_keys is not supported by pgshard",
+        ));
+    }
+    let coord = begin_catalog_change(cache).await?;
+    let relid = resolve_relation(&coord, table_arg).await?;
+    partition_method(&coord, relid, table_arg, "undistribute the table").await?;
+    let (schema, name) = relation_name(&coord, relid).await?.ok_or_else(|| {
+        PgError::new(
+            sqlstate::UNDEFINED_TABLE,
+            format!("relation \"{table_arg}\" does not exist"),
+        )
+    })?;
+    let shell = quote_qualified(&schema, &name);
+    coord
+        .batch_execute(&format!("LOCK TABLE ONLY {shell} IN ACCESS EXCLUSIVE MODE"))
+        .await
+        .map_err(db_err(&format!("cannot lock {shell}")))?;
+    let columns: Vec<String> = coord
+        .query(
+            "SELECT attname::text FROM pg_catalog.pg_attribute WHERE attrelid = $1 AND attnum > 0 \
+             AND NOT attisdropped AND attgenerated <> 's' ORDER BY attnum",
+            &[&relid],
+        )
+        .await
+        .map_err(db_err("cannot read the table's columns"))?
+        .iter()
+        .map(|r| quote_ident(&r.get::<_, String>(0)))
+        .collect();
+    let columns = columns.join(", ");
+    let placements = read_placements(&coord, relid).await?;
+    let nodes = by_node(&placements);
+    let mut participants = open_participants(cache.config(), nodes.keys().cloned()).await?;
+    let _ = notices.send(format!("moving the data of {schema}.{name}"));
+
+    let moved = async {
+        // Every shard's rows once, from its first placement.
+        let mut copied = std::collections::HashSet::new();
+        for p in &participants {
+            let shards = &nodes[&(p.group_id, p.host.clone(), p.port)];
+            let names: Vec<String> = shards
+                .iter()
+                .map(|id| quote_qualified(&schema, &shard_table_name(&name, *id)))
+                .collect();
+            let lock = format!("LOCK TABLE {} IN EXCLUSIVE MODE", names.join(", "));
+            p.client.batch_execute(&lock).await.map_err(|e| {
+                PgError::from_client_error(
+                    &format!("node {}, statement \"{}\"", p.node(), abbreviate(&lock)),
+                    &e,
+                )
+            })?;
+            for (id, shard) in shards.iter().zip(&names) {
+                if copied.insert(*id) {
+                    move_shard_rows(&p.client, &coord, shard, &shell, &columns, &p.node()).await?;
+                }
+            }
+            let drop = format!("DROP TABLE {}", names.join(", "));
+            p.client.batch_execute(&drop).await.map_err(|e| {
+                PgError::from_client_error(
+                    &format!("node {}, statement \"{}\"", p.node(), abbreviate(&drop)),
+                    &e,
+                )
+            })?;
+        }
+        delete_table_catalog(&coord, relid).await
+    }
+    .await;
+    if let Err(e) = moved {
+        twopc::abort(&participants).await;
+        return Err(e);
+    }
+    twopc::commit_distributed(&coord, &mut participants, "undist", || async {
+        bump_version(&coord).await
+    })
+    .await?;
+    cache.reload().await;
+    Ok(UtilityResult::void(args.name))
+}
+
+/// Streams one shard's rows from a worker into the coordinator node's table.
+async fn move_shard_rows(
+    worker: &Client,
+    coord: &Client,
+    shard: &str,
+    shell: &str,
+    columns: &str,
+    node: &str,
+) -> Result<(), PgError> {
+    let out_sql = format!("COPY {shard} ({columns}) TO STDOUT");
+    let in_sql = format!("COPY {shell} ({columns}) FROM STDIN");
+    let out_err = |e: tokio_postgres::Error| {
+        PgError::from_client_error(
+            &format!("node {node}, statement \"{}\"", abbreviate(&out_sql)),
+            &e,
+        )
+    };
+    let in_err = |e: tokio_postgres::Error| {
+        PgError::from_client_error(
+            &format!("coordinator node, statement \"{}\"", abbreviate(&in_sql)),
+            &e,
+        )
+    };
+    let stream = worker.copy_out(out_sql.as_str()).await.map_err(out_err)?;
+    futures_util::pin_mut!(stream);
+    let sink = coord
+        .copy_in::<_, Bytes>(in_sql.as_str())
+        .await
+        .map_err(in_err)?;
+    futures_util::pin_mut!(sink);
+    let mut buf = BytesMut::new();
+    while let Some(chunk) = stream.next().await {
+        buf.extend_from_slice(&chunk.map_err(out_err)?);
+        if buf.len() >= MOVE_CHUNK {
+            sink.send(buf.split().freeze()).await.map_err(in_err)?;
+        }
+    }
+    if !buf.is_empty() {
+        sink.send(buf.freeze()).await.map_err(in_err)?;
+    }
+    sink.finish().await.map_err(in_err)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_placements_by_node() {
+        let p = |shard_id, group, port| PlacementRow {
+            shard_id,
+            group,
+            host: "h".into(),
+            port,
+        };
+        let map = by_node(&[p(1, 1, 5), p(2, 2, 6), p(3, 1, 5), p(3, 2, 6)]);
+        assert_eq!(map.len(), 2);
+        assert_eq!(map[&(1, "h".to_string(), 5)], vec![1, 3]);
+        assert_eq!(map[&(2, "h".to_string(), 6)], vec![2, 3]);
+    }
+}

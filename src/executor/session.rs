@@ -1,0 +1,1729 @@
+//! One client session: the simple and extended query protocols, the backend
+//! connections the session holds (for one Sync batch in autocommit, for the whole
+//! block inside BEGIN ... COMMIT), and the execution of every kind of plan.
+//!
+//! Ordering: responses must reach the client in the order of its messages. Messages
+//! routed to one backend are pipelined; a queue of expected responses (`pending`)
+//! says which backend answers next or which locally made reply comes next. Before a
+//! batch moves to another backend the previous one is drained, so that an error on
+//! one node stops the rest of the batch exactly as PostgreSQL would.
+
+use super::combine;
+use super::shared::{RunningBackends, Shared};
+use super::statements::{backend_name, MAX_PREPARED_PER_CONNECTION};
+use crate::backend::{NodeAddr, PooledConn};
+use crate::catalog::{Catalog, DistTable, ShardId, ShardInterval};
+use crate::commands::{self, CitusSettings};
+use crate::error::{sqlstate, PgError, PgResult};
+use crate::frontend::messages::{self as msg, BindMsg, FieldDesc, Frame};
+use crate::planner::multishard::Bound;
+use crate::planner::{self, AggKind, MultiShardPlan, MultiShardShape, Plan, RouterPlan, TxnCommand, UtilityArg, ValueSource};
+use crate::sql::parse::{self, Statement};
+use crate::sql::quote::{quote_ident, quote_literal};
+use bytes::{Bytes, BytesMut};
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
+
+/// Flush results to the client once this much is buffered.
+const CLIENT_FLUSH_AT: usize = 64 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TxnState {
+    Idle,
+    InBlock,
+    Failed,
+}
+
+/// Parameter and result description of a prepared statement.
+#[derive(Debug, Clone)]
+struct StatementMeta {
+    param_types: Vec<u32>,
+    /// None = NoData.
+    fields: Option<Vec<FieldDesc>>,
+}
+
+/// A client's prepared statement.
+struct Prepared {
+    sql: String,
+    stmt: Statement,
+    plan: Plan,
+    catalog_version: i64,
+    meta: StatementMeta,
+    /// Shard -> (backend statement id, shard SQL), built on first use.
+    shard_sql: Mutex<HashMap<ShardId, (u64, Arc<str>)>>,
+}
+
+enum PortalTarget {
+    /// Bound on a backend: Describe/Execute/Close go there.
+    Backend(NodeAddr),
+    /// Executed by pgshard itself.
+    Virtual { result: Option<Vec<Frame>> },
+}
+
+struct Portal {
+    stmt: Arc<Prepared>,
+    bind: BindMsg,
+    target: PortalTarget,
+}
+
+/// What a backend (or pgshard itself) answers next.
+enum Expect {
+    Local(Bytes),
+    /// A ParseComplete for a Parse pgshard added: swallowed.
+    ParseSilent(NodeAddr),
+    /// One reply forwarded (BindComplete, CloseComplete, RowDescription/NoData).
+    One(NodeAddr),
+    /// Rows until CommandComplete / EmptyQuery / PortalSuspended.
+    Execute(NodeAddr),
+    /// A simple query pgshard sent for itself (BEGIN, settings): read to ReadyForQuery.
+    SimpleSilent(NodeAddr),
+}
+
+struct Held {
+    conn: PooledConn,
+    /// Wrote in the current transaction block (or batch).
+    wrote: bool,
+    /// Touched by the current Sync batch (needs a Sync).
+    in_batch: bool,
+    /// Has unflushed messages.
+    dirty: bool,
+    /// Failed in the current batch: it answers nothing more until Sync.
+    errored: bool,
+}
+
+pub struct Session {
+    shared: Arc<Shared>,
+    client: OwnedWriteHalf,
+    pub out: BytesMut,
+    /// SET statements replayed on every backend connection this session uses.
+    settings: Vec<String>,
+    settings_fp: u64,
+    citus: CitusSettings,
+    commit_protocol: String,
+    explain_all_tasks: bool,
+    txn: TxnState,
+    begin_text: String,
+    held: Vec<Held>,
+    statements: HashMap<String, Arc<Prepared>>,
+    portals: HashMap<String, Portal>,
+    skipping: bool,
+    pending: VecDeque<Expect>,
+    batch_error: bool,
+    running: RunningBackends,
+    txn_serial: u64,
+}
+
+fn fingerprint(settings: &[String]) -> u64 {
+    if settings.is_empty() {
+        return 0;
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    settings.hash(&mut h);
+    h.finish() | 1
+}
+
+impl Session {
+    pub fn new(shared: Arc<Shared>, client: OwnedWriteHalf, startup: &[(String, String)], running: RunningBackends) -> Session {
+        let mut settings = Vec::new();
+        for (k, v) in startup {
+            if matches!(k.as_str(), "user" | "database" | "options" | "replication" | "application_name") {
+                continue;
+            }
+            settings.push(format!("SET {} TO {}", quote_ident(k), quote_literal(v)));
+        }
+        let cfg = shared.cfg.clone();
+        Session {
+            shared,
+            client,
+            out: BytesMut::with_capacity(16 * 1024),
+            settings_fp: fingerprint(&settings),
+            settings,
+            citus: CitusSettings {
+                shard_count: cfg.citus.shard_count,
+                shard_replication_factor: cfg.citus.shard_replication_factor,
+            },
+            commit_protocol: cfg.citus.multi_shard_commit_protocol.clone(),
+            explain_all_tasks: false,
+            txn: TxnState::Idle,
+            begin_text: String::new(),
+            held: Vec::new(),
+            statements: HashMap::new(),
+            portals: HashMap::new(),
+            skipping: false,
+            pending: VecDeque::new(),
+            batch_error: false,
+            running,
+            txn_serial: 0,
+        }
+    }
+
+    pub async fn flush_client(&mut self) -> PgResult<()> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let r = self.client.write_all(&self.out).await;
+        self.out.clear();
+        r.map_err(|e| PgError::new(sqlstate::CONNECTION_FAILURE, format!("client connection lost: {e}")))
+    }
+
+    fn status_byte(&self) -> u8 {
+        match self.txn {
+            TxnState::Idle => b'I',
+            TxnState::InBlock => b'T',
+            TxnState::Failed => b'E',
+        }
+    }
+
+    /// Handles one client message. Returns false on Terminate.
+    pub async fn handle(&mut self, frame: Frame) -> PgResult<bool> {
+        match frame.tag {
+            b'Q' => {
+                let sql = msg::decode_query(&frame.body)?;
+                self.simple_query(&sql).await?;
+                let status = self.status_byte();
+                msg::write_ready_for_query(&mut self.out, status);
+            }
+            b'P' => {
+                if !self.skipping {
+                    let p = msg::decode_parse(&frame.body);
+                    let r = match p {
+                        Ok(p) => self.parse_message(p).await,
+                        Err(e) => Err(e),
+                    };
+                    self.on_extended_result(r).await;
+                }
+            }
+            b'B' => {
+                if !self.skipping {
+                    let r = match msg::decode_bind(&frame.body) {
+                        Ok(b) => self.bind_message(b).await,
+                        Err(e) => Err(e),
+                    };
+                    self.on_extended_result(r).await;
+                }
+            }
+            b'D' => {
+                if !self.skipping {
+                    let r = match msg::decode_target(&frame.body, "Describe") {
+                        Ok((k, n)) => self.describe_message(k, &n).await,
+                        Err(e) => Err(e),
+                    };
+                    self.on_extended_result(r).await;
+                }
+            }
+            b'E' => {
+                if !self.skipping {
+                    let r = match msg::decode_execute(&frame.body) {
+                        Ok((p, n)) => self.execute_message(&p, n).await,
+                        Err(e) => Err(e),
+                    };
+                    self.on_extended_result(r).await;
+                }
+            }
+            b'C' => {
+                if !self.skipping {
+                    let r = match msg::decode_target(&frame.body, "Close") {
+                        Ok((k, n)) => self.close_message(k, &n).await,
+                        Err(e) => Err(e),
+                    };
+                    self.on_extended_result(r).await;
+                }
+            }
+            b'S' => {
+                self.sync_message().await;
+                let status = self.status_byte();
+                msg::write_ready_for_query(&mut self.out, status);
+            }
+            b'H' => {
+                if let Err(e) = self.drain_all().await {
+                    self.on_extended_result(Err(e)).await;
+                }
+                self.flush_client().await?;
+            }
+            b'X' => return Ok(false),
+            b'd' | b'c' | b'f' => {} // stray COPY data outside COPY: ignored as PostgreSQL does
+            other => {
+                let e = PgError::new(
+                    sqlstate::PROTOCOL_VIOLATION,
+                    format!("invalid frontend message type {}", other),
+                );
+                msg::write_error(&mut self.out, &e);
+                self.flush_client().await?;
+                return Err(PgError::fatal(sqlstate::PROTOCOL_VIOLATION, e.message));
+            }
+        }
+        if self.out.len() >= CLIENT_FLUSH_AT || matches!(frame.tag, b'Q' | b'S') {
+            self.flush_client().await?;
+        }
+        Ok(true)
+    }
+
+    /// An error in the extended protocol: reported in order, then everything up to Sync is skipped.
+    async fn on_extended_result(&mut self, r: PgResult<()>) {
+        if let Err(e) = r {
+            let _ = self.drain_all().await;
+            if !self.batch_error {
+                msg::write_error(&mut self.out, &e);
+            }
+            self.fail(&e);
+            self.skipping = true;
+        }
+    }
+
+    fn fail(&mut self, e: &PgError) {
+        self.batch_error = true;
+        if self.txn == TxnState::InBlock {
+            self.txn = TxnState::Failed;
+        }
+        let _ = e;
+    }
+
+    // ---- backend connections -------------------------------------------
+
+    fn held_index(&self, addr: &NodeAddr) -> Option<usize> {
+        self.held.iter().position(|h| h.conn.addr == *addr)
+    }
+
+    /// The connection to `addr` for this batch / block, joining it if needed: a new
+    /// connection gets the session's settings and, inside a block, BEGIN.
+    async fn join(&mut self, addr: &NodeAddr, write: bool) -> PgResult<usize> {
+        if self.txn == TxnState::Idle {
+            // One Sync batch is one implicit transaction: it may not write on two nodes.
+            let other_wrote = self.held.iter().any(|h| h.in_batch && h.wrote && h.conn.addr != *addr);
+            let other_touched = self.held.iter().any(|h| h.in_batch && h.conn.addr != *addr);
+            if other_wrote || (write && other_touched) {
+                return Err(PgError::not_supported(
+                    "pgshard does not support one batch of statements writing on several nodes outside a transaction block yet; use BEGIN ... COMMIT",
+                ));
+            }
+        }
+        let idx = match self.held_index(addr) {
+            Some(i) => i,
+            None => {
+                let conn = self.shared.pools.node(addr).acquire().await?;
+                self.running.lock().unwrap().push((conn.addr.clone(), conn.process_id, conn.secret_key));
+                self.held.push(Held { conn, wrote: false, in_batch: false, dirty: false, errored: false });
+                self.held.len() - 1
+            }
+        };
+        if !self.held[idx].in_batch {
+            // Before anything of this batch goes to the connection.
+            let fp = self.settings_fp;
+            let h = &mut self.held[idx];
+            h.in_batch = true;
+            h.errored = false;
+            if h.conn.settings_fingerprint != fp {
+                let mut sql = String::from("RESET ALL;");
+                for s in &self.settings {
+                    sql.push_str(s);
+                    sql.push(';');
+                }
+                msg::write_query(&mut h.conn.wbuf, &sql);
+                h.conn.settings_fingerprint = fp;
+                h.dirty = true;
+                self.pending.push_back(Expect::SimpleSilent(addr.clone()));
+            }
+            if h.conn.prepared.len() > MAX_PREPARED_PER_CONNECTION {
+                msg::write_query(&mut h.conn.wbuf, "DEALLOCATE ALL");
+                h.conn.prepared.clear();
+                h.dirty = true;
+                self.pending.push_back(Expect::SimpleSilent(addr.clone()));
+            }
+            if self.txn != TxnState::Idle && h.conn.txn_status == b'I' {
+                let begin = self.begin_text.clone();
+                msg::write_query(&mut h.conn.wbuf, &begin);
+                h.dirty = true;
+                self.pending.push_back(Expect::SimpleSilent(addr.clone()));
+            }
+        }
+        // Drain whatever another backend still owes before this one gets work.
+        let other_dirty = self.held.iter().enumerate().any(|(i, h)| i != idx && h.dirty);
+        if other_dirty || self.pending.iter().any(|e| matches!(e, Expect::One(a) | Expect::Execute(a) | Expect::ParseSilent(a) if a != addr)) {
+            self.drain_all().await?;
+        }
+        if write {
+            self.held[idx].wrote = true;
+        }
+        Ok(idx)
+    }
+
+    /// Sends what is buffered (with Flush) and reads every expected reply in order.
+    async fn drain_all(&mut self) -> PgResult<()> {
+        for h in self.held.iter_mut() {
+            if h.dirty {
+                msg::write_flush(&mut h.conn.wbuf);
+                h.dirty = false;
+                h.conn.flush().await?;
+            }
+        }
+        self.drain_pending().await
+    }
+
+    async fn drain_pending(&mut self) -> PgResult<()> {
+        while let Some(item) = self.pending.pop_front() {
+            let (addr, kind) = match item {
+                Expect::Local(b) => {
+                    if !self.batch_error {
+                        self.out.extend_from_slice(&b);
+                    }
+                    continue;
+                }
+                Expect::ParseSilent(a) => (a, 0),
+                Expect::One(a) => (a, 1),
+                Expect::Execute(a) => (a, 2),
+                Expect::SimpleSilent(a) => (a, 3),
+            };
+            let Some(idx) = self.held_index(&addr) else { continue };
+            if self.held[idx].errored {
+                continue;
+            }
+            loop {
+                let f = self.held[idx].conn.read().await?;
+                match f.tag {
+                    b'E' => {
+                        if kind == 3 {
+                            // pgshard's own statement failed: the client sees it, the
+                            // connection answers nothing more until the ReadyForQuery.
+                            self.held[idx].conn.drain_to_ready().await.ok();
+                        } else {
+                            self.held[idx].errored = true;
+                        }
+                        if !self.batch_error {
+                            msg::write_raw(&mut self.out, b'E', &f.body);
+                        }
+                        self.fail(&PgError::from_server_fields(f.body));
+                        self.skipping = true;
+                        break;
+                    }
+                    b'N' | b'A' | b'S' if kind != 3 => msg::write_raw(&mut self.out, f.tag, &f.body),
+                    b'Z' if kind == 3 => break,
+                    _ if kind == 3 => {}
+                    b'1' if kind == 0 => break,
+                    _ if kind == 1 => {
+                        msg::write_raw(&mut self.out, f.tag, &f.body);
+                        break;
+                    }
+                    b'C' | b'I' | b's' if kind == 2 => {
+                        msg::write_raw(&mut self.out, f.tag, &f.body);
+                        break;
+                    }
+                    _ if kind == 2 => {
+                        msg::write_raw(&mut self.out, f.tag, &f.body);
+                        if self.out.len() >= CLIENT_FLUSH_AT {
+                            self.flush_client().await?;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the batch: Sync to every connection it touched, and in autocommit the
+    /// connections go back to their pools.
+    async fn end_batch(&mut self) {
+        let mut result = Ok(());
+        for h in self.held.iter_mut() {
+            if h.in_batch {
+                msg::write_sync(&mut h.conn.wbuf);
+                h.dirty = false;
+                if let Err(e) = h.conn.flush().await {
+                    result = Err(e);
+                }
+            }
+        }
+        if result.is_ok() {
+            result = self.drain_pending().await;
+        }
+        self.pending.clear();
+        for i in 0..self.held.len() {
+            if self.held[i].in_batch {
+                self.held[i].in_batch = false;
+                if let Err(e) = self.held[i].conn.drain_to_ready().await {
+                    if e.code == sqlstate::CONNECTION_FAILURE && result.is_ok() {
+                        result = Err(e);
+                    }
+                }
+            }
+        }
+        if let Err(e) = result {
+            if !self.batch_error {
+                msg::write_error(&mut self.out, &e);
+            }
+            self.fail(&e);
+        }
+        if self.txn == TxnState::Idle {
+            self.release_all();
+        }
+        self.batch_error = false;
+    }
+
+    fn release_all(&mut self) {
+        self.held.clear();
+        self.running.lock().unwrap().clear();
+        self.portals.retain(|_, p| matches!(p.target, PortalTarget::Virtual { .. }) && false);
+    }
+
+    // ---- planning --------------------------------------------------------
+
+    fn plan_statement(&self, stmt: &Statement, catalog: &Catalog) -> PgResult<Plan> {
+        planner::plan(stmt, catalog, &commands::is_utility_function)
+    }
+
+    /// Describes a statement on the coordinator node (its shell tables make this exact).
+    async fn describe_on_coordinator(&mut self, sql: &str, types: &[u32]) -> PgResult<StatementMeta> {
+        let id = self.shared.statements.id(sql, types);
+        let coord = self.shared.coordinator.clone();
+        let mut conn = self.shared.pools.node(&coord).acquire().await?;
+        if conn.settings_fingerprint != self.settings_fp {
+            let mut s = String::from("RESET ALL;");
+            for x in &self.settings {
+                s.push_str(x);
+                s.push(';');
+            }
+            conn.simple(&s).await?;
+            conn.settings_fingerprint = self.settings_fp;
+        }
+        let name = backend_name(id);
+        let prepared_here = conn.prepared.contains(&id);
+        if !prepared_here {
+            msg::write_parse(&mut conn.wbuf, &name, sql, types);
+        }
+        msg::write_describe(&mut conn.wbuf, b'S', &name);
+        msg::write_sync(&mut conn.wbuf);
+        conn.flush().await?;
+        let mut meta = StatementMeta { param_types: Vec::new(), fields: None };
+        let mut err = None;
+        loop {
+            let f = conn.read().await?;
+            match f.tag {
+                b'1' => {
+                    conn.prepared.insert(id);
+                }
+                b't' => meta.param_types = msg::decode_parameter_description(&f.body)?,
+                b'T' => meta.fields = Some(msg::decode_row_description(&f.body)?),
+                b'E' => err = Some(PgError::from_server_fields(f.body)),
+                b'Z' => break,
+                _ => {}
+            }
+        }
+        match err {
+            Some(e) => Err(e),
+            None => Ok(meta),
+        }
+    }
+
+    fn meta_without_backend(plan: &Plan, declared: &[u32], stmt: &Statement) -> StatementMeta {
+        let mut n_params = declared.len();
+        if let Plan::Utility { args, .. } = plan {
+            for (_, a) in args {
+                if let UtilityArg::Param(i) = a {
+                    n_params = n_params.max(i + 1);
+                }
+            }
+        }
+        let mut param_types = declared.to_vec();
+        param_types.resize(n_params, 25);
+        for t in param_types.iter_mut() {
+            if *t == 0 {
+                *t = 25;
+            }
+        }
+        let _ = stmt;
+        let fields = match plan {
+            Plan::ShowCitus { name } => Some(vec![FieldDesc::computed(name, 25, -1, 0)]),
+            _ => None,
+        };
+        StatementMeta { param_types, fields }
+    }
+
+    // ---- extended protocol -----------------------------------------------
+
+    async fn parse_message(&mut self, p: msg::ParseMsg) -> PgResult<()> {
+        if !p.name.is_empty() && self.statements.contains_key(&p.name) {
+            return Err(PgError::new(
+                sqlstate::DUPLICATE_PREPARED_STATEMENT,
+                format!("prepared statement \"{}\" already exists", p.name),
+            ));
+        }
+        if self.txn == TxnState::Failed {
+            return Err(aborted_error());
+        }
+        let prepared = self.prepare(p.query, &p.param_types).await?;
+        self.statements.insert(p.name, prepared);
+        let mut b = BytesMut::new();
+        msg::write_parse_complete(&mut b);
+        self.pending.push_back(Expect::Local(b.freeze()));
+        Ok(())
+    }
+
+    async fn prepare(&mut self, sql: String, declared: &[u32]) -> PgResult<Arc<Prepared>> {
+        let mut stmts = parse::parse(&sql)?;
+        if stmts.len() > 1 {
+            return Err(PgError::new(sqlstate::SYNTAX_ERROR, "cannot insert multiple commands into a prepared statement"));
+        }
+        let stmt = stmts.remove(0);
+        let catalog = self.shared.catalog.snapshot();
+        let plan = self.plan_statement(&stmt, &catalog)?;
+        if let Plan::Unsupported(e) = &plan {
+            return Err(e.clone());
+        }
+        let meta = match &plan {
+            Plan::Local | Plan::Router(_) | Plan::MultiShard(_) => self.describe_on_coordinator(&sql, declared).await?,
+            _ => Self::meta_without_backend(&plan, declared, &stmt),
+        };
+        Ok(Arc::new(Prepared {
+            sql,
+            stmt,
+            plan,
+            catalog_version: catalog.version,
+            meta,
+            shard_sql: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// The statement, re-planned if the catalog changed since it was prepared.
+    async fn current_statement(&mut self, name: &str) -> PgResult<Arc<Prepared>> {
+        let Some(p) = self.statements.get(name).cloned() else {
+            return Err(PgError::new(
+                sqlstate::INVALID_SQL_STATEMENT_NAME,
+                format!("prepared statement \"{name}\" does not exist"),
+            ));
+        };
+        let catalog = self.shared.catalog.snapshot();
+        if catalog.version == p.catalog_version {
+            return Ok(p);
+        }
+        let plan = self.plan_statement(&p.stmt, &catalog)?;
+        let fresh = Arc::new(Prepared {
+            sql: p.sql.clone(),
+            stmt: p.stmt.clone(),
+            plan,
+            catalog_version: catalog.version,
+            meta: p.meta.clone(),
+            shard_sql: Mutex::new(HashMap::new()),
+        });
+        self.statements.insert(name.to_string(), fresh.clone());
+        Ok(fresh)
+    }
+
+    async fn bind_message(&mut self, bind: BindMsg) -> PgResult<()> {
+        let stmt = self.current_statement(&bind.statement).await?;
+        if bind.params.len() != stmt.meta.param_types.len() {
+            return Err(PgError::new(
+                sqlstate::PROTOCOL_VIOLATION,
+                format!(
+                    "bind message supplies {} parameters, but prepared statement \"{}\" requires {}",
+                    bind.params.len(),
+                    bind.statement,
+                    stmt.meta.param_types.len()
+                ),
+            ));
+        }
+        if !bind.portal.is_empty() && self.portals.contains_key(&bind.portal) {
+            return Err(PgError::new(sqlstate::INVALID_CURSOR_NAME, format!("portal \"{}\" already exists", bind.portal)));
+        }
+        if self.txn == TxnState::Failed && !matches!(stmt.plan, Plan::Transaction(TxnCommand::Commit | TxnCommand::Rollback)) {
+            return Err(aborted_error());
+        }
+        let catalog = self.shared.catalog.snapshot();
+        let target = match &stmt.plan {
+            Plan::Local => {
+                let coord = self.shared.coordinator.clone();
+                let write = !is_read_only_local(&stmt.stmt);
+                let id = self.shared.statements.id(&stmt.sql, &stmt.meta.param_types);
+                self.bind_on_backend(&coord, id, &stmt.sql, &stmt.meta.param_types, &bind, write).await?;
+                PortalTarget::Backend(coord)
+            }
+            Plan::Router(r) => {
+                let shard = route_bound(r, &stmt.meta.param_types, &bind, &catalog)?;
+                let addr = placement_addr(&catalog, shard)?;
+                let (id, sql) = self.shard_statement(&stmt, r, shard.shard_id);
+                self.bind_on_backend(&addr, id, &sql, &stmt.meta.param_types, &bind, !r.read_only).await?;
+                PortalTarget::Backend(addr)
+            }
+            _ => {
+                let mut b = BytesMut::new();
+                msg::write_bind_complete(&mut b);
+                self.pending.push_back(Expect::Local(b.freeze()));
+                PortalTarget::Virtual { result: None }
+            }
+        };
+        self.portals.insert(bind.portal.clone(), Portal { stmt, bind, target });
+        Ok(())
+    }
+
+    fn shard_statement(&self, stmt: &Prepared, r: &RouterPlan, shard: ShardId) -> (u64, Arc<str>) {
+        let mut cache = stmt.shard_sql.lock().unwrap();
+        if let Some(v) = cache.get(&shard) {
+            return v.clone();
+        }
+        let sql: Arc<str> = r.template.for_shard(shard).into();
+        let id = self.shared.statements.id(&sql, &stmt.meta.param_types);
+        cache.insert(shard, (id, sql.clone()));
+        (id, sql)
+    }
+
+    async fn bind_on_backend(
+        &mut self,
+        addr: &NodeAddr,
+        id: u64,
+        sql: &str,
+        types: &[u32],
+        bind: &BindMsg,
+        write: bool,
+    ) -> PgResult<()> {
+        let idx = self.join(addr, write).await?;
+        let h = &mut self.held[idx];
+        if !h.conn.prepared.contains(&id) {
+            msg::write_parse(&mut h.conn.wbuf, &backend_name(id), sql, types);
+            h.conn.prepared.insert(id);
+            self.pending.push_back(Expect::ParseSilent(addr.clone()));
+        }
+        msg::write_bind(&mut h.conn.wbuf, &bind.portal, &backend_name(id), &bind.param_formats, &bind.params, &bind.result_formats);
+        h.dirty = true;
+        self.pending.push_back(Expect::One(addr.clone()));
+        Ok(())
+    }
+
+    async fn describe_message(&mut self, kind: u8, name: &str) -> PgResult<()> {
+        if kind == b'S' {
+            let stmt = self.current_statement(name).await?;
+            let mut b = BytesMut::new();
+            msg::write_parameter_description(&mut b, &stmt.meta.param_types);
+            match &stmt.meta.fields {
+                Some(f) => msg::write_row_description(&mut b, f),
+                None => msg::write_no_data(&mut b),
+            }
+            self.pending.push_back(Expect::Local(b.freeze()));
+            return Ok(());
+        }
+        let Some(portal) = self.portals.get(name) else {
+            return Err(PgError::new(sqlstate::INVALID_CURSOR_NAME, format!("portal \"{name}\" does not exist")));
+        };
+        match &portal.target {
+            PortalTarget::Backend(addr) => {
+                let addr = addr.clone();
+                let idx = self.join(&addr, false).await?;
+                let h = &mut self.held[idx];
+                msg::write_describe(&mut h.conn.wbuf, b'P', name);
+                h.dirty = true;
+                self.pending.push_back(Expect::One(addr));
+            }
+            PortalTarget::Virtual { .. } => {
+                let fields = portal.stmt.meta.fields.clone();
+                let formats = portal.bind.result_formats.clone();
+                let mut b = BytesMut::new();
+                if let Plan::Utility { .. } = portal.stmt.plan {
+                    // The columns of a Citus function are known once it ran.
+                    self.drain_all().await?;
+                    let result = self.run_virtual(name, true).await?;
+                    if let Some(p) = self.portals.get_mut(name) {
+                        p.target = PortalTarget::Virtual { result: Some(result) };
+                    }
+                    return Ok(());
+                }
+                match fields {
+                    Some(mut f) => {
+                        for (i, fd) in f.iter_mut().enumerate() {
+                            fd.format = result_format(&formats, i);
+                        }
+                        msg::write_row_description(&mut b, &f);
+                    }
+                    None => msg::write_no_data(&mut b),
+                }
+                self.pending.push_back(Expect::Local(b.freeze()));
+            }
+        }
+        Ok(())
+    }
+
+    async fn execute_message(&mut self, name: &str, max_rows: i32) -> PgResult<()> {
+        let Some(portal) = self.portals.get_mut(name) else {
+            return Err(PgError::new(sqlstate::INVALID_CURSOR_NAME, format!("portal \"{name}\" does not exist")));
+        };
+        match &mut portal.target {
+            PortalTarget::Backend(addr) => {
+                let addr = addr.clone();
+                let idx = self.join(&addr, false).await?;
+                let h = &mut self.held[idx];
+                msg::write_execute(&mut h.conn.wbuf, name, max_rows);
+                h.dirty = true;
+                self.pending.push_back(Expect::Execute(addr));
+                Ok(())
+            }
+            PortalTarget::Virtual { result } => {
+                if let Some(frames) = result.take() {
+                    self.drain_all().await?;
+                    for f in frames {
+                        if f.tag != b'T' {
+                            msg::write_raw(&mut self.out, f.tag, &f.body);
+                        }
+                    }
+                    return Ok(());
+                }
+                self.drain_all().await?;
+                let frames = self.run_virtual(name, false).await?;
+                for f in frames {
+                    msg::write_raw(&mut self.out, f.tag, &f.body);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn close_message(&mut self, kind: u8, name: &str) -> PgResult<()> {
+        if kind == b'S' {
+            self.statements.remove(name);
+        } else if let Some(p) = self.portals.remove(name) {
+            if let PortalTarget::Backend(addr) = p.target {
+                if let Some(idx) = self.held_index(&addr) {
+                    if self.held[idx].in_batch {
+                        let idx = self.join(&addr, false).await?;
+                        let h = &mut self.held[idx];
+                        msg::write_close(&mut h.conn.wbuf, b'P', name);
+                        h.dirty = true;
+                        self.pending.push_back(Expect::One(addr));
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        let mut b = BytesMut::new();
+        msg::write_close_complete(&mut b);
+        self.pending.push_back(Expect::Local(b.freeze()));
+        Ok(())
+    }
+
+    async fn sync_message(&mut self) {
+        self.end_batch().await;
+        self.skipping = false;
+        self.portals.retain(|_, _| false);
+        if self.txn == TxnState::Idle {
+            self.statements.remove("");
+        }
+    }
+
+    /// Runs a virtual portal (pgshard's own plans). With `describe`, the frames
+    /// start with the RowDescription.
+    async fn run_virtual(&mut self, name: &str, describe: bool) -> PgResult<Vec<Frame>> {
+        let portal = self.portals.get(name).expect("portal checked");
+        let stmt = portal.stmt.clone();
+        let bind = portal.bind.clone();
+        let mut out = ResultSink::default();
+        let params = BoundParams { types: &stmt.meta.param_types, bind: Some(&bind) };
+        let formats = bind.result_formats.clone();
+        self.run_plan(&stmt.plan, &stmt.stmt, &params, &formats, describe, &mut out).await?;
+        Ok(out.frames)
+    }
+
+    // ---- simple protocol -------------------------------------------------
+
+    async fn simple_query(&mut self, sql: &str) -> PgResult<()> {
+        let stmts = match parse::parse(sql) {
+            Ok(s) => s,
+            Err(e) => {
+                msg::write_error(&mut self.out, &e);
+                self.fail(&e);
+                self.batch_error = false;
+                return Ok(());
+            }
+        };
+        let catalog = self.shared.catalog.snapshot();
+        let mut plans = Vec::with_capacity(stmts.len());
+        for s in &stmts {
+            match self.plan_statement(s, &catalog) {
+                Ok(p) => plans.push(p),
+                Err(e) => {
+                    msg::write_error(&mut self.out, &e);
+                    self.fail(&e);
+                    self.batch_error = false;
+                    return Ok(());
+                }
+            }
+        }
+        self.record_settings(&stmts);
+        if stmts.len() > 1 && plans.iter().all(|p| matches!(p, Plan::Local)) && self.txn != TxnState::Failed {
+            // Only the coordinator node: the string goes there whole, keeping
+            // PostgreSQL's own multi-statement semantics.
+            let coord = self.shared.coordinator.clone();
+            let r = self.simple_on_backend(&coord, sql, !stmts.iter().all(is_read_only_local), true).await;
+            self.finish_simple(r).await;
+            return Ok(());
+        }
+        for (stmt, plan) in stmts.iter().zip(plans.iter()) {
+            if self.txn == TxnState::Failed && !matches!(plan, Plan::Transaction(TxnCommand::Commit | TxnCommand::Rollback)) {
+                let e = aborted_error();
+                msg::write_error(&mut self.out, &e);
+                break;
+            }
+            let mut sink = ResultSink::direct();
+            let params = BoundParams { types: &[], bind: None };
+            let r = match plan {
+                Plan::Local => {
+                    let coord = self.shared.coordinator.clone();
+                    self.simple_on_backend(&coord, &stmt.text, !is_read_only_local(stmt), true).await
+                }
+                Plan::Router(r) => match route_bound(r, &[], &BindMsg::default_empty(), &catalog) {
+                    Ok(shard) => match placement_addr(&catalog, shard) {
+                        Ok(addr) => {
+                            let sql = r.template.for_shard(shard.shard_id);
+                            self.simple_on_backend(&addr, &sql, !r.read_only, true).await
+                        }
+                        Err(e) => Err(e),
+                    },
+                    Err(e) => Err(e),
+                },
+                _ => self.run_plan(plan, stmt, &params, &[], true, &mut sink).await,
+            };
+            for f in sink.frames.drain(..) {
+                msg::write_raw(&mut self.out, f.tag, &f.body);
+            }
+            let failed = r.is_err() || self.batch_error;
+            self.finish_simple(r).await;
+            if failed {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    async fn finish_simple(&mut self, r: PgResult<()>) {
+        if let Err(e) = r {
+            if !self.batch_error {
+                msg::write_error(&mut self.out, &e);
+            }
+            self.fail(&e);
+        }
+        self.batch_error = false;
+        for h in self.held.iter_mut() {
+            h.in_batch = false;
+        }
+        if self.txn == TxnState::Idle {
+            self.release_all();
+        }
+    }
+
+    /// Runs SQL on one backend with the simple protocol, forwarding its replies.
+    async fn simple_on_backend(&mut self, addr: &NodeAddr, sql: &str, write: bool, forward: bool) -> PgResult<()> {
+        let idx = self.join(addr, write).await?;
+        self.drain_all().await?;
+        let h = &mut self.held[idx];
+        msg::write_query(&mut h.conn.wbuf, sql);
+        h.conn.flush().await?;
+        let mut err = None;
+        loop {
+            let f = self.held[idx].conn.read().await?;
+            match f.tag {
+                b'Z' => break,
+                b'E' => {
+                    if forward {
+                        msg::write_raw(&mut self.out, b'E', &f.body);
+                    }
+                    err = Some(PgError::from_server_fields(f.body));
+                }
+                b'G' | b'H' => {
+                    // COPY through pgshard is not wired yet: end it cleanly.
+                    let h = &mut self.held[idx];
+                    if f.tag == b'G' {
+                        msg::write_raw(&mut h.conn.wbuf, b'f', b"COPY FROM STDIN is not supported through pgshard yet\0");
+                        h.conn.flush().await?;
+                    }
+                }
+                _ if forward => {
+                    msg::write_raw(&mut self.out, f.tag, &f.body);
+                    if self.out.len() >= CLIENT_FLUSH_AT {
+                        self.flush_client().await?;
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.held[idx].in_batch = false;
+        if let Some(e) = err {
+            self.fail(&e);
+            self.batch_error = forward;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// SET statements are replayed on every connection the session uses later.
+    fn record_settings(&mut self, stmts: &[Statement]) {
+        use pg_query::protobuf::node::Node as N;
+        use pg_query::protobuf::VariableSetKind;
+        let mut changed = false;
+        for s in stmts {
+            if let Some(N::VariableSetStmt(v)) = &s.node {
+                if v.is_local || v.name.starts_with("citus.") {
+                    continue;
+                }
+                if v.kind == VariableSetKind::VarResetAll as i32 {
+                    self.settings.clear();
+                } else {
+                    self.settings.push(s.text.trim().to_string());
+                }
+                changed = true;
+            }
+        }
+        if changed {
+            self.settings_fp = fingerprint(&self.settings);
+            // The connection that runs the SET has it applied already.
+            if let Some(i) = self.held_index(&self.shared.coordinator.clone()) {
+                let _ = i;
+            }
+        }
+    }
+
+    // ---- pgshard's own plans ---------------------------------------------
+
+    async fn run_plan(
+        &mut self,
+        plan: &Plan,
+        stmt: &Statement,
+        params: &BoundParams<'_>,
+        formats: &[i16],
+        describe: bool,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        match plan {
+            Plan::Empty => {
+                let mut b = BytesMut::new();
+                msg::write_empty_query(&mut b);
+                sink.push_bytes(b);
+                Ok(())
+            }
+            Plan::Unsupported(e) => Err(e.clone()),
+            Plan::Transaction(cmd) => self.transaction(cmd, sink).await,
+            Plan::SetCitus { name, value } => {
+                self.set_citus(name, value.as_deref())?;
+                sink.complete(if value.is_some() { "SET" } else { "RESET" });
+                Ok(())
+            }
+            Plan::ShowCitus { name } => {
+                let v = self.show_citus(name)?;
+                if describe {
+                    sink.row_description(&[FieldDesc::computed(name, 25, -1, 0)]);
+                }
+                sink.data_row(&[Some(v.as_bytes())]);
+                sink.complete("SHOW");
+                Ok(())
+            }
+            Plan::Utility { name, args } => self.utility(name, args, params, describe, sink).await,
+            Plan::MultiShard(m) => self.multi_shard(m, params, formats, describe, sink).await,
+            Plan::DropTables { tables } => {
+                if self.txn != TxnState::Idle {
+                    return Err(PgError::not_supported("DROP TABLE of a distributed table inside a transaction block is not supported yet"));
+                }
+                // Shards, catalog rows and the shell go in one catalog transaction.
+                for t in tables {
+                    commands::drop_distributed_table(&self.shared.catalog, t.relid, true).await?;
+                }
+                self.shared.catalog.reload().await;
+                sink.complete("DROP TABLE");
+                Ok(())
+            }
+            Plan::Propagate { tables, verb, in_transaction } => {
+                if self.txn != TxnState::Idle {
+                    return Err(PgError::not_supported(format!("{verb} of a distributed table inside a transaction block is not supported yet")));
+                }
+                for t in tables {
+                    let v = verb.clone();
+                    commands::propagate_to_shards(&self.shared.catalog, t, |shard: &str| format!("{v} {shard}"), *in_transaction).await?;
+                }
+                sink.complete(verb);
+                Ok(())
+            }
+            Plan::Local | Plan::Router(_) => Err(PgError::internal("plan runs on a backend")),
+        }
+    }
+
+    fn set_citus(&mut self, name: &str, value: Option<&str>) -> PgResult<()> {
+        let cfg = self.shared.cfg.clone();
+        let bad = |v: &str| PgError::new(sqlstate::INVALID_PARAMETER_VALUE, format!("invalid value for parameter \"{name}\": \"{v}\""));
+        match name {
+            "citus.shard_count" => {
+                self.citus.shard_count = match value {
+                    None => cfg.citus.shard_count,
+                    Some(v) => v.trim().parse::<u32>().ok().filter(|n| (1..=64000).contains(n)).ok_or_else(|| bad(v))?,
+                }
+            }
+            "citus.shard_replication_factor" => {
+                self.citus.shard_replication_factor = match value {
+                    None => cfg.citus.shard_replication_factor,
+                    Some(v) => v.trim().parse::<u32>().ok().filter(|n| (1..=100).contains(n)).ok_or_else(|| bad(v))?,
+                }
+            }
+            "citus.multi_shard_commit_protocol" => {
+                self.commit_protocol = match value {
+                    None => cfg.citus.multi_shard_commit_protocol.clone(),
+                    Some(v) if v.eq_ignore_ascii_case("1pc") || v.eq_ignore_ascii_case("2pc") => v.to_ascii_lowercase(),
+                    Some(v) => return Err(bad(v)),
+                }
+            }
+            "citus.explain_all_tasks" => {
+                self.explain_all_tasks = match value.map(|v| v.to_ascii_lowercase()) {
+                    None => false,
+                    Some(v) if ["on", "true", "1", "yes"].contains(&v.as_str()) => true,
+                    Some(v) if ["off", "false", "0", "no"].contains(&v.as_str()) => false,
+                    Some(v) => return Err(bad(&v)),
+                }
+            }
+            "citus.max_adaptive_executor_pool_size" => {}
+            _ => {
+                return Err(PgError::new("42704", format!("unrecognized configuration parameter \"{name}\"")));
+            }
+        }
+        Ok(())
+    }
+
+    fn show_citus(&self, name: &str) -> PgResult<String> {
+        Ok(match name {
+            "citus.shard_count" => self.citus.shard_count.to_string(),
+            "citus.shard_replication_factor" => self.citus.shard_replication_factor.to_string(),
+            "citus.multi_shard_commit_protocol" => self.commit_protocol.clone(),
+            "citus.explain_all_tasks" => if self.explain_all_tasks { "on" } else { "off" }.to_string(),
+            "citus.max_adaptive_executor_pool_size" => self.shared.cfg.max_connections_per_node.to_string(),
+            _ => return Err(PgError::new("42704", format!("unrecognized configuration parameter \"{name}\""))),
+        })
+    }
+
+    async fn utility(
+        &mut self,
+        name: &str,
+        args: &[(Option<String>, UtilityArg)],
+        params: &BoundParams<'_>,
+        describe: bool,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        if self.txn != TxnState::Idle {
+            return Err(PgError::not_supported(format!("{name}() cannot run inside a transaction block in pgshard yet")));
+        }
+        let arg_names = commands::utility_arg_names(name);
+        let mut values: Vec<Option<String>> = Vec::new();
+        let mut positional = 0;
+        for (arg_name, arg) in args {
+            let value = match arg {
+                UtilityArg::Const(v) => v.clone(),
+                UtilityArg::Param(i) => params.text(*i)?,
+            };
+            let pos = match arg_name {
+                None => {
+                    positional += 1;
+                    positional - 1
+                }
+                Some(n) => arg_names.iter().position(|a| a == n).ok_or_else(|| {
+                    PgError::new(sqlstate::UNDEFINED_FUNCTION, format!("function {name} has no argument named \"{n}\""))
+                })?,
+            };
+            if values.len() <= pos {
+                values.resize(pos + 1, None);
+            }
+            values[pos] = value;
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let shared = self.shared.clone();
+        let settings = self.citus;
+        let call_name = name.to_string();
+        let mut task = tokio::spawn(async move { commands::call_utility(&shared.catalog, &settings, &call_name, values, tx).await });
+        let result = loop {
+            tokio::select! {
+                r = &mut task => break r.map_err(|e| PgError::internal(format!("{name}() failed: {e}")))?,
+                Some(n) = rx.recv() => {
+                    msg::write_notice(&mut self.out, &n);
+                    let _ = self.flush_client().await;
+                }
+            }
+        };
+        while let Ok(n) = rx.try_recv() {
+            msg::write_notice(&mut self.out, &n);
+        }
+        let result = result?;
+        if describe {
+            let fields: Vec<FieldDesc> = result.columns.iter().map(|(n, t)| FieldDesc::computed(n, *t, -1, 0)).collect();
+            sink.row_description(&fields);
+        }
+        for row in &result.rows {
+            let vals: Vec<Option<&[u8]>> = row.iter().map(|v| v.as_deref().map(str::as_bytes)).collect();
+            sink.data_row(&vals);
+        }
+        sink.complete(&format!("SELECT {}", result.rows.len()));
+        Ok(())
+    }
+
+    // ---- transactions ----------------------------------------------------
+
+    async fn transaction(&mut self, cmd: &TxnCommand, sink: &mut ResultSink) -> PgResult<()> {
+        match cmd {
+            TxnCommand::Begin { text } => {
+                if self.txn != TxnState::Idle {
+                    sink.notice_warning("there is already a transaction in progress");
+                } else {
+                    self.txn = TxnState::InBlock;
+                    self.begin_text = text.clone();
+                    self.txn_serial += 1;
+                }
+                sink.complete("BEGIN");
+                Ok(())
+            }
+            TxnCommand::Rollback => {
+                if self.txn == TxnState::Idle {
+                    sink.notice_warning("there is no transaction in progress");
+                }
+                self.finish_transaction(false).await?;
+                sink.complete("ROLLBACK");
+                Ok(())
+            }
+            TxnCommand::Commit => {
+                match self.txn {
+                    TxnState::Idle => {
+                        sink.notice_warning("there is no transaction in progress");
+                        sink.complete("COMMIT");
+                    }
+                    TxnState::Failed => {
+                        self.finish_transaction(false).await?;
+                        sink.complete("ROLLBACK");
+                    }
+                    TxnState::InBlock => {
+                        self.finish_transaction(true).await?;
+                        sink.complete("COMMIT");
+                    }
+                }
+                Ok(())
+            }
+            TxnCommand::Other { .. } => Err(PgError::not_supported(
+                "pgshard does not support SAVEPOINT, PREPARE TRANSACTION or COMMIT AND CHAIN yet",
+            )),
+        }
+    }
+
+    /// Ends the block on every node it used: COMMIT where one node wrote, two-phase
+    /// commit where several did (unless the session chose 1PC), ROLLBACK otherwise.
+    async fn finish_transaction(&mut self, commit: bool) -> PgResult<()> {
+        self.drain_all().await.ok();
+        let mut held = std::mem::take(&mut self.held);
+        self.txn = TxnState::Idle;
+        self.running.lock().unwrap().clear();
+        let writers = held.iter().filter(|h| h.wrote).count();
+        let result = if !commit {
+            for h in held.iter_mut() {
+                if h.conn.txn_status != b'I' && !h.conn.broken {
+                    h.conn.simple("ROLLBACK").await.ok();
+                }
+            }
+            Ok(())
+        } else if writers <= 1 || self.commit_protocol == "1pc" {
+            // Readers first: the commit of the one writer decides.
+            held.sort_by_key(|h| h.wrote);
+            let mut result = Ok(());
+            for h in held.iter_mut() {
+                if let Err(e) = h.conn.simple("COMMIT").await {
+                    if result.is_ok() {
+                        result = Err(e);
+                    }
+                }
+            }
+            result
+        } else {
+            self.two_phase_commit(&mut held).await
+        };
+        drop(held);
+        result
+    }
+
+    async fn two_phase_commit(&mut self, held: &mut [Held]) -> PgResult<()> {
+        let catalog = self.shared.catalog.snapshot();
+        let gid_of = |i: usize| format!("pgshard_{}_{}_{}_{}", self.shared.instance_id, std::process::id(), self.txn_serial, i);
+        // 1. Prepare every participant.
+        let mut prepared = Vec::new();
+        let mut failure = None;
+        for (i, h) in held.iter_mut().enumerate() {
+            if !h.wrote {
+                h.conn.simple("COMMIT").await.ok();
+                continue;
+            }
+            let gid = gid_of(i);
+            match h.conn.simple(&format!("PREPARE TRANSACTION {}", quote_literal(&gid))).await {
+                Ok(()) => prepared.push((i, gid)),
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(e) = failure {
+            for (i, h) in held.iter_mut().enumerate() {
+                if let Some((_, gid)) = prepared.iter().find(|(j, _)| *j == i) {
+                    h.conn.simple(&format!("ROLLBACK PREPARED {}", quote_literal(gid))).await.ok();
+                } else if h.conn.txn_status != b'I' {
+                    h.conn.simple("ROLLBACK").await.ok();
+                }
+            }
+            return Err(e);
+        }
+        // 2. The commit decision, durable in the coordinator node's catalog.
+        let group_of = |addr: &NodeAddr| {
+            catalog
+                .workers
+                .iter()
+                .find(|w| w.host == addr.host && w.port == addr.port)
+                .map(|w| w.group_id)
+                .unwrap_or(0)
+        };
+        let rows: Vec<String> = prepared
+            .iter()
+            .map(|(i, gid)| format!("({}, {})", group_of(&held[*i].conn.addr), quote_literal(gid)))
+            .collect();
+        let record = format!("INSERT INTO pg_catalog.pg_dist_transaction (groupid, gid) VALUES {}", rows.join(", "));
+        let coord = self.shared.coordinator.clone();
+        let decided = match self.shared.pools.node(&coord).acquire().await {
+            Ok(mut c) => c.simple(&record).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = decided {
+            for (i, gid) in &prepared {
+                held[*i].conn.simple(&format!("ROLLBACK PREPARED {}", quote_literal(gid))).await.ok();
+            }
+            return Err(e);
+        }
+        // 3. Commit everywhere; a failure here is finished by recovery later.
+        for (i, gid) in &prepared {
+            if let Err(e) = held[*i].conn.simple(&format!("COMMIT PREPARED {}", quote_literal(gid))).await {
+                tracing::warn!("COMMIT PREPARED {gid} failed on {}: {e}", held[*i].conn.addr);
+            }
+        }
+        let gids: Vec<String> = prepared.iter().map(|(_, g)| quote_literal(g)).collect();
+        if let Ok(mut c) = self.shared.pools.node(&coord).acquire().await {
+            c.simple(&format!("DELETE FROM pg_catalog.pg_dist_transaction WHERE gid IN ({})", gids.join(", "))).await.ok();
+        }
+        Ok(())
+    }
+
+    // ---- multi-shard reads -------------------------------------------------
+
+    async fn multi_shard(
+        &mut self,
+        plan: &MultiShardPlan,
+        params: &BoundParams<'_>,
+        formats: &[i16],
+        describe: bool,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        self.check_no_aggregates(&plan.functions).await?;
+        let catalog = self.shared.catalog.snapshot();
+        let table = &plan.table;
+        let aggregate = matches!(plan.shape, MultiShardShape::Aggregate { .. });
+        let shard_formats: Vec<i16> = if aggregate { vec![] } else { formats.to_vec() };
+        let limit = match plan.limit {
+            Bound::None => None,
+            Bound::Const(n) => Some(n),
+            Bound::Param(i) => params
+                .text(i)?
+                .map(|t| t.trim().parse::<i64>().map_err(|_| PgError::new(sqlstate::INVALID_TEXT_REPRESENTATION, "invalid LIMIT")))
+                .transpose()?,
+        };
+        // Group the shards by node, in shard order.
+        let mut by_node: Vec<(NodeAddr, Vec<&ShardInterval>)> = Vec::new();
+        for shard in &table.shards {
+            let addr = placement_addr(&catalog, shard)?;
+            match by_node.iter_mut().find(|(a, _)| *a == addr) {
+                Some((_, v)) => v.push(shard),
+                None => by_node.push((addr, vec![shard])),
+            }
+        }
+        let empty = BindMsg::default_empty();
+        let bind = params.bind.unwrap_or(&empty);
+        let mut first = true;
+        for (addr, shards) in &by_node {
+            let idx = self.join(addr, false).await?;
+            self.drain_all().await?;
+            let h = &mut self.held[idx];
+            for s in shards {
+                msg::write_parse(&mut h.conn.wbuf, "", &plan.template.for_shard(s.shard_id), params.types);
+                msg::write_bind(&mut h.conn.wbuf, "", "", &bind.param_formats, &bind.params, &shard_formats);
+                if first {
+                    msg::write_describe(&mut h.conn.wbuf, b'P', "");
+                    first = false;
+                }
+                msg::write_execute(&mut h.conn.wbuf, "", 0);
+            }
+            msg::write_sync(&mut h.conn.wbuf);
+            h.in_batch = false;
+            h.conn.flush().await?;
+        }
+        // Read every node's answers (they ran in parallel meanwhile).
+        let mut err: Option<PgError> = None;
+        let mut row_desc: Option<Bytes> = None;
+        let mut partials: Vec<Vec<Option<Bytes>>> = Vec::new();
+        let mut seen: u64 = 0;
+        let mut sent: u64 = 0;
+        for (addr, _) in &by_node {
+            let idx = self.held_index(addr).expect("joined above");
+            loop {
+                let f = self.held[idx].conn.read().await?;
+                match f.tag {
+                    b'Z' => break,
+                    b'E' => {
+                        if err.is_none() {
+                            err = Some(PgError::from_server_fields(f.body));
+                        }
+                    }
+                    b'T' => row_desc = Some(f.body),
+                    b'D' if err.is_none() => {
+                        if aggregate {
+                            partials.push(msg::decode_data_row(&f.body)?);
+                        } else {
+                            if combine::row_selected(seen, plan.offset, limit) {
+                                if sent == 0 && describe {
+                                    if let Some(rd) = &row_desc {
+                                        sink.push_frame(b'T', rd.clone());
+                                    }
+                                }
+                                sink.push_frame(b'D', f.body);
+                                sent += 1;
+                                if sink.frames.len() > 512 {
+                                    let frames: Vec<Frame> = sink.frames.drain(..).collect();
+                                    sink.spill(frames, &mut self.out);
+                                    self.flush_client().await?;
+                                }
+                            }
+                            seen += 1;
+                        }
+                    }
+                    b'N' => sink.push_frame(b'N', f.body),
+                    _ => {}
+                }
+            }
+        }
+        if let Some(e) = err {
+            return Err(e);
+        }
+        match &plan.shape {
+            MultiShardShape::Plain => {
+                if sent == 0 && describe {
+                    match &row_desc {
+                        Some(rd) => sink.push_frame(b'T', rd.clone()),
+                        None => {}
+                    }
+                }
+                sink.complete(&format!("SELECT {sent}"));
+                Ok(())
+            }
+            MultiShardShape::Aggregate { aggs, names } => {
+                let fields = msg::decode_row_description(row_desc.as_deref().unwrap_or(&[0, 0]))?;
+                self.combine_aggregates(aggs, names, &fields, partials, formats, describe, limit, sink).await
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn combine_aggregates(
+        &mut self,
+        aggs: &[AggKind],
+        names: &[String],
+        partial_fields: &[FieldDesc],
+        partials: Vec<Vec<Option<Bytes>>>,
+        formats: &[i16],
+        describe: bool,
+        limit: Option<i64>,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        if aggs.iter().all(|a| *a == AggKind::Count) {
+            let mut values = Vec::new();
+            for i in 0..aggs.len() {
+                let total = combine::add_counts(partials.iter().map(|r| r.get(i).and_then(|v| v.as_deref())))?;
+                values.push(if result_format(formats, i) == 1 {
+                    total.to_be_bytes().to_vec()
+                } else {
+                    total.to_string().into_bytes()
+                });
+            }
+            if describe {
+                let fields: Vec<FieldDesc> = names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| FieldDesc::computed(n, combine::INT8, 8, result_format(formats, i)))
+                    .collect();
+                sink.row_description(&fields);
+            }
+            let rows = if limit == Some(0) { 0 } else { 1 };
+            if rows == 1 {
+                let refs: Vec<Option<&[u8]>> = values.iter().map(|v| Some(v.as_slice())).collect();
+                sink.data_row(&refs);
+            }
+            sink.complete(&format!("SELECT {rows}"));
+            return Ok(());
+        }
+        let types: Vec<u32> = partial_fields.iter().map(|f| f.type_oid).collect();
+        let query = combine::combine_query(aggs, &types, names, partials.len());
+        let mut param_types = Vec::new();
+        let mut values = Vec::new();
+        for row in &partials {
+            for (i, v) in row.iter().enumerate() {
+                param_types.push(types.get(i).copied().unwrap_or(0));
+                values.push(v.clone());
+            }
+        }
+        let coord = self.shared.coordinator.clone();
+        let idx = self.join(&coord, false).await?;
+        self.drain_all().await?;
+        let h = &mut self.held[idx];
+        msg::write_parse(&mut h.conn.wbuf, "", &query, &param_types);
+        msg::write_bind(&mut h.conn.wbuf, "", "", &[], &values, formats);
+        if describe {
+            msg::write_describe(&mut h.conn.wbuf, b'P', "");
+        }
+        msg::write_execute(&mut h.conn.wbuf, "", 0);
+        msg::write_sync(&mut h.conn.wbuf);
+        h.in_batch = false;
+        h.conn.flush().await?;
+        let mut err = None;
+        loop {
+            let f = self.held[idx].conn.read().await?;
+            match f.tag {
+                b'Z' => break,
+                b'E' => err = Some(PgError::from_server_fields(f.body)),
+                b'T' | b'D' | b'C' | b'N' => sink.push_frame(f.tag, f.body),
+                _ => {}
+            }
+        }
+        match err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses a multi-shard read calling a user-defined aggregate or window function.
+    async fn check_no_aggregates(&mut self, names: &[String]) -> PgResult<()> {
+        let unknown: Vec<String> = {
+            let cache = self.shared.aggregate_names.lock().unwrap();
+            names.iter().filter(|n| !cache.contains_key(*n)).cloned().collect()
+        };
+        if !unknown.is_empty() {
+            let list: Vec<String> = unknown.iter().map(|n| quote_literal(n)).collect();
+            let sql = format!(
+                "SELECT proname FROM pg_catalog.pg_proc WHERE proname IN ({}) AND prokind IN ('a', 'w')",
+                list.join(", ")
+            );
+            let coord = self.shared.coordinator.clone();
+            let mut conn = self.shared.pools.node(&coord).acquire().await?;
+            msg::write_query(&mut conn.wbuf, &sql);
+            conn.flush().await?;
+            let mut aggs = Vec::new();
+            loop {
+                let f = conn.read().await?;
+                match f.tag {
+                    b'D' => {
+                        if let Some(Some(v)) = msg::decode_data_row(&f.body)?.into_iter().next() {
+                            aggs.push(String::from_utf8_lossy(&v).into_owned());
+                        }
+                    }
+                    b'Z' => break,
+                    _ => {}
+                }
+            }
+            let mut cache = self.shared.aggregate_names.lock().unwrap();
+            for n in unknown {
+                let is_agg = aggs.contains(&n);
+                cache.insert(n, is_agg);
+            }
+        }
+        let cache = self.shared.aggregate_names.lock().unwrap();
+        if let Some(n) = names.iter().find(|n| cache.get(*n) == Some(&true)) {
+            return Err(PgError::not_supported(format!(
+                "pgshard does not support the aggregate or window function {n}() in queries across shards yet"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Called when the client goes away: held connections inside a transaction are
+    /// closed (PostgreSQL rolls them back), never returned to a pool mid-transaction.
+    pub fn close(&mut self) {
+        for h in self.held.iter_mut() {
+            if h.conn.txn_status != b'I' || h.in_batch || h.dirty {
+                h.conn.broken = true;
+            }
+        }
+        self.held.clear();
+        self.running.lock().unwrap().clear();
+    }
+}
+
+fn aborted_error() -> PgError {
+    PgError::new(
+        sqlstate::IN_FAILED_TRANSACTION,
+        "current transaction is aborted, commands ignored until end of transaction block",
+    )
+}
+
+fn result_format(formats: &[i16], i: usize) -> i16 {
+    match formats.len() {
+        0 => 0,
+        1 => formats[0],
+        _ => formats.get(i).copied().unwrap_or(0),
+    }
+}
+
+/// Whether a statement for the coordinator node only reads (SELECT without locking
+/// or data-modifying parts); anything else counts as a write.
+fn is_read_only_local(stmt: &Statement) -> bool {
+    use pg_query::protobuf::node::Node as N;
+    match &stmt.node {
+        Some(N::SelectStmt(s)) => s.locking_clause.is_empty() && s.into_clause.is_none() && s.with_clause.is_none(),
+        Some(N::VariableShowStmt(_)) | Some(N::VariableSetStmt(_)) | Some(N::ExplainStmt(_)) => true,
+        None => true,
+        _ => false,
+    }
+}
+
+/// Parameters of an execution: their types and the Bind holding their values.
+struct BoundParams<'a> {
+    types: &'a [u32],
+    bind: Option<&'a BindMsg>,
+}
+
+impl BoundParams<'_> {
+    fn text(&self, i: usize) -> PgResult<Option<String>> {
+        let bind = self.bind.ok_or_else(|| PgError::new(sqlstate::PROTOCOL_VIOLATION, format!("there is no parameter ${}", i + 1)))?;
+        let v = bind.params.get(i).ok_or_else(|| PgError::new(sqlstate::PROTOCOL_VIOLATION, format!("there is no parameter ${}", i + 1)))?;
+        match v {
+            None => Ok(None),
+            Some(b) if bind.param_format(i) == 0 => Ok(Some(String::from_utf8_lossy(b).into_owned())),
+            Some(_) => Err(PgError::not_supported("binary parameters are not supported for this statement in pgshard yet")),
+        }
+    }
+}
+
+impl BindMsg {
+    fn default_empty() -> BindMsg {
+        BindMsg { portal: String::new(), statement: String::new(), param_formats: vec![], params: vec![], result_formats: vec![] }
+    }
+}
+
+/// The shard a routed statement goes to, with its values bound.
+fn route_bound<'a>(r: &'a RouterPlan, types: &[u32], bind: &BindMsg, _catalog: &Catalog) -> PgResult<&'a ShardInterval> {
+    let col = r.table.dist_column.as_ref().expect("router plans have a column");
+    let mut shard: Option<&ShardInterval> = None;
+    for v in &r.values {
+        let hash = match *v {
+            ValueSource::Hash(h) => h,
+            ValueSource::Null => {
+                if r.is_insert {
+                    return Err(PgError::new(
+                        sqlstate::NOT_NULL_VIOLATION,
+                        format!("cannot perform an INSERT with NULL in the partition column \"{}\"", col.name),
+                    ));
+                }
+                // `column = NULL` matches no row: any one shard answers that.
+                i32::MIN
+            }
+            ValueSource::Param(i) => {
+                let Some(Some(bytes)) = bind.params.get(i) else {
+                    if r.is_insert {
+                        return Err(PgError::new(
+                            sqlstate::NOT_NULL_VIOLATION,
+                            format!("cannot perform an INSERT with NULL in the partition column \"{}\"", col.name),
+                        ));
+                    }
+                    shard = shard.or(r.table.shards.first());
+                    continue;
+                };
+                let ptype = types.get(i).copied().unwrap_or(0);
+                crate::planner::distvalue::hash_param(col.type_oid, ptype, bind.param_format(i), bytes).ok_or_else(|| {
+                    PgError::not_supported(format!(
+                        "pgshard cannot route a parameter of type {ptype} for the distribution column \"{}\" (type {})",
+                        col.name, col.type_oid
+                    ))
+                })?
+            }
+        };
+        let s = r.table.shard_for_hash(hash).ok_or_else(|| PgError::internal(format!("no shard of \"{}\" covers hash {hash}", r.table.name)))?;
+        match shard {
+            Some(prev) if prev.shard_id != s.shard_id => {
+                return Err(PgError::not_supported(
+                    "pgshard does not support an INSERT whose rows go to several shards yet",
+                ))
+            }
+            _ => shard = Some(s),
+        }
+    }
+    shard.ok_or_else(|| PgError::internal("statement has no shard"))
+}
+
+fn placement_addr(catalog: &Catalog, shard: &ShardInterval) -> PgResult<NodeAddr> {
+    let group = *shard
+        .placement_groups
+        .first()
+        .ok_or_else(|| PgError::internal(format!("shard {} has no placement", shard.shard_id)))?;
+    let node = catalog
+        .node_for_group(group)
+        .ok_or_else(|| PgError::internal(format!("shard {} is placed on group {group}, which has no active node", shard.shard_id)))?;
+    Ok(NodeAddr { host: node.host.clone(), port: node.port })
+}
+
+/// Result messages pgshard makes itself, collected in order.
+#[derive(Default)]
+struct ResultSink {
+    frames: Vec<Frame>,
+}
+
+impl ResultSink {
+    fn direct() -> ResultSink {
+        ResultSink::default()
+    }
+
+    fn push_frame(&mut self, tag: u8, body: Bytes) {
+        self.frames.push(Frame { tag, body });
+    }
+
+    fn push_bytes(&mut self, mut b: BytesMut) {
+        while let Ok(Some(f)) = msg::decode_frame(&mut b, usize::MAX >> 1) {
+            self.frames.push(f);
+        }
+    }
+
+    fn row_description(&mut self, fields: &[FieldDesc]) {
+        let mut b = BytesMut::new();
+        msg::write_row_description(&mut b, fields);
+        self.push_bytes(b);
+    }
+
+    fn data_row(&mut self, values: &[Option<&[u8]>]) {
+        let mut b = BytesMut::new();
+        msg::write_data_row(&mut b, values);
+        self.push_bytes(b);
+    }
+
+    fn complete(&mut self, tag: &str) {
+        let mut b = BytesMut::new();
+        msg::write_command_complete(&mut b, tag);
+        self.push_bytes(b);
+    }
+
+    fn notice_warning(&mut self, text: &str) {
+        let w = PgError { severity: "WARNING", ..PgError::new("25001", text) };
+        let mut b = BytesMut::new();
+        msg::write_report(&mut b, b'N', &w);
+        self.push_bytes(b);
+    }
+
+    fn spill(&mut self, frames: Vec<Frame>, out: &mut BytesMut) {
+        for f in frames {
+            msg::write_raw(out, f.tag, &f.body);
+        }
+    }
+}
+
+#[allow(dead_code)]
+fn table_of(plan: &Plan) -> Option<&Arc<DistTable>> {
+    match plan {
+        Plan::Router(r) => Some(&r.table),
+        Plan::MultiShard(m) => Some(&m.table),
+        _ => None,
+    }
+}

@@ -1,0 +1,62 @@
+//! State shared by every session of one pgshard process. Nothing here outlives the
+//! process except through the catalog, so several pgshard processes can serve one
+//! cluster side by side.
+
+use super::statements::StatementRegistry;
+use crate::backend::{Credentials, NodeAddr, Pools};
+use crate::catalog::cache::CatalogCache;
+use crate::config::Config;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Backends a session is using right now, for CancelRequest.
+pub type RunningBackends = Arc<Mutex<Vec<(NodeAddr, i32, i32)>>>;
+
+pub struct Shared {
+    pub cfg: Arc<Config>,
+    pub catalog: Arc<CatalogCache>,
+    pub pools: Pools,
+    pub coordinator: NodeAddr,
+    pub statements: StatementRegistry,
+    /// (process id, secret key) given to a client -> what its session runs on.
+    pub cancel_keys: Mutex<HashMap<(i32, i32), RunningBackends>>,
+    /// ParameterStatus values reported to clients at startup (the coordinator node's).
+    pub server_params: Vec<(String, String)>,
+    /// Function name -> whether some function of that name is an aggregate or
+    /// window function on the coordinator node.
+    pub aggregate_names: Mutex<HashMap<String, bool>>,
+    /// Random id of this pgshard process, part of its 2PC transaction names.
+    pub instance_id: String,
+}
+
+impl Shared {
+    pub async fn new(cfg: Arc<Config>, catalog: Arc<CatalogCache>) -> Result<Arc<Shared>, crate::error::PgError> {
+        let creds = Credentials { user: cfg.user.clone(), password: cfg.password.clone(), database: cfg.database.clone() };
+        let instance_id = format!("{:08x}", rand::random::<u32>());
+        let pools = Pools::new(creds, cfg.max_connections_per_node, format!("pgshard {instance_id}"));
+        let coordinator = NodeAddr { host: cfg.coordinator.host.clone(), port: cfg.coordinator.port };
+        let conn = pools.node(&coordinator).acquire().await?;
+        let server_params = conn
+            .parameters
+            .iter()
+            .filter(|(k, _)| k != "application_name" && k != "session_authorization" && k != "is_superuser")
+            .cloned()
+            .collect();
+        drop(conn);
+        Ok(Arc::new(Shared {
+            cfg,
+            catalog,
+            pools,
+            coordinator,
+            statements: StatementRegistry::default(),
+            cancel_keys: Mutex::new(HashMap::new()),
+            server_params,
+            aggregate_names: Mutex::new(HashMap::new()),
+            instance_id,
+        }))
+    }
+
+    pub fn worker_addr(&self, host: &str, port: u16) -> NodeAddr {
+        NodeAddr { host: host.to_string(), port }
+    }
+}

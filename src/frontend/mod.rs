@@ -1,0 +1,5 @@
+//! Frontend: the client side of pgshard (wire protocol, authentication).
+
+pub mod auth;
+pub mod messages;
+pub mod server;

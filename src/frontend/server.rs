@@ -1,0 +1,282 @@
+//! The pgshard listener: accepts clients, runs the startup handshake (SSL/GSS
+//! requests refused until TLS exists, SCRAM-SHA-256 against the coordinator node's
+//! roles, or trust where configured), handles CancelRequest, and then feeds each
+//! client's messages to its executor session.
+
+use super::auth::{self, ScramServer, ScramVerifier};
+use super::messages::{self as msg, StartupPacket, MAX_MESSAGE_LEN};
+use crate::catalog::cache::CatalogCache;
+use crate::config::{AuthMethod, Config};
+use crate::error::{sqlstate, PgError, PgResult};
+use crate::executor::{Session, Shared};
+use crate::sql::quote::quote_literal;
+use bytes::BytesMut;
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+/// Runs the coordinator until the process ends.
+pub async fn serve(cfg: Config) -> anyhow::Result<()> {
+    let cfg = Arc::new(cfg);
+    let catalog = CatalogCache::start(cfg.clone()).await.map_err(|e| anyhow::anyhow!("catalog: {e}"))?;
+    check_workers(&catalog).await;
+    let shared = Shared::new(cfg.clone(), catalog).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let listener = TcpListener::bind((cfg.listen_host.as_str(), cfg.listen_port)).await?;
+    tracing::info!("pgshard listening on {}:{}", cfg.listen_host, cfg.listen_port);
+    let slots = Arc::new(Semaphore::new(cfg.max_client_connections));
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let shared = shared.clone();
+        let permit = slots.clone().try_acquire_owned();
+        tokio::spawn(async move {
+            match permit {
+                Ok(_p) => {
+                    if let Err(e) = handle_client(shared, stream).await {
+                        tracing::debug!("client ended: {e}");
+                    }
+                }
+                Err(_) => {
+                    let mut stream = stream;
+                    let mut out = BytesMut::new();
+                    msg::write_error(&mut out, &PgError::fatal(sqlstate::TOO_MANY_CONNECTIONS, "sorry, too many clients already"));
+                    let _ = stream.write_all(&out).await;
+                }
+            }
+        });
+    }
+}
+
+/// Warns about workers lacking what multi-shard transactions need.
+async fn check_workers(catalog: &Arc<CatalogCache>) {
+    let snapshot = catalog.snapshot();
+    for w in &snapshot.workers {
+        match crate::backend::control::connect(catalog.config(), &w.host, w.port).await {
+            Ok(c) => {
+                if let Ok(row) = c.query_one("SELECT current_setting('max_prepared_transactions')::int", &[]).await {
+                    let n: i32 = row.get(0);
+                    if n == 0 {
+                        tracing::warn!(
+                            "worker {}:{} has max_prepared_transactions = 0: transactions writing on several workers will fail; set it (e.g. 200) and restart that server",
+                            w.host,
+                            w.port
+                        );
+                    }
+                }
+            }
+            Err(e) => tracing::warn!("worker {}:{} is not reachable: {e}", w.host, w.port),
+        }
+    }
+}
+
+struct ClientReader {
+    rd: OwnedReadHalf,
+    buf: BytesMut,
+}
+
+impl ClientReader {
+    async fn fill(&mut self) -> PgResult<bool> {
+        self.buf.reserve(8192);
+        match self.rd.read_buf(&mut self.buf).await {
+            Ok(0) => Ok(false),
+            Ok(_) => Ok(true),
+            Err(e) => Err(PgError::new(sqlstate::CONNECTION_FAILURE, e.to_string())),
+        }
+    }
+
+    async fn frame(&mut self) -> PgResult<Option<msg::Frame>> {
+        loop {
+            if let Some(f) = msg::decode_frame(&mut self.buf, MAX_MESSAGE_LEN)? {
+                return Ok(Some(f));
+            }
+            if !self.fill().await? {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+async fn send(stream: &mut tokio::net::tcp::OwnedWriteHalf, out: &mut BytesMut) -> PgResult<()> {
+    let r = stream.write_all(out).await;
+    out.clear();
+    r.map_err(|e| PgError::new(sqlstate::CONNECTION_FAILURE, e.to_string()))
+}
+
+async fn fatal(wr: &mut tokio::net::tcp::OwnedWriteHalf, e: PgError) -> PgResult<()> {
+    let mut out = BytesMut::new();
+    msg::write_error(&mut out, &PgError { severity: "FATAL", ..e.clone() });
+    let _ = send(wr, &mut out).await;
+    Err(e)
+}
+
+async fn handle_client(shared: Arc<Shared>, stream: TcpStream) -> PgResult<()> {
+    let _ = stream.set_nodelay(true);
+    let (rd, mut wr) = stream.into_split();
+    let mut reader = ClientReader { rd, buf: BytesMut::with_capacity(8192) };
+    // Startup: SSL/GSS requests are answered 'N' and the client goes on in clear.
+    let params = loop {
+        let packet = loop {
+            match msg::decode_startup(&mut reader.buf) {
+                Ok(Some(p)) => break p,
+                Ok(None) => {
+                    if !reader.fill().await? {
+                        return Ok(());
+                    }
+                }
+                Err(e) => return fatal(&mut wr, e).await,
+            }
+        };
+        match packet {
+            StartupPacket::SslRequest | StartupPacket::GssEncRequest => {
+                wr.write_all(b"N").await.map_err(|e| PgError::new(sqlstate::CONNECTION_FAILURE, e.to_string()))?;
+            }
+            StartupPacket::Cancel { process_id, secret_key } => {
+                cancel(&shared, process_id, secret_key).await;
+                return Ok(());
+            }
+            StartupPacket::Startup { params } => break params,
+        }
+    };
+    let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let Some(user) = get("user") else {
+        return fatal(&mut wr, PgError::new(sqlstate::INVALID_AUTHORIZATION, "no PostgreSQL user name specified in startup packet")).await;
+    };
+    let database = get("database").unwrap_or_else(|| user.clone());
+    if database != shared.cfg.database {
+        return fatal(&mut wr, PgError::new("3D000", format!("database \"{database}\" does not exist"))).await;
+    }
+    let mut out = BytesMut::new();
+    if shared.cfg.auth == AuthMethod::ScramSha256 {
+        if let Err(e) = authenticate(&shared, &user, &mut reader, &mut wr).await {
+            return fatal(&mut wr, e).await;
+        }
+    }
+    msg::write_auth_ok(&mut out);
+    for (k, v) in &shared.server_params {
+        let client_value = get(k).filter(|_| matches!(k.as_str(), "client_encoding" | "DateStyle" | "TimeZone" | "IntervalStyle"));
+        msg::write_parameter_status(&mut out, k, client_value.as_deref().unwrap_or(v));
+    }
+    msg::write_parameter_status(&mut out, "application_name", &get("application_name").unwrap_or_default());
+    msg::write_parameter_status(&mut out, "session_authorization", &user);
+    msg::write_parameter_status(&mut out, "is_superuser", "on");
+    let (pid, key) = loop {
+        let pid = (rand::random::<u32>() >> 1) as i32;
+        let key = rand::random::<i32>();
+        let mut keys = shared.cancel_keys.lock().unwrap();
+        if !keys.contains_key(&(pid, key)) {
+            let running = Arc::new(Mutex::new(Vec::new()));
+            keys.insert((pid, key), running);
+            break (pid, key);
+        }
+    };
+    msg::write_backend_key_data(&mut out, pid, key);
+    msg::write_ready_for_query(&mut out, b'I');
+    send(&mut wr, &mut out).await?;
+    let running = shared.cancel_keys.lock().unwrap().get(&(pid, key)).cloned().unwrap();
+    let mut session = Session::new(shared.clone(), wr, &params, running);
+    let result = client_loop(&mut session, &mut reader).await;
+    session.close();
+    shared.cancel_keys.lock().unwrap().remove(&(pid, key));
+    result
+}
+
+async fn client_loop(session: &mut Session, reader: &mut ClientReader) -> PgResult<()> {
+    loop {
+        let frame = match reader.frame().await {
+            Ok(Some(f)) => f,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                msg::write_error(&mut session.out, &e);
+                let _ = session.flush_client().await;
+                return Err(e);
+            }
+        };
+        if !session.handle(frame).await? {
+            return Ok(());
+        }
+        // Answers go out once every message already received is handled.
+        if reader.buf.len() < 5 {
+            session.flush_client().await?;
+        }
+    }
+}
+
+async fn cancel(shared: &Shared, process_id: i32, secret_key: i32) {
+    let running = shared.cancel_keys.lock().unwrap().get(&(process_id, secret_key)).cloned();
+    if let Some(r) = running {
+        let targets = r.lock().unwrap().clone();
+        for (addr, pid, key) in targets {
+            crate::backend::BackendConn::cancel(&addr, pid, key).await;
+        }
+    }
+}
+
+/// The stored SCRAM verifier of a role, read from the coordinator node.
+async fn verifier_of(shared: &Shared, user: &str) -> Option<ScramVerifier> {
+    let mut conn = shared.pools.node(&shared.coordinator).acquire().await.ok()?;
+    let sql = format!(
+        "SELECT rolpassword FROM pg_catalog.pg_authid WHERE rolname = {} AND rolcanlogin AND (rolvaliduntil IS NULL OR rolvaliduntil > now())",
+        quote_literal(user)
+    );
+    msg::write_query(&mut conn.wbuf, &sql);
+    conn.flush().await.ok()?;
+    let mut found = None;
+    loop {
+        let f = conn.read().await.ok()?;
+        match f.tag {
+            b'D' => {
+                if let Ok(vals) = msg::decode_data_row(&f.body) {
+                    found = vals.into_iter().next().flatten().map(|b| String::from_utf8_lossy(&b).into_owned());
+                }
+            }
+            b'Z' => break,
+            _ => {}
+        }
+    }
+    found.and_then(|s| ScramVerifier::parse(&s))
+}
+
+async fn authenticate(
+    shared: &Shared,
+    user: &str,
+    reader: &mut ClientReader,
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+) -> PgResult<()> {
+    let failed = || PgError::fatal(sqlstate::INVALID_PASSWORD, format!("password authentication failed for user \"{user}\""));
+    let verifier = verifier_of(shared, user).await.unwrap_or_else(|| auth::mock_verifier(user));
+    let mut server = ScramServer::new(verifier);
+    let mut out = BytesMut::new();
+    msg::write_auth(&mut out, &auth::sasl_mechanisms_body());
+    send(wr, &mut out).await?;
+    let map = |e: auth::AuthError| {
+        if e.sqlstate() == "28P01" {
+            failed()
+        } else {
+            PgError::fatal(e.sqlstate(), e.to_string())
+        }
+    };
+    let Some(f) = reader.frame().await? else { return Err(failed()) };
+    if f.tag != b'p' {
+        return Err(PgError::fatal(sqlstate::PROTOCOL_VIOLATION, "expected SASL response"));
+    }
+    let (mechanism, data) = auth::parse_sasl_initial_response(&f.body).map_err(map)?;
+    auth::check_mechanism(&mechanism).map_err(map)?;
+    let server_first = server.client_first(&data).map_err(map)?;
+    msg::write_auth(&mut out, &auth::sasl_continue_body(&server_first));
+    send(wr, &mut out).await?;
+    let Some(f) = reader.frame().await? else { return Err(failed()) };
+    if f.tag != b'p' {
+        return Err(PgError::fatal(sqlstate::PROTOCOL_VIOLATION, "expected SASL response"));
+    }
+    let server_final = server.client_final(&f.body).map_err(map)?;
+    msg::write_auth(&mut out, &auth::sasl_final_body(&server_final));
+    send(wr, &mut out).await
+}

@@ -1,0 +1,195 @@
+//! The distribution column's value in a statement: a constant hashed at plan time or
+//! a parameter hashed at Bind, always as the column's own type (a value that cannot
+//! be converted exactly makes the statement unroutable, never misrouted).
+
+use crate::catalog::{DistColumn, Oid};
+use crate::sharding::hash::{self, oid};
+use pg_query::protobuf::a_const::Val;
+use pg_query::protobuf::node::Node as N;
+use pg_query::protobuf::{self, AExprKind, BoolExprType};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueSource {
+    /// Hash known at plan time.
+    Hash(i32),
+    /// Parameter `$n` (0-based index), hashed when bound.
+    Param(usize),
+    /// The value is NULL.
+    Null,
+}
+
+/// The type a cast names, for the types pgshard hashes itself.
+fn cast_type(tn: &protobuf::TypeName) -> Option<Oid> {
+    if !tn.array_bounds.is_empty() || tn.setof {
+        return None;
+    }
+    let name = match tn.names.last()?.node.as_ref()? {
+        N::String(s) => s.sval.as_str(),
+        _ => return None,
+    };
+    Some(match name {
+        "int2" | "smallint" => oid::INT2,
+        "int4" | "integer" | "int" => oid::INT4,
+        "int8" | "bigint" => oid::INT8,
+        "text" => oid::TEXT,
+        "varchar" => oid::VARCHAR,
+        "bpchar" => oid::BPCHAR,
+        "uuid" => oid::UUID,
+        "bool" | "boolean" => oid::BOOL,
+        "numeric" | "decimal" => oid::NUMERIC,
+        "date" => oid::DATE,
+        _ => return None,
+    })
+}
+
+fn is_int(t: Oid) -> bool {
+    matches!(t, oid::INT2 | oid::INT4 | oid::INT8)
+}
+
+fn int_fits(t: Oid, v: i64) -> bool {
+    match t {
+        oid::INT2 => i16::try_from(v).is_ok(),
+        oid::INT4 => i32::try_from(v).is_ok(),
+        _ => true,
+    }
+}
+
+/// The source of a value expression compared with (or inserted into) the column.
+pub fn value_source(expr: &protobuf::Node, col: &DistColumn) -> Option<ValueSource> {
+    match expr.node.as_ref()? {
+        N::ParamRef(p) if p.number >= 1 => Some(ValueSource::Param(p.number as usize - 1)),
+        N::AConst(c) if c.isnull => Some(ValueSource::Null),
+        N::AConst(c) => const_hash(c.val.as_ref()?, col.type_oid).map(ValueSource::Hash),
+        N::TypeCast(tc) => {
+            let t = cast_type(tc.type_name.as_ref()?)?;
+            let same_family = t == col.type_oid || (is_int(t) && is_int(col.type_oid));
+            if !same_family {
+                return None;
+            }
+            match tc.arg.as_ref()?.node.as_ref()? {
+                // `$1::int4`: the parameter's type is then the cast's, checked at Bind.
+                N::ParamRef(p) if t == col.type_oid && p.number >= 1 => Some(ValueSource::Param(p.number as usize - 1)),
+                N::AConst(c) if c.isnull => Some(ValueSource::Null),
+                N::AConst(c) => {
+                    // The literal is first read as the cast type, then compared as the column
+                    // type: both are integers here or the same type.
+                    let h = const_hash(c.val.as_ref()?, t)?;
+                    if t == col.type_oid {
+                        Some(ValueSource::Hash(h))
+                    } else {
+                        const_hash(c.val.as_ref()?, col.type_oid).map(ValueSource::Hash)
+                    }
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Hash of a literal read as type `t`.
+fn const_hash(v: &Val, t: Oid) -> Option<i32> {
+    match v {
+        Val::Ival(i) => {
+            let i = i.ival as i64;
+            if is_int(t) {
+                int_fits(t, i).then(|| hash::hash_text_value(t, &i.to_string())).flatten()
+            } else if t == oid::NUMERIC {
+                hash::hash_text_value(t, &i.to_string())
+            } else {
+                None
+            }
+        }
+        Val::Fval(f) => {
+            if is_int(t) {
+                let i: i64 = f.fval.parse().ok()?;
+                int_fits(t, i).then(|| hash::hash_text_value(t, &i.to_string())).flatten()
+            } else if t == oid::NUMERIC {
+                hash::hash_text_value(t, &f.fval)
+            } else {
+                None
+            }
+        }
+        // An untyped string literal takes the column's type: PostgreSQL's input rules.
+        Val::Sval(s) => hash::hash_text_value(t, &s.sval),
+        Val::Boolval(b) if t == oid::BOOL => hash::hash_text_value(t, if b.boolval { "t" } else { "f" }),
+        _ => None,
+    }
+}
+
+/// Hash of a bound parameter of type `param_type` for a column of type `col_type`.
+pub fn hash_param(col_type: Oid, param_type: Oid, format: i16, bytes: &[u8]) -> Option<i32> {
+    let text_like = |t: Oid| matches!(t, oid::TEXT | oid::VARCHAR);
+    if param_type == col_type || (text_like(param_type) && text_like(col_type)) {
+        return if format == 0 {
+            hash::hash_text_value(col_type, std::str::from_utf8(bytes).ok()?)
+        } else {
+            hash::hash_binary_value(col_type, bytes)
+        };
+    }
+    if is_int(param_type) && is_int(col_type) {
+        let v: i64 = if format == 0 {
+            std::str::from_utf8(bytes).ok()?.trim().parse().ok()?
+        } else {
+            match bytes.len() {
+                2 => i16::from_be_bytes(bytes.try_into().ok()?) as i64,
+                4 => i32::from_be_bytes(bytes.try_into().ok()?) as i64,
+                8 => i64::from_be_bytes(bytes.try_into().ok()?),
+                _ => return None,
+            }
+        };
+        return int_fits(col_type, v).then(|| hash::hash_text_value(col_type, &v.to_string())).flatten();
+    }
+    None
+}
+
+/// Finds `column = value` among the top-level AND-ed conditions of a WHERE clause.
+/// `names_table` tells whether a qualifier names the table (its name or alias).
+pub fn find_equality(
+    where_clause: Option<&protobuf::Node>,
+    col: &DistColumn,
+    names_table: &dyn Fn(&str) -> bool,
+) -> Option<ValueSource> {
+    let node = where_clause?.node.as_ref()?;
+    match node {
+        N::BoolExpr(b) if b.boolop == BoolExprType::AndExpr as i32 => {
+            b.args.iter().find_map(|a| find_equality(Some(a), col, names_table))
+        }
+        N::AExpr(e) if e.kind == AExprKind::AexprOp as i32 && is_equals(&e.name) => {
+            let (l, r) = (e.lexpr.as_deref()?, e.rexpr.as_deref()?);
+            if is_column(l, col, names_table) {
+                value_source(r, col)
+            } else if is_column(r, col, names_table) {
+                value_source(l, col)
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
+}
+
+fn is_equals(name: &[protobuf::Node]) -> bool {
+    matches!(name, [n] if matches!(n.node.as_ref(), Some(N::String(s)) if s.sval == "="))
+}
+
+/// Whether an expression is a reference to the distribution column.
+pub fn is_column(expr: &protobuf::Node, col: &DistColumn, names_table: &dyn Fn(&str) -> bool) -> bool {
+    let Some(N::ColumnRef(cr)) = expr.node.as_ref() else { return false };
+    let names: Vec<&str> = cr
+        .fields
+        .iter()
+        .filter_map(|f| match f.node.as_ref() {
+            Some(N::String(s)) => Some(s.sval.as_str()),
+            _ => None,
+        })
+        .collect();
+    if names.len() != cr.fields.len() {
+        return false;
+    }
+    match names.as_slice() {
+        [c] => *c == col.name,
+        [t, c] => *c == col.name && names_table(t),
+        _ => false,
+    }
+}

@@ -1,0 +1,221 @@
+//! The planner: decides for each statement where it runs. Cheapest first, each layer
+//! declining to the next: transaction control and settings (pgshard itself) → Citus
+//! functions (utility) → no distributed table (the coordinator node, unchanged) →
+//! router (one shard) → multi-shard read → refusal with 0A000. Every decision is either
+//! proven right for the statement's shape or refused.
+
+pub mod distvalue;
+pub mod router;
+pub mod multishard;
+pub mod template;
+
+use crate::catalog::{Catalog, DistTable};
+use crate::error::{PgError, PgResult};
+use crate::sql::parse::{relations, RelRef, Statement};
+use pg_query::protobuf::node::Node as N;
+use pg_query::protobuf::{self, TransactionStmtKind, VariableSetKind};
+use std::sync::Arc;
+
+pub use distvalue::ValueSource;
+pub use multishard::{AggKind, MultiShardPlan, MultiShardShape};
+pub use router::{InsertRow, RouterPlan};
+pub use template::ShardSqlTemplate;
+
+/// Transaction control statements pgshard handles itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnCommand {
+    /// BEGIN / START TRANSACTION; the text is replayed on every node the block uses.
+    Begin { text: String },
+    Commit,
+    Rollback,
+    /// SAVEPOINT, RELEASE, ROLLBACK TO, PREPARE TRANSACTION and the like.
+    Other { text: String, kind: i32 },
+}
+
+/// An argument of a Citus function call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UtilityArg {
+    Const(Option<String>),
+    Param(usize),
+}
+
+#[derive(Debug, Clone)]
+pub enum Plan {
+    /// Runs on the coordinator node as written.
+    Local,
+    Empty,
+    Transaction(TxnCommand),
+    /// `SET citus.x = v` / `RESET citus.x` (value None).
+    SetCitus { name: String, value: Option<String> },
+    ShowCitus { name: String },
+    /// A Citus function call: positional args (named ones placed by the executor).
+    Utility { name: String, args: Vec<(Option<String>, UtilityArg)> },
+    Router(Arc<RouterPlan>),
+    MultiShard(Arc<MultiShardPlan>),
+    /// DROP TABLE naming distributed tables.
+    DropTables { tables: Vec<Arc<DistTable>> },
+    /// TRUNCATE / VACUUM / ANALYZE of distributed tables, statement applied to each shard.
+    Propagate { tables: Vec<Arc<DistTable>>, verb: String, in_transaction: bool },
+    Unsupported(PgError),
+}
+
+/// Names of the Citus settings pgshard itself owns.
+pub const CITUS_SETTINGS: &[&str] = &[
+    "citus.shard_count",
+    "citus.shard_replication_factor",
+    "citus.multi_shard_commit_protocol",
+    "citus.explain_all_tasks",
+    "citus.max_adaptive_executor_pool_size",
+];
+
+/// Plans one parsed statement against a catalog snapshot.
+pub fn plan(stmt: &Statement, catalog: &Catalog, is_utility_function: &dyn Fn(&str) -> bool) -> PgResult<Plan> {
+    let Some(node) = &stmt.node else { return Ok(Plan::Empty) };
+    match node {
+        N::TransactionStmt(t) => return Ok(Plan::Transaction(txn_command(t, &stmt.text))),
+        N::VariableSetStmt(v) if v.name.starts_with("citus.") => {
+            let value = match VariableSetKind::try_from(v.kind) {
+                Ok(VariableSetKind::VarSetValue) => Some(const_text(v.args.first()).ok_or_else(|| {
+                    PgError::new(crate::error::sqlstate::INVALID_PARAMETER_VALUE, format!("invalid value for {}", v.name))
+                })?),
+                _ => None,
+            };
+            return Ok(Plan::SetCitus { name: v.name.clone(), value });
+        }
+        N::VariableShowStmt(v) if v.name.starts_with("citus.") => return Ok(Plan::ShowCitus { name: v.name.clone() }),
+        N::SelectStmt(s) => {
+            if let Some(u) = utility_call(s, is_utility_function) {
+                return Ok(u);
+            }
+        }
+        _ => {}
+    }
+    if catalog.is_empty() {
+        return Ok(Plan::Local);
+    }
+    let rels = relations(stmt, catalog.tables_by_name.keys().map(String::as_str));
+    let dist: Vec<(&RelRef, Arc<DistTable>)> =
+        rels.iter().filter_map(|r| catalog.resolve(r.schema.as_deref(), &r.name).map(|t| (r, t.clone()))).collect();
+    if dist.is_empty() {
+        return Ok(Plan::Local);
+    }
+    match node {
+        N::SelectStmt(_) | N::InsertStmt(_) | N::UpdateStmt(_) | N::DeleteStmt(_) => {
+            if rels.len() != 1 || dist.len() != 1 {
+                return Ok(Plan::Unsupported(PgError::not_supported(format!(
+                    "pgshard does not support statements that combine the distributed table \"{}\" with other tables or subqueries yet",
+                    dist[0].1.name
+                ))));
+            }
+            let (rel, table) = (dist[0].0, dist[0].1.clone());
+            router::plan_dml(node, &stmt.text, rel, table)
+        }
+        N::DropStmt(d) if d.remove_type == protobuf::ObjectType::ObjectTable as i32 => {
+            if dist.len() != rels.len() {
+                return Ok(Plan::Unsupported(PgError::not_supported(
+                    "DROP TABLE mixing distributed and local tables is not supported yet: drop them separately",
+                )));
+            }
+            Ok(Plan::DropTables { tables: dedup(dist) })
+        }
+        N::TruncateStmt(_) => Ok(propagate(&rels, dist, "TRUNCATE", true)),
+        N::VacuumStmt(v) => Ok(propagate(&rels, dist, if v.is_vacuumcmd { "VACUUM" } else { "ANALYZE" }, false)),
+        _ => Ok(Plan::Unsupported(PgError::not_supported(format!(
+            "pgshard does not support this statement on the distributed table \"{}\" yet",
+            dist[0].1.name
+        )))),
+    }
+}
+
+fn dedup(dist: Vec<(&RelRef, Arc<DistTable>)>) -> Vec<Arc<DistTable>> {
+    let mut out: Vec<Arc<DistTable>> = Vec::new();
+    for (_, t) in dist {
+        if !out.iter().any(|o| o.relid == t.relid) {
+            out.push(t);
+        }
+    }
+    out
+}
+
+fn propagate(rels: &[RelRef], dist: Vec<(&RelRef, Arc<DistTable>)>, verb: &str, in_transaction: bool) -> Plan {
+    if dist.len() != rels.len() {
+        return Plan::Unsupported(PgError::not_supported(format!(
+            "{verb} mixing distributed and local tables is not supported yet: name them in separate statements"
+        )));
+    }
+    Plan::Propagate { tables: dedup(dist), verb: verb.to_string(), in_transaction }
+}
+
+fn txn_command(t: &protobuf::TransactionStmt, text: &str) -> TxnCommand {
+    match TransactionStmtKind::try_from(t.kind) {
+        Ok(TransactionStmtKind::TransStmtBegin) | Ok(TransactionStmtKind::TransStmtStart) => {
+            TxnCommand::Begin { text: text.trim().to_string() }
+        }
+        Ok(TransactionStmtKind::TransStmtCommit) if !t.chain => TxnCommand::Commit,
+        Ok(TransactionStmtKind::TransStmtRollback) if !t.chain => TxnCommand::Rollback,
+        _ => TxnCommand::Other { text: text.trim().to_string(), kind: t.kind },
+    }
+}
+
+/// The text of a constant (SET values, function arguments).
+pub fn const_text(node: Option<&protobuf::Node>) -> Option<String> {
+    use pg_query::protobuf::a_const::Val;
+    match node?.node.as_ref()? {
+        N::AConst(c) => match c.val.as_ref()? {
+            Val::Ival(i) => Some(i.ival.to_string()),
+            Val::Fval(f) => Some(f.fval.clone()),
+            Val::Sval(s) => Some(s.sval.clone()),
+            Val::Boolval(b) => Some(if b.boolval { "true".into() } else { "false".into() }),
+            Val::Bsval(b) => Some(b.bsval.clone()),
+        },
+        N::TypeCast(tc) => const_text(tc.arg.as_deref()),
+        N::String(s) => Some(s.sval.clone()),
+        _ => None,
+    }
+}
+
+/// `SELECT citus_function(args)` with nothing else in the statement.
+fn utility_call(s: &protobuf::SelectStmt, is_utility_function: &dyn Fn(&str) -> bool) -> Option<Plan> {
+    if s.target_list.len() != 1 || !s.from_clause.is_empty() || s.where_clause.is_some() {
+        return None;
+    }
+    let N::ResTarget(rt) = s.target_list[0].node.as_ref()? else { return None };
+    let N::FuncCall(fc) = rt.val.as_ref()?.node.as_ref()? else { return None };
+    let name = func_name(fc)?;
+    if !is_utility_function(&name) {
+        return None;
+    }
+    let mut args = Vec::new();
+    for a in &fc.args {
+        let (arg_name, value) = match a.node.as_ref()? {
+            N::NamedArgExpr(na) => (Some(na.name.clone()), na.arg.as_deref()),
+            _ => (None, Some(a)),
+        };
+        let arg = match value.and_then(|v| v.node.as_ref()) {
+            Some(N::ParamRef(p)) => UtilityArg::Param(p.number as usize - 1),
+            Some(N::AConst(c)) if c.isnull => UtilityArg::Const(None),
+            Some(N::TypeCast(tc)) if matches!(tc.arg.as_ref().and_then(|x| x.node.as_ref()), Some(N::ParamRef(_))) => {
+                let Some(N::ParamRef(p)) = tc.arg.as_ref().and_then(|x| x.node.as_ref()) else { return None };
+                UtilityArg::Param(p.number as usize - 1)
+            }
+            _ => match const_text(value) {
+                Some(t) => UtilityArg::Const(Some(t)),
+                None => {
+                    return Some(Plan::Unsupported(PgError::not_supported(format!(
+                        "arguments of {name}() must be constants or parameters"
+                    ))))
+                }
+            },
+        };
+        args.push((arg_name, arg));
+    }
+    Some(Plan::Utility { name, args })
+}
+
+/// A function's unqualified lower-case name (`pg_catalog.count` → `count`).
+pub fn func_name(fc: &protobuf::FuncCall) -> Option<String> {
+    match fc.funcname.last()?.node.as_ref()? {
+        N::String(s) => Some(s.sval.to_ascii_lowercase()),
+        _ => None,
+    }
+}

@@ -1,0 +1,262 @@
+//! Multi-shard reads of one distributed table: the statement runs on every shard in
+//! parallel and pgshard combines the results. Supported shapes: plain selections
+//! (LIMIT pushed down as LIMIT+OFFSET, then re-applied) and count/sum/min/max without
+//! GROUP BY. Everything else is refused with 0A000 rather than answered wrongly.
+
+use super::template::{Edit, ShardSqlTemplate};
+use super::{func_name, Plan};
+use crate::catalog::DistTable;
+use crate::error::{PgError, PgResult};
+use pg_query::protobuf::a_const::Val;
+use pg_query::protobuf::node::Node as N;
+use pg_query::protobuf::{self, LimitOption, SetOperation};
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggKind {
+    Count,
+    Sum,
+    Min,
+    Max,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MultiShardShape {
+    /// Rows of every shard concatenated.
+    Plain,
+    /// One row: each column an aggregate combined over the shards' partial values.
+    Aggregate { aggs: Vec<AggKind>, names: Vec<String> },
+}
+
+/// LIMIT / OFFSET as the coordinator re-applies them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    None,
+    Const(i64),
+    Param(usize),
+}
+
+#[derive(Debug)]
+pub struct MultiShardPlan {
+    pub table: Arc<DistTable>,
+    pub template: ShardSqlTemplate,
+    pub shape: MultiShardShape,
+    pub limit: Bound,
+    pub offset: i64,
+    /// Functions called in the target list that might be user-defined aggregates or
+    /// window functions: the executor checks them against the coordinator node.
+    pub functions: Vec<String>,
+}
+
+fn refuse(what: &str) -> PgResult<Plan> {
+    Ok(Plan::Unsupported(PgError::not_supported(format!(
+        "pgshard does not support {what} in queries across shards of a distributed table yet"
+    ))))
+}
+
+pub fn plan_select(s: &protobuf::SelectStmt, text: &str, rel_edit: Edit, table: Arc<DistTable>) -> PgResult<Plan> {
+    if s.op != SetOperation::SetopNone as i32 {
+        return refuse("UNION / INTERSECT / EXCEPT");
+    }
+    if !s.distinct_clause.is_empty() {
+        return refuse("DISTINCT");
+    }
+    if !s.group_clause.is_empty() || s.having_clause.is_some() {
+        return refuse("GROUP BY / HAVING");
+    }
+    if !s.sort_clause.is_empty() {
+        return refuse("ORDER BY");
+    }
+    if !s.window_clause.is_empty() {
+        return refuse("window functions");
+    }
+    if !s.locking_clause.is_empty() {
+        return refuse("FOR UPDATE / FOR SHARE");
+    }
+    if s.into_clause.is_some() {
+        return refuse("SELECT INTO");
+    }
+    if s.from_clause.len() != 1 || !matches!(s.from_clause[0].node.as_ref(), Some(N::RangeVar(_))) {
+        return refuse("joins or several FROM items");
+    }
+    if s.limit_option == LimitOption::WithTies as i32 {
+        return refuse("FETCH ... WITH TIES");
+    }
+    let mut functions = Vec::new();
+    let mut aggs = Vec::new();
+    let mut names = Vec::new();
+    let mut plain_columns = 0;
+    for t in &s.target_list {
+        let Some(N::ResTarget(rt)) = t.node.as_ref() else { return refuse("this target list") };
+        let Some(val) = rt.val.as_deref() else { return refuse("this target list") };
+        match aggregate_of(val) {
+            Some(Ok(kind)) => {
+                aggs.push(kind);
+                names.push(if rt.name.is_empty() { agg_name(kind).to_string() } else { rt.name.clone() });
+            }
+            Some(Err(what)) => return refuse(what),
+            None => {
+                if !plain_expression(val, &mut functions) {
+                    return refuse("this expression");
+                }
+                plain_columns += 1;
+            }
+        }
+    }
+    if !aggs.is_empty() && plain_columns > 0 {
+        return refuse("aggregates mixed with other columns without GROUP BY");
+    }
+    let limit = bound(s.limit_count.as_deref())?;
+    let offset = match bound(s.limit_offset.as_deref())? {
+        Bound::None => 0,
+        Bound::Const(n) => n,
+        Bound::Param(_) => return refuse("OFFSET given as a parameter"),
+    };
+    let mut edits = vec![rel_edit];
+    let shape = if aggs.is_empty() {
+        // Each shard returns up to LIMIT+OFFSET rows and skips none.
+        if let (Some(off), true) = (s.limit_offset.as_deref(), offset > 0) {
+            edits.push(Edit::number(text, const_location(off), "0".into())?);
+            match (limit, s.limit_count.as_deref()) {
+                (Bound::Const(n), Some(lc)) => {
+                    edits.push(Edit::number(text, const_location(lc), n.saturating_add(offset).to_string())?)
+                }
+                (Bound::None, _) => {}
+                _ => return refuse("LIMIT given as a parameter together with OFFSET"),
+            }
+        }
+        MultiShardShape::Plain
+    } else {
+        MultiShardShape::Aggregate { aggs, names }
+    };
+    if !matches!(shape, MultiShardShape::Plain) && (s.limit_count.is_some() || s.limit_offset.is_some()) {
+        // The shards keep the aggregate's single partial row: take LIMIT/OFFSET out of
+        // their query's effect by applying them only on the coordinator.
+        if offset > 0 || matches!(limit, Bound::Const(0) | Bound::Param(_)) {
+            return refuse("LIMIT 0 / OFFSET on aggregates");
+        }
+    }
+    Ok(Plan::MultiShard(Arc::new(MultiShardPlan {
+        template: ShardSqlTemplate::new(text, &table, edits),
+        table,
+        shape,
+        limit,
+        offset,
+        functions,
+    })))
+}
+
+fn agg_name(k: AggKind) -> &'static str {
+    match k {
+        AggKind::Count => "count",
+        AggKind::Sum => "sum",
+        AggKind::Min => "min",
+        AggKind::Max => "max",
+    }
+}
+
+fn const_location(n: &protobuf::Node) -> usize {
+    match n.node.as_ref() {
+        Some(N::AConst(c)) => c.location.max(0) as usize,
+        _ => 0,
+    }
+}
+
+fn bound(n: Option<&protobuf::Node>) -> PgResult<Bound> {
+    let Some(n) = n else { return Ok(Bound::None) };
+    match n.node.as_ref() {
+        Some(N::AConst(c)) if c.isnull => Ok(Bound::None),
+        Some(N::AConst(c)) => match c.val.as_ref() {
+            Some(Val::Ival(i)) if i.ival >= 0 => Ok(Bound::Const(i.ival as i64)),
+            Some(Val::Fval(f)) => f
+                .fval
+                .parse::<i64>()
+                .ok()
+                .filter(|v| *v >= 0)
+                .map(Bound::Const)
+                .ok_or_else(|| PgError::not_supported("LIMIT/OFFSET must be a non-negative integer here")),
+            _ => Err(PgError::not_supported("LIMIT/OFFSET must be a non-negative integer here")),
+        },
+        Some(N::ParamRef(p)) if p.number >= 1 => Ok(Bound::Param(p.number as usize - 1)),
+        _ => Err(PgError::not_supported("pgshard supports only constant LIMIT/OFFSET across shards")),
+    }
+}
+
+/// `Some(Ok(kind))` for an aggregate pgshard combines, `Some(Err)` for one it
+/// cannot, `None` for anything that is not an aggregate call at the top.
+fn aggregate_of(val: &protobuf::Node) -> Option<Result<AggKind, &'static str>> {
+    let Some(N::FuncCall(fc)) = val.node.as_ref() else { return None };
+    let name = func_name(fc)?;
+    let kind = match name.as_str() {
+        "count" => AggKind::Count,
+        "sum" => AggKind::Sum,
+        "min" => AggKind::Min,
+        "max" => AggKind::Max,
+        _ => return None,
+    };
+    if fc.over.is_some() {
+        return Some(Err("window functions"));
+    }
+    if fc.agg_distinct || fc.agg_filter.is_some() || !fc.agg_order.is_empty() || fc.agg_within_group {
+        return Some(Err("DISTINCT, FILTER or ORDER BY inside aggregates"));
+    }
+    let arity_ok = if kind == AggKind::Count { fc.agg_star || fc.args.len() == 1 } else { fc.args.len() == 1 };
+    if !arity_ok {
+        return Some(Err("this aggregate call"));
+    }
+    if fc.args.iter().any(|a| contains_aggregate(a)) {
+        return Some(Err("nested aggregates"));
+    }
+    Some(Ok(kind))
+}
+
+const KNOWN_AGGREGATES: &[&str] = &[
+    "count", "sum", "min", "max", "avg", "array_agg", "string_agg", "bool_and", "bool_or", "every", "stddev",
+    "stddev_pop", "stddev_samp", "variance", "var_pop", "var_samp", "bit_and", "bit_or", "bit_xor", "json_agg",
+    "jsonb_agg", "json_object_agg", "jsonb_object_agg", "xmlagg", "corr", "covar_pop", "covar_samp", "regr_count",
+    "percentile_cont", "percentile_disc", "mode", "rank", "dense_rank", "row_number", "range_agg",
+];
+
+fn contains_aggregate(n: &protobuf::Node) -> bool {
+    let mut fns = Vec::new();
+    !plain_expression(n, &mut fns) || fns.iter().any(|f| KNOWN_AGGREGATES.contains(&f.as_str()))
+}
+
+/// Whether an expression is safe to compute row by row on each shard. Function names
+/// are collected so the executor can rule out user-defined aggregates.
+fn plain_expression(n: &protobuf::Node, functions: &mut Vec<String>) -> bool {
+    let Some(node) = n.node.as_ref() else { return true };
+    let all = |nodes: &[protobuf::Node], f: &mut Vec<String>| nodes.iter().all(|x| plain_expression(x, f));
+    let opt = |x: &Option<Box<protobuf::Node>>, f: &mut Vec<String>| x.as_deref().map_or(true, |x| plain_expression(x, f));
+    match node {
+        N::ColumnRef(_) | N::AConst(_) | N::ParamRef(_) | N::SqlvalueFunction(_) | N::AStar(_) | N::String(_) => true,
+        N::AExpr(e) => opt(&e.lexpr, functions) && opt(&e.rexpr, functions),
+        N::BoolExpr(b) => all(&b.args, functions),
+        N::TypeCast(t) => opt(&t.arg, functions),
+        N::CollateClause(c) => opt(&c.arg, functions),
+        N::NullTest(t) => opt(&t.arg, functions),
+        N::BooleanTest(t) => opt(&t.arg, functions),
+        N::CoalesceExpr(c) => all(&c.args, functions),
+        N::MinMaxExpr(m) => all(&m.args, functions),
+        N::List(l) => all(&l.items, functions),
+        N::AArrayExpr(a) => all(&a.elements, functions),
+        N::RowExpr(r) => all(&r.args, functions),
+        N::AIndirection(i) => opt(&i.arg, functions) && all(&i.indirection, functions),
+        N::AIndices(i) => opt(&i.lidx, functions) && opt(&i.uidx, functions),
+        N::CaseExpr(c) => opt(&c.arg, functions) && all(&c.args, functions) && opt(&c.defresult, functions),
+        N::CaseWhen(w) => opt(&w.expr, functions) && opt(&w.result, functions),
+        N::FuncCall(fc) => {
+            if fc.over.is_some() || fc.agg_star || fc.agg_distinct || fc.agg_filter.is_some() || !fc.agg_order.is_empty() {
+                return false;
+            }
+            match func_name(fc) {
+                Some(name) if !KNOWN_AGGREGATES.contains(&name.as_str()) => {
+                    functions.push(name);
+                    all(&fc.args, functions)
+                }
+                _ => false,
+            }
+        }
+        _ => false,
+    }
+}

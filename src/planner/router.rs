@@ -1,0 +1,168 @@
+//! Router planning: statements on one distributed table whose distribution column is
+//! fixed to one value run whole on the one shard that holds it.
+
+use super::distvalue::{find_equality, value_source, ValueSource};
+use super::multishard;
+use super::template::{Edit, ShardSqlTemplate};
+use super::Plan;
+use crate::catalog::{DistTable, PartitionMethod};
+use crate::error::{sqlstate, PgError, PgResult};
+use crate::sql::parse::RelRef;
+use pg_query::protobuf::node::Node as N;
+use std::sync::Arc;
+
+/// The distribution value of one row of an INSERT.
+pub type InsertRow = ValueSource;
+
+#[derive(Debug)]
+pub struct RouterPlan {
+    pub table: Arc<DistTable>,
+    pub template: ShardSqlTemplate,
+    /// Where the shard comes from: one value (SELECT/UPDATE/DELETE) or one per
+    /// inserted row, all of which must land on the same shard.
+    pub values: Vec<ValueSource>,
+    pub is_insert: bool,
+    /// Whether the statement only reads (routing inside a transaction does not need 2PC).
+    pub read_only: bool,
+}
+
+fn unsupported(msg: String) -> PgResult<Plan> {
+    Ok(Plan::Unsupported(PgError::not_supported(msg)))
+}
+
+pub fn plan_dml(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> PgResult<Plan> {
+    if table.method == PartitionMethod::Reference {
+        return unsupported(format!("pgshard does not support queries on the reference table \"{}\" yet", table.name));
+    }
+    let Some(col) = table.dist_column.clone() else {
+        return unsupported(format!("table \"{}\" has no distribution column", table.name));
+    };
+    let alias = rel.alias.clone();
+    let tname = table.name.clone();
+    let names_table = move |q: &str| match &alias {
+        Some(a) => q == a,
+        None => q == tname,
+    };
+    let edit = Edit::relation(text, rel)?;
+    match node {
+        N::SelectStmt(s) => {
+            if s.with_clause.is_some() {
+                return unsupported("pgshard does not support WITH queries on distributed tables yet".into());
+            }
+            match find_equality(s.where_clause.as_deref(), &col, &names_table) {
+                Some(v) if s.op == pg_query::protobuf::SetOperation::SetopNone as i32 => Ok(Plan::Router(Arc::new(RouterPlan {
+                    template: ShardSqlTemplate::new(text, &table, vec![edit]),
+                    table,
+                    values: vec![v],
+                    is_insert: false,
+                    read_only: s.locking_clause.is_empty() && s.into_clause.is_none(),
+                }))),
+                _ => multishard::plan_select(s, text, edit, table),
+            }
+        }
+        N::UpdateStmt(u) => {
+            if u.with_clause.is_some() || !u.from_clause.is_empty() {
+                return unsupported("pgshard does not support UPDATE with WITH or FROM on distributed tables yet".into());
+            }
+            for t in &u.target_list {
+                if let Some(N::ResTarget(rt)) = t.node.as_ref() {
+                    if rt.name == col.name {
+                        return Ok(Plan::Unsupported(PgError::new(
+                            sqlstate::FEATURE_NOT_SUPPORTED,
+                            format!("modifying the partition value of rows is not allowed (column \"{}\")", col.name),
+                        )));
+                    }
+                }
+            }
+            match find_equality(u.where_clause.as_deref(), &col, &names_table) {
+                Some(v) => Ok(routed(text, table, edit, v)),
+                None => unsupported(format!(
+                    "pgshard does not support UPDATE of the distributed table \"{}\" without a condition fixing \"{}\" to one value yet",
+                    table.name, col.name
+                )),
+            }
+        }
+        N::DeleteStmt(d) => {
+            if d.with_clause.is_some() || !d.using_clause.is_empty() {
+                return unsupported("pgshard does not support DELETE with WITH or USING on distributed tables yet".into());
+            }
+            match find_equality(d.where_clause.as_deref(), &col, &names_table) {
+                Some(v) => Ok(routed(text, table, edit, v)),
+                None => unsupported(format!(
+                    "pgshard does not support DELETE from the distributed table \"{}\" without a condition fixing \"{}\" to one value yet",
+                    table.name, col.name
+                )),
+            }
+        }
+        N::InsertStmt(i) => plan_insert(i, text, table, edit),
+        _ => unsupported("pgshard does not support this statement on distributed tables yet".into()),
+    }
+}
+
+fn routed(text: &str, table: Arc<DistTable>, edit: Edit, v: ValueSource) -> Plan {
+    Plan::Router(Arc::new(RouterPlan {
+        template: ShardSqlTemplate::new(text, &table, vec![edit]),
+        table,
+        values: vec![v],
+        is_insert: false,
+        read_only: false,
+    }))
+}
+
+fn plan_insert(i: &pg_query::protobuf::InsertStmt, text: &str, table: Arc<DistTable>, edit: Edit) -> PgResult<Plan> {
+    let col = table.dist_column.clone().expect("hash table has a column");
+    if i.with_clause.is_some() {
+        return unsupported("pgshard does not support INSERT with WITH on distributed tables yet".into());
+    }
+    // Position of the distribution column among the inserted columns.
+    let position = if i.cols.is_empty() {
+        table.columns.iter().position(|c| *c == col.name)
+    } else {
+        i.cols.iter().position(|c| matches!(c.node.as_ref(), Some(N::ResTarget(rt)) if rt.name == col.name))
+    };
+    let no_value = || {
+        Ok(Plan::Unsupported(PgError::new(
+            sqlstate::NOT_NULL_VIOLATION,
+            format!("cannot perform an INSERT without a partition column value (column \"{}\")", col.name),
+        )))
+    };
+    let Some(select) = i.select_stmt.as_deref().and_then(|s| s.node.as_ref()) else { return no_value() };
+    let N::SelectStmt(sel) = select else { return unsupported("pgshard does not support this INSERT form yet".into()) };
+    if sel.values_lists.is_empty() {
+        return unsupported(format!(
+            "pgshard does not support INSERT ... SELECT into the distributed table \"{}\" yet",
+            table.name
+        ));
+    }
+    let Some(position) = position else { return no_value() };
+    let mut values = Vec::with_capacity(sel.values_lists.len());
+    for row in &sel.values_lists {
+        let Some(N::List(items)) = row.node.as_ref() else { return unsupported("unexpected VALUES shape".into()) };
+        let Some(item) = items.items.get(position) else { return no_value() };
+        if matches!(item.node.as_ref(), Some(N::SetToDefault(_))) {
+            return no_value();
+        }
+        match value_source(item, &col) {
+            Some(ValueSource::Null) => {
+                return Ok(Plan::Unsupported(PgError::new(
+                    sqlstate::NOT_NULL_VIOLATION,
+                    format!("cannot perform an INSERT with NULL in the partition column \"{}\"", col.name),
+                )))
+            }
+            Some(v) => values.push(v),
+            None => {
+                return unsupported(format!(
+                    "pgshard routes INSERT only when \"{}\" is a constant or a parameter",
+                    col.name
+                ))
+            }
+        }
+    }
+    Ok(Plan::Router(Arc::new(RouterPlan {
+        template: ShardSqlTemplate::new(text, &table, vec![edit]),
+        table,
+        values,
+        is_insert: true,
+        read_only: false,
+    })))
+}

@@ -1,0 +1,278 @@
+//! Parsing with PostgreSQL's own grammar (libpg_query) and the facts pgshard needs
+//! from a statement: its text, its tree, and every table it names.
+
+use crate::error::{sqlstate, PgError, PgResult};
+use pg_query::protobuf::{self, node::Node as N, RawStmt};
+use pg_query::NodeRef;
+
+/// One statement of a query string.
+#[derive(Debug, Clone)]
+pub struct Statement {
+    /// The statement's own text (a slice of the query string).
+    pub text: String,
+    /// The parse tree; `None` for an empty statement.
+    pub node: Option<N>,
+}
+
+/// A table named in a statement, with where its name stands in the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelRef {
+    pub schema: Option<String>,
+    pub name: String,
+    /// Byte offset of the (possibly qualified) name in the statement text.
+    pub location: usize,
+    pub alias: Option<String>,
+}
+
+/// Splits and parses a query string. A syntax error carries PostgreSQL's message.
+pub fn parse(sql: &str) -> PgResult<Vec<Statement>> {
+    let result = pg_query::parse(sql, 0).map_err(|e| syntax_error(&e))?;
+    let mut out = Vec::with_capacity(result.protobuf.stmts.len());
+    for raw in result.protobuf.stmts {
+        out.push(statement_of(sql, raw));
+    }
+    if out.is_empty() {
+        out.push(Statement { text: String::new(), node: None });
+    }
+    Ok(out)
+}
+
+fn statement_of(sql: &str, raw: RawStmt) -> Statement {
+    let start = raw.stmt_location.max(0) as usize;
+    let end = if raw.stmt_len == 0 { sql.len() } else { (start + raw.stmt_len as usize).min(sql.len()) };
+    let text = sql.get(start..end).unwrap_or(sql).trim_start_matches(';').to_string();
+    // Locations in the tree are relative to the whole string: re-parse the slice alone
+    // when the string held several statements, so locations match `text`.
+    let node = raw.stmt.and_then(|n| n.node);
+    if start == 0 && text.len() == sql.len() {
+        return Statement { text, node };
+    }
+    match pg_query::parse(&text, 0) {
+        Ok(r) => {
+            let node = r.protobuf.stmts.into_iter().next().and_then(|s| s.stmt).and_then(|n| n.node);
+            Statement { text, node }
+        }
+        Err(_) => Statement { text, node },
+    }
+}
+
+fn syntax_error(e: &pg_query::Error) -> PgError {
+    let msg = match e {
+        pg_query::Error::Parse(m) => m.clone(),
+        other => other.to_string(),
+    };
+    PgError::new(sqlstate::SYNTAX_ERROR, msg)
+}
+
+/// Every table reference in a statement. The fast walker of pg_query covers the
+/// common statement shapes; when the text mentions one of `watched` (the distributed
+/// tables' names) more often than that walker found it, the full serialised tree is
+/// searched instead, so no reference to a distributed table is missed.
+pub fn relations<'a>(stmt: &Statement, watched: impl Iterator<Item = &'a str>) -> Vec<RelRef> {
+    let Some(node) = &stmt.node else { return Vec::new() };
+    let fast = fast_relations(node);
+    for name in watched {
+        let mentioned = count_mentions(&stmt.text, name);
+        if mentioned > 0 && mentioned > fast.iter().filter(|r| r.name.eq_ignore_ascii_case(name)).count() {
+            return full_relations(node);
+        }
+    }
+    fast
+}
+
+fn fast_relations(node: &N) -> Vec<RelRef> {
+    let mut out = Vec::new();
+    for (n, _, _, _) in node.nodes() {
+        if let NodeRef::RangeVar(rv) = n {
+            out.push(rel_ref(rv));
+        }
+    }
+    out
+}
+
+fn rel_ref(rv: &protobuf::RangeVar) -> RelRef {
+    RelRef {
+        schema: if rv.schemaname.is_empty() { None } else { Some(rv.schemaname.clone()) },
+        name: rv.relname.clone(),
+        location: rv.location.max(0) as usize,
+        alias: rv.alias.as_ref().map(|a| a.aliasname.clone()),
+    }
+}
+
+/// Walks the whole tree through its serde form, finding every RangeVar-shaped object.
+pub fn full_relations(node: &N) -> Vec<RelRef> {
+    let value = serde_json::to_value(node).unwrap_or(serde_json::Value::Null);
+    let mut out = Vec::new();
+    walk_json(&value, &mut out);
+    out.sort_by_key(|r| r.location);
+    out
+}
+
+fn walk_json(v: &serde_json::Value, out: &mut Vec<RelRef>) {
+    match v {
+        serde_json::Value::Object(map) => {
+            if map.contains_key("relname") && map.contains_key("relpersistence") {
+                let s = |k: &str| map.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
+                let schema = s("schemaname");
+                let alias = map
+                    .get("alias")
+                    .and_then(|a| a.get("aliasname"))
+                    .and_then(|a| a.as_str())
+                    .map(str::to_string);
+                out.push(RelRef {
+                    schema: if schema.is_empty() { None } else { Some(schema) },
+                    name: s("relname"),
+                    location: map.get("location").and_then(|l| l.as_i64()).unwrap_or(0).max(0) as usize,
+                    alias,
+                });
+            }
+            for child in map.values() {
+                walk_json(child, out);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|i| walk_json(i, out)),
+        _ => {}
+    }
+}
+
+/// How often `name` occurs in `text` as a whole identifier, ignoring case.
+pub fn count_mentions(text: &str, name: &str) -> usize {
+    if name.is_empty() {
+        return 0;
+    }
+    let hay = text.as_bytes();
+    let needle = name.as_bytes();
+    let is_ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80;
+    let mut count = 0;
+    let mut i = 0;
+    while i + needle.len() <= hay.len() {
+        if hay[i..i + needle.len()].eq_ignore_ascii_case(needle)
+            && (i == 0 || !is_ident(hay[i - 1]))
+            && hay.get(i + needle.len()).map_or(true, |&b| !is_ident(b))
+        {
+            count += 1;
+            i += needle.len();
+        } else {
+            i += 1;
+        }
+    }
+    count
+}
+
+/// The byte span of the (possibly qualified, possibly quoted) name at `at`.
+pub fn qualified_name_span(text: &str, at: usize) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    let mut i = at;
+    loop {
+        i = ident_end(b, i)?;
+        let mut j = i;
+        while j < b.len() && b[j].is_ascii_whitespace() {
+            j += 1;
+        }
+        if j < b.len() && b[j] == b'.' {
+            j += 1;
+            while j < b.len() && b[j].is_ascii_whitespace() {
+                j += 1;
+            }
+            i = j;
+        } else {
+            return Some((at, i));
+        }
+    }
+}
+
+fn ident_end(b: &[u8], start: usize) -> Option<usize> {
+    let first = *b.get(start)?;
+    if first == b'"' {
+        let mut i = start + 1;
+        while i < b.len() {
+            if b[i] == b'"' {
+                if b.get(i + 1) == Some(&b'"') {
+                    i += 2;
+                    continue;
+                }
+                return Some(i + 1);
+            }
+            i += 1;
+        }
+        None
+    } else if first.is_ascii_alphabetic() || first == b'_' || first >= 0x80 {
+        let mut i = start + 1;
+        while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b'$' || b[i] >= 0x80) {
+            i += 1;
+        }
+        Some(i)
+    } else {
+        None
+    }
+}
+
+/// The end of a numeric constant token starting at `at`.
+pub fn number_span(text: &str, at: usize) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    let mut i = at;
+    while i < b.len() && (b[i].is_ascii_digit() || b[i] == b'_') {
+        i += 1;
+    }
+    if i == at {
+        None
+    } else {
+        Some((at, i))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rels(sql: &str) -> Vec<RelRef> {
+        let s = parse(sql).unwrap().remove(0);
+        relations(&s, ["pgbench_accounts", "t", "T"].into_iter())
+    }
+
+    #[test]
+    fn finds_tables_and_their_text_positions() {
+        let sql = "SELECT abalance FROM pgbench_accounts WHERE aid = $1";
+        let r = rels(sql);
+        assert_eq!(r.len(), 1);
+        assert_eq!(&sql[r[0].location..r[0].location + 16], "pgbench_accounts");
+        let sql = "update public.\"T\" x set a = 1";
+        let r = rels(sql);
+        assert_eq!(r[0].schema.as_deref(), Some("public"));
+        assert_eq!(r[0].name, "T");
+        assert_eq!(r[0].alias.as_deref(), Some("x"));
+        let (s, e) = qualified_name_span(sql, r[0].location).unwrap();
+        assert_eq!(&sql[s..e], "public.\"T\"");
+        let sql = "delete from only t where k = 1";
+        let r = rels(sql);
+        assert_eq!(&sql[r[0].location..r[0].location + 1], "t");
+    }
+
+    #[test]
+    fn full_walk_finds_tables_the_fast_walker_may_skip() {
+        let s = parse("create view v as select * from t join u using (k)").unwrap().remove(0);
+        let names: Vec<String> = full_relations(s.node.as_ref().unwrap()).into_iter().map(|r| r.name).collect();
+        assert!(names.contains(&"t".to_string()) && names.contains(&"u".to_string()) && names.contains(&"v".to_string()));
+    }
+
+    #[test]
+    fn splits_statements_with_their_own_locations() {
+        let stmts = parse("select 1; update t set a = 2 where k = 3;").unwrap();
+        assert_eq!(stmts.len(), 2);
+        assert_eq!(stmts[1].text.trim(), "update t set a = 2 where k = 3");
+        let r = relations(&stmts[1], ["t"].into_iter());
+        assert_eq!(&stmts[1].text[r[0].location..r[0].location + 1], "t");
+    }
+
+    #[test]
+    fn mentions_are_whole_identifiers() {
+        assert_eq!(count_mentions("select * from t_1 join t on x.t = 1", "t"), 2);
+        assert_eq!(count_mentions("pgbench_accounts_pkey", "pgbench_accounts"), 0);
+        assert_eq!(count_mentions("FROM \"Test\"", "test"), 1);
+    }
+
+    #[test]
+    fn syntax_errors_have_sqlstate() {
+        assert_eq!(parse("selec 1").unwrap_err().code, "42601");
+    }
+}
