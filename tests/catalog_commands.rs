@@ -25,22 +25,23 @@ struct Mini {
 fn mini() -> &'static Mini {
     static MINI: OnceLock<Mini> = OnceLock::new();
     MINI.get_or_init(|| {
-        let dir = run_dir().join("mini");
-        std::fs::create_dir_all(&dir).unwrap();
-        node::check_reachable(&dir).unwrap();
-        node::server_dir(&dir.join("logs"), 0o755).unwrap();
-        let socket_dir = node::socket_dir_for(&dir);
-        node::server_dir(&socket_dir, 0o755).unwrap();
         let password = node::random_password();
         let base = alloc_ports(3);
         for (i, name) in ["coordinator", "worker1", "worker2"].iter().enumerate() {
+            // One directory per server: teardown empties a node's parent directory.
+            let dir = run_dir().join(format!("mini-{name}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            node::check_reachable(&dir).unwrap();
+            node::server_dir(&dir.join("logs"), 0o755).unwrap();
+            let socket_dir = node::socket_dir_for(&dir);
+            node::server_dir(&socket_dir, 0o755).unwrap();
             let n = Node {
                 name: name.to_string(),
-                data_dir: dir.join(name),
+                data_dir: dir.join("data"),
                 listen_host: "127.0.0.1".into(),
                 port: base + i as u16,
-                socket_dir: socket_dir.clone(),
-                log_file: dir.join("logs").join(format!("{name}.log")),
+                socket_dir,
+                log_file: dir.join("logs").join("postgres.log"),
             };
             teardown_at_exit(Teardown::Node(n.clone()));
             n.create(&password, Settings { fast: true })
@@ -821,4 +822,66 @@ async fn catalog_and_distribution_end_to_end() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(other_process.snapshot().version, version);
+}
+
+/// Timing of the local-data copy on a pgbench_accounts-like table (run by hand:
+/// `PGSHARD_CDT_ROWS=1000000 cargo test --release --test catalog_commands -- --ignored --nocapture`).
+/// Prints the time of create_distributed_table next to the same copy and index build
+/// done by one PostgreSQL (`CREATE TABLE AS` + primary key) on the coordinator node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn distribute_timing() {
+    let rows: i64 = std::env::var("PGSHARD_CDT_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let m = mini();
+    let cache = CatalogCache::start(config(m)).await.unwrap();
+    for p in m.workers {
+        call(
+            &cache,
+            "citus_add_node",
+            &[Some("127.0.0.1"), Some(&p.to_string())],
+        )
+        .await
+        .unwrap();
+    }
+    let coord = db(m, m.coordinator).await;
+    coord
+        .batch_execute(&format!(
+            "CREATE TABLE acc (aid int NOT NULL, bid int, abalance int, filler char(84)) WITH (fillfactor = 100); \
+             INSERT INTO acc SELECT g, (g - 1) / 100000 + 1, 0, '' FROM generate_series(1, {rows}) g; \
+             ALTER TABLE acc ADD PRIMARY KEY (aid);"
+        ))
+        .await
+        .unwrap();
+    coord.batch_execute("VACUUM ANALYZE acc").await.unwrap();
+    let started = std::time::Instant::now();
+    coord
+        .batch_execute("CREATE TABLE acc_copy AS SELECT * FROM acc; ALTER TABLE acc_copy ADD PRIMARY KEY (aid)")
+        .await
+        .unwrap();
+    let baseline = started.elapsed();
+    coord.batch_execute("DROP TABLE acc_copy").await.unwrap();
+    let settings = CitusSettings {
+        shard_count: 32,
+        shard_replication_factor: 1,
+    };
+    let started = std::time::Instant::now();
+    let (r, notices) = call_with(
+        &cache,
+        &settings,
+        "create_distributed_table",
+        &[Some("acc"), Some("aid")],
+    )
+    .await;
+    r.unwrap();
+    let took = started.elapsed();
+    println!("{notices:?}");
+    println!(
+        "{rows} rows: create_distributed_table {:.2} s ({:.0} rows/s); one PostgreSQL copy+pkey {:.2} s",
+        took.as_secs_f64(),
+        rows as f64 / took.as_secs_f64(),
+        baseline.as_secs_f64()
+    );
 }

@@ -14,8 +14,9 @@ fn postmaster_pid(data_dir: &Path) -> u32 {
     text.lines().next().unwrap().trim().parse().unwrap()
 }
 
+/// Zombies count as dead: init reaps a killed server only after a moment.
 fn alive(pid: u32) -> bool {
-    unsafe { libc::kill(pid as i32, 0) == 0 }
+    pgshard::cluster::node::process_exists(pid)
 }
 
 fn status(dir: &str) -> String {
@@ -105,8 +106,20 @@ fn cluster_up_restart_and_down() {
     assert_eq!(parts.len(), 4, "pgshard + coordinator + 2 workers:\n{st}");
     assert!(parts.iter().all(|(_, up)| *up), "all up:\n{st}");
 
-    // TODO(lead): once pgshard serves queries, also assert here that psql through
-    // PGPORT=<pgshard port> works and that pg_dist_node lists both workers.
+    // Through pgshard: `up` registered both workers.
+    let nodes = psql(
+        &info.pg_env(),
+        &[
+            "-c",
+            "select nodename, nodeport from pg_dist_node order by nodeport",
+        ],
+    );
+    let want: Vec<String> = info
+        .worker_ports
+        .iter()
+        .map(|p| format!("127.0.0.1|{p}"))
+        .collect();
+    assert_eq!(nodes, want.join("\n"));
 
     // kill -9 one worker's postmaster; a second `up` restarts only it.
     let before_coord = postmaster_pid(&coordinator);
@@ -172,7 +185,9 @@ async fn harness_shared_cluster_and_plain_postgres() {
             .unwrap();
         assert_eq!(row.get::<_, i32>(0), port as i32);
     }
-    // TODO(lead): `c.client().await` (through pgshard) once pgshard serves queries.
+    let through = c.client().await;
+    let row = through.query_one("select 40 + 2", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0), 42);
 
     let plain = common::plain_postgres();
     let client = plain.client().await;

@@ -36,9 +36,9 @@ fn load_sql() -> String {
   FROM pg_catalog.pg_dist_node
   WHERE noderole = 'primary' AND isactive AND groupid <> 0)::text,
  (SELECT coalesce(json_agg(json_build_object(
-     'relid', p.logicalrelid::oid, 'schema', n.nspname, 'name', c.relname,
+     'relid', p.logicalrelid::oid::int8, 'schema', n.nspname, 'name', c.relname,
      'method', p.partmethod::text, 'partkey', p.partkey, 'colocation_id', p.colocationid,
-     'attnum', a.attnum, 'type_oid', {base_type}, 'collation', a.attcollation,
+     'attnum', a.attnum, 'type_oid', ({base_type})::int8, 'collation', a.attcollation::int8,
      'columns', ARRAY(SELECT x.attname::text FROM pg_catalog.pg_attribute x
                       WHERE x.attrelid = p.logicalrelid AND x.attnum > 0 AND NOT x.attisdropped
                       ORDER BY x.attnum))), '[]')
@@ -48,7 +48,7 @@ fn load_sql() -> String {
   LEFT JOIN pg_catalog.pg_attribute a ON p.partmethod = 'h' AND a.attrelid = p.logicalrelid
        AND a.attname = p.partkey AND a.attnum > 0 AND NOT a.attisdropped)::text,
  (SELECT coalesce(json_agg(json_build_object(
-     'relid', s.logicalrelid::oid, 'shard_id', s.shardid,
+     'relid', s.logicalrelid::oid::int8, 'shard_id', s.shardid,
      'min', s.shardminvalue, 'max', s.shardmaxvalue,
      'groups', (SELECT coalesce(json_agg(pl.groupid ORDER BY pl.placementid), '[]')
                 FROM pg_catalog.pg_dist_placement pl

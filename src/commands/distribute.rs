@@ -488,7 +488,7 @@ async fn read_nodes(coord: &Client) -> Result<Vec<NodeInfo>, PgError> {
     let rows = coord
         .query(
             "SELECT groupid, nodename, nodeport, shouldhaveshards FROM pg_catalog.pg_dist_node \
-             WHERE isactive AND noderole = 'primary' AND groupid <> 0 ORDER BY nodename, nodeport",
+             WHERE isactive AND noderole = 'primary' AND groupid <> 0 ORDER BY nodename COLLATE \"C\", nodeport",
             &[],
         )
         .await

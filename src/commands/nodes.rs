@@ -181,7 +181,7 @@ pub(crate) async fn active_worker_nodes(cache: &CatalogCache) -> Result<UtilityR
     let rows = client
         .query(
             "SELECT nodename, nodeport::int8 FROM pg_catalog.pg_dist_node \
-             WHERE isactive AND noderole = 'primary' AND groupid <> 0 ORDER BY nodename, nodeport",
+             WHERE isactive AND noderole = 'primary' AND groupid <> 0 ORDER BY nodename COLLATE \"C\", nodeport",
             &[],
         )
         .await

@@ -26,6 +26,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
+use crate::frontend::server::ClientReader;
 
 /// Flush results to the client once this much is buffered.
 const CLIENT_FLUSH_AT: usize = 64 * 1024;
@@ -97,6 +98,7 @@ struct Held {
 pub struct Session {
     shared: Arc<Shared>,
     client: OwnedWriteHalf,
+    pub reader: ClientReader,
     pub out: BytesMut,
     /// SET statements replayed on every backend connection this session uses.
     settings: Vec<String>,
@@ -126,7 +128,7 @@ fn fingerprint(settings: &[String]) -> u64 {
 }
 
 impl Session {
-    pub fn new(shared: Arc<Shared>, client: OwnedWriteHalf, startup: &[(String, String)], running: RunningBackends) -> Session {
+    pub fn new(shared: Arc<Shared>, client: OwnedWriteHalf, reader: ClientReader, startup: &[(String, String)], running: RunningBackends) -> Session {
         let mut settings = Vec::new();
         for (k, v) in startup {
             if matches!(k.as_str(), "user" | "database" | "options" | "replication" | "application_name") {
@@ -138,6 +140,7 @@ impl Session {
         Session {
             shared,
             client,
+            reader,
             out: BytesMut::with_capacity(16 * 1024),
             settings_fp: fingerprint(&settings),
             settings,
@@ -926,13 +929,11 @@ impl Session {
                     }
                     err = Some(PgError::from_server_fields(f.body));
                 }
-                b'G' | b'H' => {
-                    // COPY through pgshard is not wired yet: end it cleanly.
-                    let h = &mut self.held[idx];
-                    if f.tag == b'G' {
-                        msg::write_raw(&mut h.conn.wbuf, b'f', b"COPY FROM STDIN is not supported through pgshard yet\0");
-                        h.conn.flush().await?;
-                    }
+                b'G' if forward => {
+                    // COPY FROM STDIN: the client's data streams through to this backend.
+                    msg::write_raw(&mut self.out, f.tag, &f.body);
+                    self.flush_client().await?;
+                    self.relay_copy_in(idx).await?;
                 }
                 _ if forward => {
                     msg::write_raw(&mut self.out, f.tag, &f.body);
@@ -950,6 +951,42 @@ impl Session {
             return Err(e);
         }
         Ok(())
+    }
+
+    /// Relays CopyData from the client to a backend until CopyDone or CopyFail.
+    async fn relay_copy_in(&mut self, idx: usize) -> PgResult<()> {
+        loop {
+            let Some(f) = self.reader.frame().await? else {
+                let h = &mut self.held[idx];
+                msg::write_raw(&mut h.conn.wbuf, b'f', b"client connection lost\0");
+                h.conn.flush().await?;
+                return Err(PgError::new(sqlstate::CONNECTION_FAILURE, "client connection lost during COPY"));
+            };
+            let h = &mut self.held[idx];
+            match f.tag {
+                b'd' => {
+                    msg::write_raw(&mut h.conn.wbuf, b'd', &f.body);
+                    if h.conn.wbuf.len() >= CLIENT_FLUSH_AT {
+                        h.conn.flush().await?;
+                    }
+                }
+                b'c' | b'f' => {
+                    msg::write_raw(&mut h.conn.wbuf, f.tag, &f.body);
+                    h.conn.flush().await?;
+                    return Ok(());
+                }
+                b'H' | b'S' => {}
+                other => {
+                    let m = format!("unexpected message type 0x{other:02x} during COPY from stdin");
+                    let mut body = Vec::new();
+                    body.extend_from_slice(m.as_bytes());
+                    body.push(0);
+                    msg::write_raw(&mut h.conn.wbuf, b'f', &body);
+                    h.conn.flush().await?;
+                    return Ok(());
+                }
+            }
+        }
     }
 
     /// SET statements are replayed on every connection the session uses later.
@@ -1014,6 +1051,42 @@ impl Session {
                 Ok(())
             }
             Plan::Utility { name, args } => self.utility(name, args, params, describe, sink).await,
+            Plan::UtilityInline { calls } => {
+                if params.bind.is_some() {
+                    return Err(PgError::not_supported("Citus functions inside expressions are supported in simple queries only"));
+                }
+                let mut text = String::new();
+                let mut at = 0;
+                for c in calls {
+                    let mut one = ResultSink::default();
+                    self.utility(&c.name, &c.args, params, true, &mut one).await?;
+                    let value = one.frames.iter().find(|f| f.tag == b'D').and_then(|f| {
+                        msg::decode_data_row(&f.body).ok().and_then(|v| v.into_iter().next().flatten())
+                    });
+                    let type_oid = one
+                        .frames
+                        .iter()
+                        .find(|f| f.tag == b'T')
+                        .and_then(|f| msg::decode_row_description(&f.body).ok())
+                        .and_then(|f| f.first().map(|x| x.type_oid))
+                        .unwrap_or(25);
+                    let type_name = match type_oid {
+                        20 => "int8",
+                        23 => "int4",
+                        16 => "bool",
+                        _ => "text",
+                    };
+                    text.push_str(&stmt.text[at..c.start]);
+                    match value {
+                        Some(v) => text.push_str(&format!("CAST({} AS {type_name})", quote_literal(&String::from_utf8_lossy(&v)))),
+                        None => text.push_str(&format!("CAST(NULL AS {type_name})")),
+                    }
+                    at = c.end;
+                }
+                text.push_str(&stmt.text[at..]);
+                let coord = self.shared.coordinator.clone();
+                self.simple_on_backend(&coord, &text, false, true).await
+            }
             Plan::MultiShard(m) => self.multi_shard(m, params, formats, describe, sink).await,
             Plan::DropTables { tables } => {
                 if self.txn != TxnState::Idle {

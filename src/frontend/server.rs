@@ -77,13 +77,14 @@ async fn check_workers(catalog: &Arc<CatalogCache>) {
     }
 }
 
-struct ClientReader {
+/// The read half of a client connection and what has arrived but is not handled yet.
+pub struct ClientReader {
     rd: OwnedReadHalf,
-    buf: BytesMut,
+    pub buf: BytesMut,
 }
 
 impl ClientReader {
-    async fn fill(&mut self) -> PgResult<bool> {
+    pub async fn fill(&mut self) -> PgResult<bool> {
         self.buf.reserve(8192);
         match self.rd.read_buf(&mut self.buf).await {
             Ok(0) => Ok(false),
@@ -92,7 +93,8 @@ impl ClientReader {
         }
     }
 
-    async fn frame(&mut self) -> PgResult<Option<msg::Frame>> {
+    /// The next complete message, or None at end of stream.
+    pub async fn frame(&mut self) -> PgResult<Option<msg::Frame>> {
         loop {
             if let Some(f) = msg::decode_frame(&mut self.buf, MAX_MESSAGE_LEN)? {
                 return Ok(Some(f));
@@ -181,16 +183,16 @@ async fn handle_client(shared: Arc<Shared>, stream: TcpStream) -> PgResult<()> {
     msg::write_ready_for_query(&mut out, b'I');
     send(&mut wr, &mut out).await?;
     let running = shared.cancel_keys.lock().unwrap().get(&(pid, key)).cloned().unwrap();
-    let mut session = Session::new(shared.clone(), wr, &params, running);
-    let result = client_loop(&mut session, &mut reader).await;
+    let mut session = Session::new(shared.clone(), wr, reader, &params, running);
+    let result = client_loop(&mut session).await;
     session.close();
     shared.cancel_keys.lock().unwrap().remove(&(pid, key));
     result
 }
 
-async fn client_loop(session: &mut Session, reader: &mut ClientReader) -> PgResult<()> {
+async fn client_loop(session: &mut Session) -> PgResult<()> {
     loop {
-        let frame = match reader.frame().await {
+        let frame = match session.reader.frame().await {
             Ok(Some(f)) => f,
             Ok(None) => return Ok(()),
             Err(e) => {
@@ -203,7 +205,7 @@ async fn client_loop(session: &mut Session, reader: &mut ClientReader) -> PgResu
             return Ok(());
         }
         // Answers go out once every message already received is handled.
-        if reader.buf.len() < 5 {
+        if session.reader.buf.len() < 5 {
             session.flush_client().await?;
         }
     }

@@ -21,6 +21,9 @@ pub use multishard::{AggKind, MultiShardPlan, MultiShardShape};
 pub use router::{InsertRow, RouterPlan};
 pub use template::ShardSqlTemplate;
 
+#[cfg(test)]
+mod tests;
+
 /// Transaction control statements pgshard handles itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TxnCommand {
@@ -39,6 +42,15 @@ pub enum UtilityArg {
     Param(usize),
 }
 
+/// A Citus function call standing at `text[start..end]`.
+#[derive(Debug, Clone)]
+pub struct InlineCall {
+    pub start: usize,
+    pub end: usize,
+    pub name: String,
+    pub args: Vec<(Option<String>, UtilityArg)>,
+}
+
 #[derive(Debug, Clone)]
 pub enum Plan {
     /// Runs on the coordinator node as written.
@@ -50,6 +62,10 @@ pub enum Plan {
     ShowCitus { name: String },
     /// A Citus function call: positional args (named ones placed by the executor).
     Utility { name: String, args: Vec<(Option<String>, UtilityArg)> },
+    /// Citus functions called inside a larger expression (`pg_size_pretty(citus_table_size('t'))`):
+    /// each is computed first and its value put in its place, then the statement runs
+    /// on the coordinator node.
+    UtilityInline { calls: Vec<InlineCall> },
     Router(Arc<RouterPlan>),
     MultiShard(Arc<MultiShardPlan>),
     /// DROP TABLE naming distributed tables.
@@ -90,13 +106,31 @@ pub fn plan(stmt: &Statement, catalog: &Catalog, is_utility_function: &dyn Fn(&s
         }
         _ => {}
     }
+    if let Some(p) = inline_utility_calls(node, &stmt.text, is_utility_function) {
+        return Ok(p);
+    }
     if catalog.is_empty() {
         return Ok(Plan::Local);
+    }
+    if let N::DropStmt(d) = node {
+        if d.remove_type == protobuf::ObjectType::ObjectTable as i32 {
+            return Ok(plan_drop_tables(d, catalog));
+        }
     }
     let rels = relations(stmt, catalog.tables_by_name.keys().map(String::as_str));
     let dist: Vec<(&RelRef, Arc<DistTable>)> =
         rels.iter().filter_map(|r| catalog.resolve(r.schema.as_deref(), &r.name).map(|t| (r, t.clone()))).collect();
     if dist.is_empty() {
+        let is_dml = matches!(node, N::SelectStmt(_) | N::InsertStmt(_) | N::UpdateStmt(_) | N::DeleteStmt(_));
+        // Other statements may name tables outside RangeVars (lists of names, function
+        // bodies): one that mentions a distributed table is refused, not run on its shell.
+        if !is_dml {
+            if let Some(name) = catalog.tables_by_name.keys().find(|n| crate::sql::parse::count_mentions(&stmt.text, n) > 0) {
+                return Ok(Plan::Unsupported(PgError::not_supported(format!(
+                    "pgshard does not support this statement when it involves the distributed table \"{name}\" yet"
+                ))));
+            }
+        }
         return Ok(Plan::Local);
     }
     match node {
@@ -110,14 +144,6 @@ pub fn plan(stmt: &Statement, catalog: &Catalog, is_utility_function: &dyn Fn(&s
             let (rel, table) = (dist[0].0, dist[0].1.clone());
             router::plan_dml(node, &stmt.text, rel, table)
         }
-        N::DropStmt(d) if d.remove_type == protobuf::ObjectType::ObjectTable as i32 => {
-            if dist.len() != rels.len() {
-                return Ok(Plan::Unsupported(PgError::not_supported(
-                    "DROP TABLE mixing distributed and local tables is not supported yet: drop them separately",
-                )));
-            }
-            Ok(Plan::DropTables { tables: dedup(dist) })
-        }
         N::TruncateStmt(_) => Ok(propagate(&rels, dist, "TRUNCATE", true)),
         N::VacuumStmt(v) => Ok(propagate(&rels, dist, if v.is_vacuumcmd { "VACUUM" } else { "ANALYZE" }, false)),
         _ => Ok(Plan::Unsupported(PgError::not_supported(format!(
@@ -125,6 +151,43 @@ pub fn plan(stmt: &Statement, catalog: &Catalog, is_utility_function: &dyn Fn(&s
             dist[0].1.name
         )))),
     }
+}
+
+/// DROP TABLE names its tables as lists of strings, not RangeVars.
+fn plan_drop_tables(d: &protobuf::DropStmt, catalog: &Catalog) -> Plan {
+    let mut tables: Vec<Arc<DistTable>> = Vec::new();
+    let mut local = 0;
+    for o in &d.objects {
+        let Some(N::List(l)) = o.node.as_ref() else { continue };
+        let parts: Vec<&str> = l
+            .items
+            .iter()
+            .filter_map(|i| match i.node.as_ref() {
+                Some(N::String(s)) => Some(s.sval.as_str()),
+                _ => None,
+            })
+            .collect();
+        let found = match parts.as_slice() {
+            [name] => catalog.resolve(None, name),
+            [schema, name] => catalog.resolve(Some(schema), name),
+            [_, schema, name] => catalog.resolve(Some(schema), name),
+            _ => None,
+        };
+        match found {
+            Some(t) if !tables.iter().any(|x| x.relid == t.relid) => tables.push(t.clone()),
+            Some(_) => {}
+            None => local += 1,
+        }
+    }
+    if tables.is_empty() {
+        return Plan::Local;
+    }
+    if local > 0 {
+        return Plan::Unsupported(PgError::not_supported(
+            "DROP TABLE mixing distributed and local tables is not supported yet: drop them separately",
+        ));
+    }
+    Plan::DropTables { tables }
 }
 
 fn dedup(dist: Vec<(&RelRef, Arc<DistTable>)>) -> Vec<Arc<DistTable>> {
@@ -175,6 +238,86 @@ pub fn const_text(node: Option<&protobuf::Node>) -> Option<String> {
 }
 
 /// `SELECT citus_function(args)` with nothing else in the statement.
+/// Citus function calls nested in expressions, found only when the text names one.
+fn inline_utility_calls(node: &N, text: &str, is_utility_function: &dyn Fn(&str) -> bool) -> Option<Plan> {
+    let lower = text.to_ascii_lowercase();
+    if !["citus_", "master_", "distribut", "shard", "undistribute"].iter().any(|k| lower.contains(k)) {
+        return None;
+    }
+    let mut calls = Vec::new();
+    for (n, _, _, _) in node.nodes() {
+        let pg_query::NodeRef::FuncCall(fc) = n else { continue };
+        let Some(name) = func_name(fc) else { continue };
+        if !is_utility_function(&name) {
+            continue;
+        }
+        let start = fc.location.max(0) as usize;
+        let Some(end) = call_end(text, start) else {
+            return Some(Plan::Unsupported(PgError::not_supported(format!("pgshard could not read the call of {name}()"))));
+        };
+        let mut args = Vec::new();
+        for a in &fc.args {
+            let (arg_name, value) = match a.node.as_ref() {
+                Some(N::NamedArgExpr(na)) => (Some(na.name.clone()), na.arg.as_deref()),
+                _ => (None, Some(a)),
+            };
+            match const_text(value) {
+                Some(t) => args.push((arg_name, UtilityArg::Const(Some(t)))),
+                None => {
+                    return Some(Plan::Unsupported(PgError::not_supported(format!(
+                        "arguments of {name}() inside an expression must be constants"
+                    ))))
+                }
+            }
+        }
+        calls.push(InlineCall { start, end, name, args });
+    }
+    if calls.is_empty() {
+        return None;
+    }
+    calls.sort_by_key(|c| c.start);
+    if calls.windows(2).any(|w| w[1].start < w[0].end) {
+        return Some(Plan::Unsupported(PgError::not_supported("nested Citus function calls are not supported")));
+    }
+    Some(Plan::UtilityInline { calls })
+}
+
+/// The end of a function call starting at `start`: just after its closing parenthesis,
+/// skipping quoted strings and identifiers.
+fn call_end(text: &str, start: usize) -> Option<usize> {
+    let b = text.as_bytes();
+    let mut i = start;
+    let mut depth = 0usize;
+    while i < b.len() {
+        match b[i] {
+            b'\'' | b'"' => {
+                let q = b[i];
+                i += 1;
+                while i < b.len() {
+                    if b[i] == q {
+                        if b.get(i + 1) == Some(&q) {
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    i += 1;
+                }
+            }
+            b'(' => depth += 1,
+            b')' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
 fn utility_call(s: &protobuf::SelectStmt, is_utility_function: &dyn Fn(&str) -> bool) -> Option<Plan> {
     if s.target_list.len() != 1 || !s.from_clause.is_empty() || s.where_clause.is_some() {
         return None;

@@ -650,61 +650,95 @@ fn apply_timestamp_typmod(t: i64, typmod: i32) -> Option<i64> {
 /// A numeric as PostgreSQL stores it, minus sign and display scale (not hashed).
 #[derive(Debug, PartialEq)]
 enum Numeric {
-    /// NaN, Infinity, -Infinity.
-    Special,
+    NaN,
+    /// Infinity or -Infinity.
+    Infinite,
     /// `digits` in base 10000 without leading/trailing zeros (empty: zero), `weight` the
     /// power of 10000 of the first digit.
-    Finite { weight: i32, digits: Vec<u16> },
+    Finite {
+        weight: i32,
+        digits: Vec<u16>,
+    },
 }
 
 const NUMERIC_DSCALE_MAX: i64 = 0x3FFF;
 
-/// Hash after checking what `make_result` checks (weight fits int16) and applying the
-/// column typmod, which must leave the value unchanged (else `None`).
+/// Hash after applying the column typmod and checking what `make_result` checks
+/// (the weight fits int16).
 fn hash_numeric_value(n: &Numeric, typmod: i32) -> Option<i32> {
     match n {
-        Numeric::Special => Some(hash_numeric_special()),
+        Numeric::NaN => Some(hash_numeric_special()),
+        // A column typmod admits NaN but not the infinities.
+        Numeric::Infinite => (typmod < 4).then(hash_numeric_special),
         Numeric::Finite { weight, digits } => {
+            let (weight, digits) = apply_numeric_typmod(*weight, digits, typmod)?;
             if digits.is_empty() {
                 return Some(hash_numeric(0, &[]));
             }
-            if i16::try_from(*weight).is_err() || !numeric_fits_typmod(*weight, digits, typmod) {
-                return None;
-            }
-            Some(hash_numeric(*weight, digits))
+            i16::try_from(weight).ok()?;
+            Some(hash_numeric(weight, &digits))
         }
     }
 }
 
-/// `apply_typmod` for numeric(p,s): we only accept values that rounding to `s`
-/// leaves unchanged and that have at most p-s integer digits (else PostgreSQL errors).
-fn numeric_fits_typmod(weight: i32, digits: &[u16], typmod: i32) -> bool {
-    if typmod < 4 {
-        return true;
+/// `apply_typmod` for numeric(p,s): round half away from zero to `s` decimal places
+/// (`s` may be negative), then refuse more than p-s integer digits.
+fn apply_numeric_typmod(weight: i32, digits: &[u16], typmod: i32) -> Option<(i32, Vec<u16>)> {
+    if typmod < 4 || digits.is_empty() {
+        return Some((weight, digits.to_vec()));
     }
     let precision = ((typmod - 4) >> 16) & 0xffff;
     let scale = (((typmod - 4) & 0x7ff) ^ 1024) - 1024;
-    let decimal_width = |d: u16| {
-        if d >= 1000 {
-            4
-        } else if d >= 100 {
-            3
-        } else if d >= 10 {
-            2
-        } else {
-            1
-        }
+    let (weight, digits) = match round_numeric(weight, digits, scale) {
+        Numeric::Finite { weight, digits } => (weight, digits),
+        _ => unreachable!("rounding keeps a finite value finite"),
     };
-    // Integer digits counted as PostgreSQL does (may be <= 0 for fractions).
-    let int_digits = i64::from(weight) * 4 + decimal_width(digits[0]);
-    if int_digits > i64::from(precision - scale) {
-        return false;
+    let Some(&first) = digits.first() else {
+        return Some((0, digits)); // rounded to zero, which always fits
+    };
+    // Integer digits counted as PostgreSQL does (<= 0 for fractions).
+    let width = match first {
+        1000.. => 4,
+        100.. => 3,
+        10.. => 2,
+        _ => 1,
+    };
+    let int_digits = i64::from(weight) * 4 + width;
+    (int_digits <= i64::from(precision - scale)).then_some((weight, digits))
+}
+
+/// `round_var`: keep the decimal digits at 10^-scale and above, rounding up when the
+/// first dropped digit is 5 or more (on the magnitude: ties away from zero).
+fn round_numeric(weight: i32, digits: &[u16], scale: i32) -> Numeric {
+    let decimals: Vec<u8> = digits
+        .iter()
+        .flat_map(|&d| [d / 1000, d / 100 % 10, d / 10 % 10, d % 10].map(|x| x as u8))
+        .collect();
+    let mut first_exp = i64::from(weight) * 4 + 3;
+    let keep = first_exp + i64::from(scale) + 1;
+    if keep >= decimals.len() as i64 {
+        return numeric_from_decimals(&decimals, first_exp);
     }
-    // Lowest nonzero decimal position (10^e) must be at or above 10^-scale.
-    let last = *digits.last().unwrap_or(&0);
-    let trailing_zeros = (0..4).take_while(|&k| last % 10u16.pow(k + 1) == 0).count() as i64;
-    let lowest_exp = (i64::from(weight) - (digits.len() as i64 - 1)) * 4 + trailing_zeros;
-    lowest_exp >= -i64::from(scale)
+    if keep < 0 {
+        return numeric_from_decimals(&[], 0);
+    }
+    let keep = keep as usize;
+    let mut kept = decimals[..keep].to_vec();
+    if decimals[keep] >= 5 {
+        match kept.iter().rposition(|&d| d != 9) {
+            Some(i) => {
+                kept[i] += 1;
+                kept[i + 1..].iter_mut().for_each(|d| *d = 0);
+            }
+            None => {
+                // All nines (or nothing kept): the carry adds a new leading digit.
+                kept.iter_mut().for_each(|d| *d = 0);
+                kept.insert(0, 1);
+                first_exp += 1;
+            }
+        }
+    }
+    numeric_from_decimals(&kept, first_exp)
 }
 
 /// Case-insensitive ASCII prefix test.
@@ -729,7 +763,12 @@ fn parse_numeric_text(s: &str) -> Option<Numeric> {
         "-inf",
     ] {
         if has_prefix_ci(&b[i..], special) {
-            return only_space_after(i + special.len()).then_some(Numeric::Special);
+            let value = if special == "NaN" {
+                Numeric::NaN
+            } else {
+                Numeric::Infinite
+            };
+            return only_space_after(i + special.len()).then_some(value);
         }
     }
     if matches!(b.get(i), Some(b'+' | b'-')) {
@@ -841,7 +880,8 @@ fn parse_numeric_binary(b: &[u8]) -> Option<Numeric> {
     }
     match sign {
         0x0000 | 0x4000 => Some(truncate_numeric(weight, digits, i32::from(dscale))),
-        0xC000 | 0xD000 | 0xF000 => Some(Numeric::Special),
+        0xC000 => Some(Numeric::NaN),
+        0xD000 | 0xF000 => Some(Numeric::Infinite),
         _ => None,
     }
 }
@@ -1020,11 +1060,19 @@ mod tests {
         let nt = |t: i32, s: &str| hash_text_value_typmod(oid::NUMERIC, t, s);
         let typmod = |p: i32, s: i32| ((p << 16) | (s & 0x7ff)) + 4;
         assert_eq!(nt(typmod(10, 2), "1.5"), Some(692967894));
-        assert_eq!(nt(typmod(10, 2), "1.505"), None);
+        assert_eq!(nt(typmod(10, 2), "1.495"), nt(-1, "1.50"));
+        assert_eq!(nt(typmod(10, 2), "-1.494"), nt(-1, "1.49"));
+        assert_eq!(nt(typmod(2, 0), "99.5"), None);
+        assert_eq!(nt(typmod(3, 0), "99.5"), nt(-1, "100"));
+        assert_eq!(nt(typmod(3, 0), "0.4"), Some(-1));
+        assert_eq!(nt(typmod(3, 0), "0.5"), nt(-1, "1"));
         assert_eq!(nt(typmod(3, 2), "12.5"), None);
         assert_eq!(nt(typmod(3, 2), "0"), Some(-1));
         assert_eq!(nt(typmod(2, -2), "1200"), nt(-1, "1200"));
-        assert_eq!(nt(typmod(2, -2), "1250"), None);
+        assert_eq!(nt(typmod(2, -2), "1250"), nt(-1, "1300"));
+        assert_eq!(nt(typmod(2, -2), "9950"), None);
+        assert_eq!(nt(typmod(10, 2), "NaN"), Some(0));
+        assert_eq!(nt(typmod(10, 2), "-Infinity"), None);
     }
 
     #[test]

@@ -1,0 +1,132 @@
+//! Planner decisions on parsed statements against a small fixed catalog: what is
+//! routed, to which shard, what runs everywhere, and what is refused.
+
+use super::*;
+use crate::catalog::{Catalog, DistColumn, DistTable, PartitionMethod, ShardInterval};
+use crate::sharding::hash::{hash_int4, oid};
+use crate::sharding::ranges::{all_ranges, ShardIndexer};
+use crate::sql::parse::parse;
+
+fn catalog() -> Catalog {
+    let shards: Vec<ShardInterval> = all_ranges(4)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (min, max))| ShardInterval { shard_id: 102008 + i as i64, min, max, placement_groups: vec![1 + (i as i32 % 2)] })
+        .collect();
+    let mut c = Catalog::default();
+    c.add_table(DistTable {
+        relid: 16400,
+        schema: "public".into(),
+        name: "t".into(),
+        method: PartitionMethod::Hash,
+        dist_column: Some(DistColumn { name: "k".into(), attnum: 1, type_oid: oid::INT4, collation: 0 }),
+        colocation_id: 1,
+        indexer: ShardIndexer::for_intervals(&shards),
+        shards,
+        columns: vec!["k".into(), "v".into()],
+    });
+    c
+}
+
+fn plan_of(sql: &str) -> Plan {
+    let stmt = parse(sql).unwrap().remove(0);
+    plan(&stmt, &catalog(), &|n| n == "create_distributed_table" || n == "citus_table_size").unwrap()
+}
+
+fn unsupported(sql: &str) -> bool {
+    matches!(plan_of(sql), Plan::Unsupported(e) if e.code == "0A000")
+}
+
+#[test]
+fn routes_fixed_distribution_values() {
+    match plan_of("select v from t where k = 5 and v <> 'x'") {
+        Plan::Router(r) => {
+            assert_eq!(r.values, vec![ValueSource::Hash(hash_int4(5))]);
+            let sql = r.template.for_shard(102009);
+            assert_eq!(sql, "select v from \"public\".\"t_102009\" AS \"t\" where k = 5 and v <> 'x'");
+        }
+        other => panic!("{other:?}"),
+    }
+    match plan_of("UPDATE t SET v = $1 WHERE t.k = $2") {
+        Plan::Router(r) => assert_eq!(r.values, vec![ValueSource::Param(1)]),
+        other => panic!("{other:?}"),
+    }
+    match plan_of("delete from t x where '7' = x.k") {
+        Plan::Router(r) => assert_eq!(r.values, vec![ValueSource::Hash(hash_int4(7))]),
+        other => panic!("{other:?}"),
+    }
+    match plan_of("insert into t (v, k) values ('a', 3), ('b', 3)") {
+        Plan::Router(r) => assert_eq!(r.values, vec![ValueSource::Hash(hash_int4(3)); 2]),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn never_routes_what_it_cannot_prove() {
+    // OR, an out-of-range literal, a different column: all shards or refusal, never one shard.
+    assert!(matches!(plan_of("select * from t where k = 1 or k = 2"), Plan::MultiShard(_)));
+    assert!(matches!(plan_of("select * from t where k = 5000000000"), Plan::MultiShard(_)));
+    assert!(matches!(plan_of("select * from t where v = '1'"), Plan::MultiShard(_)));
+    assert!(matches!(plan_of("select * from t where k in (1, 2)"), Plan::MultiShard(_)));
+    assert!(unsupported("update t set v = 'x'"));
+    assert!(unsupported("update t set k = 2 where k = 1"));
+    assert!(unsupported("delete from t where v = 'x'"));
+    assert!(unsupported("insert into t select * from t"));
+    assert!(matches!(plan_of("insert into t values (null, 'x')"), Plan::Unsupported(e) if e.code == "23502"));
+}
+
+#[test]
+fn multi_shard_shapes() {
+    match plan_of("select count(*), sum(k) as s, max(v) from t where v like 'a%'") {
+        Plan::MultiShard(m) => {
+            assert_eq!(
+                m.shape,
+                MultiShardShape::Aggregate {
+                    aggs: vec![AggKind::Count, AggKind::Sum, AggKind::Max],
+                    names: vec!["count".into(), "s".into(), "max".into()]
+                }
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    match plan_of("select k, upper(v) from t limit 10 offset 5") {
+        Plan::MultiShard(m) => {
+            assert_eq!(m.offset, 5);
+            assert_eq!(m.template.for_shard(1), "select k, upper(v) from \"public\".\"t_1\" AS \"t\" limit 15 offset 0");
+            assert_eq!(m.functions, vec!["upper".to_string()]);
+        }
+        other => panic!("{other:?}"),
+    }
+    for sql in [
+        "select * from t order by k",
+        "select v, count(*) from t group by v",
+        "select distinct v from t",
+        "select avg(k) from t",
+        "select count(distinct v) from t",
+        "select k, count(*) over () from t",
+        "select * from t join u on t.k = u.k",
+        "select * from t union select * from t",
+        "select k, count(*) from t",
+    ] {
+        assert!(unsupported(sql), "{sql}");
+    }
+}
+
+#[test]
+fn local_and_utility() {
+    assert!(matches!(plan_of("select * from other_table"), Plan::Local));
+    assert!(matches!(plan_of("select 't'"), Plan::Local));
+    assert!(matches!(plan_of("select create_distributed_table('t', 'k')"), Plan::Utility { .. }));
+    match plan_of("select pg_size_pretty(citus_table_size('t'))") {
+        Plan::UtilityInline { calls } => assert_eq!(calls[0].name, "citus_table_size"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(plan_of("begin isolation level serializable"), Plan::Transaction(TxnCommand::Begin { .. })));
+    assert!(matches!(plan_of("set citus.shard_count = 8"), Plan::SetCitus { .. }));
+    // A view over a distributed table would read the empty shell: refused.
+    assert!(unsupported("create view v as select * from t"));
+    assert!(unsupported("comment on table t is 'x'"));
+    assert!(matches!(plan_of("drop table if exists t"), Plan::DropTables { .. }));
+    assert!(matches!(plan_of("drop table if exists other"), Plan::Local));
+    assert!(unsupported("drop table t, other"));
+}
