@@ -2,6 +2,7 @@
 # Main job: set-up, a local pgshard cluster (coordinator node + 2 workers behind the
 # pgshard listener), then a short pgbench run through pgshard on distributed tables
 # (workload W1 in miniature). Leaves the cluster running.
+# PGSHARD_DIR (default ./pgshard-cluster) and PGSHARD_PORT (default 6432) move it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -15,7 +16,7 @@ if [ -z "${PGSHARD_DIR:-}" ] && [ "$(id -u)" -eq 0 ] && ! runuser -u postgres --
 fi
 pgshard=./target/release/pgshard
 
-$pgshard cluster up --dir "$dir" --workers 2
+$pgshard cluster up --dir "$dir" --workers 2 --port "${PGSHARD_PORT:-6432}"
 # shellcheck disable=SC1091
 source "$dir/connection.env"
 

@@ -16,7 +16,7 @@ cargo test --release --no-fail-fast 2>&1 | tee "$log" || status=$?
 
 echo
 echo "== summary =="
-grep -E '^ +Running |^test result: |^error' "$log" || true
+grep -E '^ +(Running|Doc-tests) |^test result: |^error' "$log" || true
 if [ "$status" -ne 0 ]; then
   echo "FAILED (exit $status)"
 else

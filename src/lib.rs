@@ -7,6 +7,7 @@
 //! `catalog`, `sharding`, `commands` and `cluster` beside them.
 
 pub mod backend;
+pub mod bench;
 pub mod catalog;
 pub mod cluster;
 pub mod commands;

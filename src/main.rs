@@ -24,6 +24,8 @@ enum Command {
         #[command(subcommand)]
         action: ClusterAction,
     },
+    /// Benchmark pgshard against one plain PostgreSQL (see docs/BENCHMARKS.md).
+    Bench(pgshard::bench::BenchArgs),
 }
 
 #[derive(Subcommand)]
@@ -72,6 +74,10 @@ fn main() -> anyhow::Result<()> {
                 .thread_stack_size(32 * 1024 * 1024)
                 .build()?;
             rt.block_on(pgshard::frontend::server::serve(cfg))
+        }
+        Command::Bench(args) => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(pgshard::bench::run(args))
         }
         Command::Cluster { action } => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;

@@ -70,17 +70,34 @@ pub struct ClusterInfo {
 impl ClusterInfo {
     /// libpq environment for psql / pgbench / sysbench against pgshard.
     pub fn pg_env(&self) -> Vec<(String, String)> {
-        [
-            ("PGHOST", self.host.clone()),
-            ("PGPORT", self.port.to_string()),
-            ("PGUSER", self.user.clone()),
-            ("PGPASSWORD", self.password.clone()),
-            ("PGDATABASE", self.database.clone()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
+        pg_env(
+            &self.host,
+            self.port,
+            &self.user,
+            &self.password,
+            &self.database,
+        )
     }
+}
+
+/// libpq environment (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE) for one server.
+pub fn pg_env(
+    host: &str,
+    port: u16,
+    user: &str,
+    password: &str,
+    database: &str,
+) -> Vec<(String, String)> {
+    [
+        ("PGHOST", host.to_string()),
+        ("PGPORT", port.to_string()),
+        ("PGUSER", user.to_string()),
+        ("PGPASSWORD", password.to_string()),
+        ("PGDATABASE", database.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }
 
 /// What the first `up` chose, so that later runs find the same ports and password.
@@ -109,7 +126,8 @@ impl Cluster {
     }
 
     fn load(dir: &Path) -> Result<Cluster> {
-        let dir = absolute(dir)?;
+        // Canonical, as `up` made it: the pgshard process is recognised by its config path.
+        let dir = fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
         let file = Self::layout_file(&dir);
         let text = fs::read_to_string(&file).with_context(|| {
             format!(
@@ -256,7 +274,8 @@ pub fn cluster_info(dir: &Path) -> Result<ClusterInfo> {
 }
 
 fn up_local(opts: &ClusterOptions) -> Result<Cluster> {
-    let dir = absolute(&opts.dir)?;
+    let dir = std::path::absolute(&opts.dir)
+        .with_context(|| format!("resolving {}", opts.dir.display()))?;
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let dir = fs::canonicalize(&dir)?;
     node::check_reachable(&dir)?;
@@ -324,28 +343,28 @@ fn up_local(opts: &ClusterOptions) -> Result<Cluster> {
     Ok(cluster)
 }
 
-/// Starts the servers that are not running, in parallel.
+/// Starts the servers that are not running.
 fn start_nodes(cluster: &Cluster) -> Result<()> {
+    on_each_node(cluster, |n| {
+        let addr = format!("{}:{}", n.listen_host, n.port);
+        if let Some(pid) = n.running_pid() {
+            println!("{} already running on {addr} (pid {pid})", n.name);
+            return Ok(());
+        }
+        let pid = n.start()?;
+        println!("started {} on {addr} (pid {pid})", n.name);
+        Ok(())
+    })
+}
+
+/// Runs `f` on every node at once (pg_ctl waits are the slow part); the first error wins.
+fn on_each_node(cluster: &Cluster, f: impl Fn(&Node) -> Result<()> + Sync) -> Result<()> {
     let nodes = cluster.nodes();
-    let results: Vec<Result<()>> = std::thread::scope(|s| {
-        let handles: Vec<_> = nodes
-            .iter()
-            .map(|n| {
-                s.spawn(move || {
-                    let addr = format!("{}:{}", n.listen_host, n.port);
-                    if let Some(pid) = n.running_pid() {
-                        println!("{} already running on {addr} (pid {pid})", n.name);
-                        return Ok(());
-                    }
-                    let pid = n.start()?;
-                    println!("started {} on {addr} (pid {pid})", n.name);
-                    Ok(())
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    results.into_iter().collect()
+    std::thread::scope(|s| {
+        let handles: Vec<_> = nodes.iter().map(|n| s.spawn(|| f(n))).collect();
+        let results: Vec<Result<()>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        results.into_iter().collect()
+    })
 }
 
 /// pgshard.toml is written once: later edits by hand are kept.
@@ -503,24 +522,14 @@ fn down_local(cluster: &Cluster) -> Result<()> {
         None => println!("pgshard was not running"),
     }
     let _ = fs::remove_file(cluster.pid_file());
-    let nodes = cluster.nodes();
-    let results: Vec<Result<()>> = std::thread::scope(|s| {
-        let handles: Vec<_> = nodes
-            .iter()
-            .map(|n| {
-                s.spawn(move || {
-                    if n.stop()? {
-                        println!("stopped {}", n.name);
-                    } else {
-                        println!("{} was not running", n.name);
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    results.into_iter().collect()
+    on_each_node(cluster, |n| {
+        if n.stop()? {
+            println!("stopped {}", n.name);
+        } else {
+            println!("{} was not running", n.name);
+        }
+        Ok(())
+    })
 }
 
 /// SIGTERM, up to 10 s for a clean exit, then SIGKILL.
@@ -576,10 +585,6 @@ fn port_accepts(host: &str, port: u16) -> bool {
     addrs
         .into_iter()
         .any(|a| TcpStream::connect_timeout(&a, Duration::from_millis(500)).is_ok())
-}
-
-fn absolute(dir: &Path) -> Result<PathBuf> {
-    std::path::absolute(dir).with_context(|| format!("resolving {}", dir.display()))
 }
 
 /// Files holding the password: owner-only.

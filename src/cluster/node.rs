@@ -296,9 +296,14 @@ impl Node {
     /// that process's working directory is this data directory (the postmaster chdirs
     /// there), so a stale file whose pid was reused is not mistaken for a live server.
     pub fn running_pid(&self) -> Option<u32> {
-        let text = fs::read_to_string(self.data_dir.join("postmaster.pid")).ok()?;
-        let pid: u32 = text.lines().next()?.trim().parse().ok()?;
+        let pid = self.recorded_pid()?;
         (process_cwd(pid)? == fs::canonicalize(&self.data_dir).ok()?).then_some(pid)
+    }
+
+    /// The first line of postmaster.pid, whether or not that process still runs.
+    fn recorded_pid(&self) -> Option<u32> {
+        let text = fs::read_to_string(self.data_dir.join("postmaster.pid")).ok()?;
+        text.lines().next()?.trim().parse().ok()
     }
 
     /// Starts the server unless it runs; returns the postmaster's pid.
@@ -335,17 +340,13 @@ impl Node {
     /// starts at once: a killed postmaster stays a zombie until init reaps it (about a
     /// second here), and after a reboot its pid may belong to another process.
     fn clear_stale_locks(&self) {
-        let pid_file = self.data_dir.join("postmaster.pid");
-        let Some(pid) = fs::read_to_string(&pid_file)
-            .ok()
-            .and_then(|t| t.lines().next()?.trim().parse::<u32>().ok())
-        else {
+        let Some(pid) = self.recorded_pid() else {
             return;
         };
         let ours = fs::canonicalize(&self.data_dir).ok();
         let gone = !process_exists(pid) || process_cwd(pid).is_some_and(|c| Some(c) != ours);
         if gone {
-            let _ = fs::remove_file(pid_file);
+            let _ = fs::remove_file(self.data_dir.join("postmaster.pid"));
             let _ = fs::remove_file(self.socket_dir.join(format!(".s.PGSQL.{}.lock", self.port)));
         }
     }

@@ -1238,7 +1238,7 @@ impl Session {
                 } else {
                     self.txn = TxnState::InBlock;
                     self.begin_text = text.clone();
-                    self.txn_serial += 1;
+                    self.txn_serial = self.shared.next_transaction.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 sink.complete("BEGIN");
                 Ok(())

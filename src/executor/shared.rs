@@ -27,6 +27,8 @@ pub struct Shared {
     pub aggregate_names: Mutex<HashMap<String, bool>>,
     /// Random id of this pgshard process, part of its 2PC transaction names.
     pub instance_id: String,
+    /// Numbers this process's distributed transactions (unique within the process).
+    pub next_transaction: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -53,6 +55,7 @@ impl Shared {
             server_params,
             aggregate_names: Mutex::new(HashMap::new()),
             instance_id,
+            next_transaction: std::sync::atomic::AtomicU64::new(1),
         }))
     }
 

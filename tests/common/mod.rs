@@ -73,16 +73,13 @@ pub struct PlainPg {
 impl PlainPg {
     /// libpq environment for psql / pgbench against this server.
     pub fn pg_env(&self) -> Vec<(String, String)> {
-        [
-            ("PGHOST", self.host.clone()),
-            ("PGPORT", self.port.to_string()),
-            ("PGUSER", self.user.clone()),
-            ("PGPASSWORD", self.password.clone()),
-            ("PGDATABASE", self.database.clone()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
+        pgshard::cluster::pg_env(
+            &self.host,
+            self.port,
+            &self.user,
+            &self.password,
+            &self.database,
+        )
     }
 
     pub async fn client(&self) -> tokio_postgres::Client {

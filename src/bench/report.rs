@@ -1,0 +1,562 @@
+//! The results of a benchmark: raw runs, per-target summaries (medians and spread), the
+//! terminal table and the SVG bar chart of the pgshard / plain PostgreSQL ratios.
+
+use serde::Serialize;
+use std::fmt::Write as _;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Target {
+    Plain,
+    Pgshard,
+}
+
+impl Target {
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Plain => "plain",
+            Target::Pgshard => "pgshard",
+        }
+    }
+}
+
+/// CPU seconds of one PostgreSQL server during a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerCpu {
+    pub name: String,
+    pub cpu_s: f64,
+}
+
+/// One pgbench run against one target.
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    pub target: Target,
+    /// 1-based repetition.
+    pub repeat: u32,
+    /// 1-based position of this run among all runs of the benchmark.
+    pub sequence: u32,
+    pub ok: bool,
+    pub error: Option<String>,
+    pub exit_code: Option<i32>,
+    pub tps: Option<f64>,
+    pub transactions: Option<u64>,
+    pub failed_transactions: Option<u64>,
+    pub latency_avg_ms: Option<f64>,
+    pub latency_p50_ms: Option<f64>,
+    pub latency_p95_ms: Option<f64>,
+    pub latency_p99_ms: Option<f64>,
+    /// Transactions in the sampled per-transaction log the percentiles come from.
+    pub latency_samples: usize,
+    pub initial_connection_ms: Option<f64>,
+    pub wall_s: f64,
+    /// pgshard's own process (pgshard target only).
+    pub pgshard_cpu_s: Option<f64>,
+    pub pgshard_cpu_us_per_txn: Option<f64>,
+    /// Every PostgreSQL server of the target (plain: one; pgshard: coordinator node and
+    /// workers).
+    pub server_cpu: Vec<ServerCpu>,
+    pub server_cpu_us_per_txn: Option<f64>,
+    /// The whole machine (includes pgbench and anything else running).
+    pub machine_cpu_busy_s: f64,
+    pub machine_cpu_total_s: f64,
+    pub loadavg_before: Option<String>,
+    /// pgbench's full output.
+    pub output_file: String,
+}
+
+/// Medians over the successful runs of one target.
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetSummary {
+    pub runs: usize,
+    pub tps_median: f64,
+    pub tps_min: f64,
+    pub tps_max: f64,
+    pub latency_avg_ms_median: Option<f64>,
+    pub latency_p50_ms_median: Option<f64>,
+    pub latency_p95_ms_median: Option<f64>,
+    pub latency_p99_ms_median: Option<f64>,
+    pub pgshard_cpu_us_per_txn_median: Option<f64>,
+    pub server_cpu_us_per_txn_median: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Measured on both targets.
+    Ok,
+    /// pgshard cannot run it (yet): `reason` holds pgbench's message.
+    Skipped,
+    /// The plain PostgreSQL failed: something is wrong with the setup.
+    Error,
+}
+
+/// The figures of workloads.md for this machine, to put beside ours.
+#[derive(Debug, Clone, Serialize)]
+pub struct Reference {
+    /// Citus 12.1 / one PostgreSQL, measured on this machine (workloads.md).
+    pub citus_ratio: Option<f64>,
+    /// pgshard's goal for the ratio.
+    pub goal_ratio: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkloadResult {
+    pub name: String,
+    pub description: String,
+    pub pgbench_args: Vec<String>,
+    pub status: Status,
+    pub reason: Option<String>,
+    pub plain: Option<TargetSummary>,
+    pub pgshard: Option<TargetSummary>,
+    /// Median pgshard TPS / median plain TPS.
+    pub ratio: Option<f64>,
+    /// pgshard / plain of each repetition that has both.
+    pub ratio_per_repeat: Vec<f64>,
+    pub reference: Reference,
+    pub runs: Vec<Run>,
+}
+
+pub fn median(values: &[f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+fn median_of(runs: &[&Run], f: impl Fn(&Run) -> Option<f64>) -> Option<f64> {
+    median(&runs.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
+}
+
+pub fn summarize(runs: &[Run], target: Target) -> Option<TargetSummary> {
+    let ok: Vec<&Run> = runs
+        .iter()
+        .filter(|r| r.target == target && r.ok && r.tps.is_some())
+        .collect();
+    let tps: Vec<f64> = ok.iter().filter_map(|r| r.tps).collect();
+    Some(TargetSummary {
+        runs: ok.len(),
+        tps_median: median(&tps)?,
+        tps_min: tps.iter().copied().fold(f64::INFINITY, f64::min),
+        tps_max: tps.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        latency_avg_ms_median: median_of(&ok, |r| r.latency_avg_ms),
+        latency_p50_ms_median: median_of(&ok, |r| r.latency_p50_ms),
+        latency_p95_ms_median: median_of(&ok, |r| r.latency_p95_ms),
+        latency_p99_ms_median: median_of(&ok, |r| r.latency_p99_ms),
+        pgshard_cpu_us_per_txn_median: median_of(&ok, |r| r.pgshard_cpu_us_per_txn),
+        server_cpu_us_per_txn_median: median_of(&ok, |r| r.server_cpu_us_per_txn),
+    })
+}
+
+/// pgshard / plain of each repetition where both succeeded.
+pub fn ratios_per_repeat(runs: &[Run]) -> Vec<f64> {
+    let mut reps: Vec<u32> = runs.iter().map(|r| r.repeat).collect();
+    reps.dedup();
+    reps.into_iter()
+        .filter_map(|rep| {
+            let tps = |t: Target| {
+                runs.iter()
+                    .find(|r| r.repeat == rep && r.target == t && r.ok)
+                    .and_then(|r| r.tps)
+            };
+            Some(tps(Target::Pgshard)? / tps(Target::Plain)?)
+        })
+        .collect()
+}
+
+/// 12345.6 -> "12,346".
+pub fn thousands(v: f64) -> String {
+    let s = format!("{:.0}", v.max(0.0));
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn opt(v: Option<f64>, decimals: usize) -> String {
+    v.map_or("-".into(), |v| format!("{v:.decimals$}"))
+}
+
+/// The terminal table: one line per workload and target.
+pub fn table(results: &[WorkloadResult]) -> String {
+    let header = [
+        "workload",
+        "target",
+        "TPS median",
+        "spread (min-max)",
+        "lat avg ms",
+        "p50 ms",
+        "p95 ms",
+        "pgshard/plain",
+        "pgshard µs CPU/txn",
+        "servers µs CPU/txn",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![];
+    for w in results {
+        if w.status != Status::Ok {
+            let what = if w.status == Status::Skipped {
+                "skipped"
+            } else {
+                "error"
+            };
+            rows.push(vec![
+                w.name.clone(),
+                format!(
+                    "{what}: {}",
+                    w.reason.as_deref().unwrap_or("no reason recorded")
+                ),
+            ]);
+            continue;
+        }
+        for (target, s) in [(Target::Plain, &w.plain), (Target::Pgshard, &w.pgshard)] {
+            let Some(s) = s else { continue };
+            let first = target == Target::Plain;
+            rows.push(vec![
+                if first { w.name.clone() } else { String::new() },
+                target.name().into(),
+                thousands(s.tps_median),
+                format!("{}-{}", thousands(s.tps_min), thousands(s.tps_max)),
+                opt(s.latency_avg_ms_median, 3),
+                opt(s.latency_p50_ms_median, 3),
+                opt(s.latency_p95_ms_median, 3),
+                if first {
+                    String::new()
+                } else {
+                    opt(w.ratio, 2)
+                },
+                opt(s.pgshard_cpu_us_per_txn_median, 1),
+                opt(s.server_cpu_us_per_txn_median, 1),
+            ]);
+        }
+    }
+    let cols = header.len();
+    let mut width = vec![0usize; cols];
+    for (i, h) in header.iter().enumerate() {
+        width[i] = h.chars().count();
+    }
+    for r in rows.iter().filter(|r| r.len() == cols) {
+        for (i, c) in r.iter().enumerate() {
+            width[i] = width[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: &[String]| -> String {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            let pad = width[i].saturating_sub(c.chars().count());
+            // Text columns left-aligned, figures right-aligned.
+            if i < 2 {
+                s.push_str(c);
+                s.push_str(&" ".repeat(pad));
+            } else {
+                s.push_str(&" ".repeat(pad));
+                s.push_str(c);
+            }
+            s.push_str("  ");
+        }
+        s.trim_end().to_string()
+    };
+    let mut out = line(&header.map(String::from));
+    out.push('\n');
+    for r in &rows {
+        if r.len() == cols {
+            out.push_str(&line(r));
+        } else {
+            // A skipped workload: its name, then the reason on the rest of the line.
+            out.push_str(&r[0]);
+            out.push_str(&" ".repeat(width[0].saturating_sub(r[0].chars().count()) + 2));
+            out.push_str(&r[1]);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The same table in Markdown, for docs/BENCHMARKS.md.
+pub fn markdown_table(results: &[WorkloadResult]) -> String {
+    let mut out = String::from(
+        "| workload | target | TPS median | spread (min-max) | latency avg ms | p50 ms | p95 ms \
+         | pgshard / plain | pgshard µs CPU/txn | servers µs CPU/txn |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for w in results {
+        if w.status != Status::Ok {
+            let _ = writeln!(
+                out,
+                "| {} | {}: {} | | | | | | | | |",
+                w.name,
+                if w.status == Status::Skipped {
+                    "skipped"
+                } else {
+                    "error"
+                },
+                w.reason
+                    .as_deref()
+                    .unwrap_or("")
+                    .replace('|', "\\|")
+                    .replace('\n', " ")
+            );
+            continue;
+        }
+        for (target, s) in [(Target::Plain, &w.plain), (Target::Pgshard, &w.pgshard)] {
+            let Some(s) = s else { continue };
+            let first = target == Target::Plain;
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {}-{} | {} | {} | {} | {} | {} | {} |",
+                if first { w.name.as_str() } else { "" },
+                target.name(),
+                thousands(s.tps_median),
+                thousands(s.tps_min),
+                thousands(s.tps_max),
+                opt(s.latency_avg_ms_median, 3),
+                opt(s.latency_p50_ms_median, 3),
+                opt(s.latency_p95_ms_median, 3),
+                if first {
+                    String::new()
+                } else {
+                    format!("**{}**", opt(w.ratio, 2))
+                },
+                opt(s.pgshard_cpu_us_per_txn_median, 1),
+                opt(s.server_cpu_us_per_txn_median, 1),
+            );
+        }
+    }
+    out
+}
+
+fn xml(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A bar chart of pgshard / plain per workload, with the min-max of the per-repetition
+/// ratios as a whisker, Citus's ratio on this machine as a grey bar beside it and
+/// pgshard's goal as a dashed line. Every measured workload has a
+/// `<rect class="bar" data-workload="NAME" ...>`.
+pub fn svg(results: &[WorkloadResult], subtitle: &str) -> String {
+    let n = results.len().max(1) as f64;
+    let (left, right, top, bottom) = (70.0, 30.0, 70.0, 90.0);
+    let group = 170.0;
+    let width = (left + right + group * n).max(560.0);
+    let height = 400.0;
+    let plot_h = height - top - bottom;
+    let plot_w = width - left - right;
+    let group = plot_w / n;
+
+    let mut ymax: f64 = 1.0;
+    for w in results {
+        let mut vals = vec![w.ratio, w.reference.citus_ratio, w.reference.goal_ratio];
+        vals.extend(w.ratio_per_repeat.iter().map(|&r| Some(r)));
+        for v in vals.into_iter().flatten() {
+            ymax = ymax.max(v);
+        }
+    }
+    let ymax = ((ymax * 1.1) / 0.2).ceil() * 0.2;
+    let y = |v: f64| top + plot_h * (1.0 - (v / ymax).clamp(0.0, 1.0));
+
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(
+        s,
+        r##"<rect x="0" y="0" width="{width:.0}" height="{height:.0}" fill="#ffffff"/>"##
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="{:.1}" y="24" text-anchor="middle" font-size="16" font-weight="bold">pgshard / one PostgreSQL, TPS ratio (higher is better)</text>"#,
+        width / 2.0
+    );
+    let _ = writeln!(
+        s,
+        r##"<text x="{:.1}" y="44" text-anchor="middle" fill="#555555">{}</text>"##,
+        width / 2.0,
+        xml(subtitle)
+    );
+    // Grid and y axis.
+    let mut v = 0.0;
+    while v <= ymax + 1e-9 {
+        let yy = y(v);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{left}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="#e0e0e0"/>"##,
+            width - right
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{v:.1}</text>"#,
+            left - 6.0,
+            yy + 4.0
+        );
+        v += 0.2;
+    }
+    let _ = writeln!(
+        s,
+        r##"<line x1="{left}" y1="{top}" x2="{left}" y2="{:.1}" stroke="#333333"/>"##,
+        top + plot_h
+    );
+    let _ = writeln!(
+        s,
+        r##"<line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#333333"/>"##,
+        top + plot_h,
+        width - right,
+        top + plot_h
+    );
+    // One PostgreSQL = 1.0.
+    let _ = writeln!(
+        s,
+        r##"<line x1="{left}" y1="{y1:.1}" x2="{:.1}" y2="{y1:.1}" stroke="#333333" stroke-dasharray="2,3"/>"##,
+        width - right,
+        y1 = y(1.0)
+    );
+    let _ = writeln!(
+        s,
+        r##"<text x="{:.1}" y="{:.1}" text-anchor="end" fill="#333333">one PostgreSQL = 1.0</text>"##,
+        width - right - 4.0,
+        y(1.0) - 4.0
+    );
+
+    for (i, w) in results.iter().enumerate() {
+        let cx = left + group * (i as f64 + 0.5);
+        let bw = (group * 0.28).min(50.0);
+        let name = xml(&w.name);
+        let _ = writeln!(
+            s,
+            r#"<text x="{cx:.1}" y="{:.1}" text-anchor="middle" font-weight="bold">{name}</text>"#,
+            top + plot_h + 20.0
+        );
+        if let Some(g) = w.reference.goal_ratio {
+            let _ = writeln!(
+                s,
+                r##"<line class="goal" x1="{:.1}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="#2e7d32" stroke-width="2" stroke-dasharray="6,4"/>"##,
+                cx - group * 0.42,
+                cx + group * 0.42,
+                yy = y(g)
+            );
+            let _ = writeln!(
+                s,
+                r##"<text x="{:.1}" y="{:.1}" font-size="10" fill="#2e7d32">goal {g:.1}</text>"##,
+                cx + 4.0 + bw,
+                y(g) - 4.0
+            );
+        }
+        if let Some(c) = w.reference.citus_ratio {
+            let _ = writeln!(
+                s,
+                r##"<rect class="ref" data-workload="{name}" x="{:.1}" y="{:.1}" width="{bw:.1}" height="{:.1}" fill="#b0b0b0"><title>Citus 12.1 / PostgreSQL on this machine: {c:.2}</title></rect>"##,
+                cx + 3.0,
+                y(c),
+                top + plot_h - y(c)
+            );
+            let _ = writeln!(
+                s,
+                r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#555555">{c:.2}</text>"##,
+                cx + 3.0 + bw / 2.0,
+                y(c) - 4.0
+            );
+        }
+        match (w.status, w.ratio) {
+            (Status::Ok, Some(r)) => {
+                let x = cx - 3.0 - bw;
+                let _ = writeln!(
+                    s,
+                    r##"<rect class="bar" data-workload="{name}" x="{x:.1}" y="{:.1}" width="{bw:.1}" height="{:.1}" fill="#1f77b4"><title>pgshard / PostgreSQL: {r:.3}</title></rect>"##,
+                    y(r),
+                    top + plot_h - y(r)
+                );
+                let (lo, hi) = w
+                    .ratio_per_repeat
+                    .iter()
+                    .fold((r, r), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+                if hi > lo {
+                    let mx = x + bw / 2.0;
+                    let _ = writeln!(
+                        s,
+                        r##"<path class="spread" d="M{mx:.1} {:.1}V{:.1}M{:.1} {:.1}h10M{:.1} {:.1}h10" stroke="#0b3c61" fill="none"/>"##,
+                        y(hi),
+                        y(lo),
+                        mx - 5.0,
+                        y(hi),
+                        mx - 5.0,
+                        y(lo)
+                    );
+                }
+                let _ = writeln!(
+                    s,
+                    r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-weight="bold" fill="#0b3c61">{r:.2}</text>"##,
+                    x + bw / 2.0,
+                    y(hi) - 6.0
+                );
+            }
+            _ => {
+                let what = if w.status == Status::Error {
+                    "error"
+                } else {
+                    "skipped"
+                };
+                let _ = writeln!(
+                    s,
+                    r##"<text class="skipped" data-workload="{name}" x="{:.1}" y="{:.1}" text-anchor="middle" fill="#c62828">{what}<title>{}</title></text>"##,
+                    cx - 3.0 - bw / 2.0,
+                    top + plot_h - 8.0,
+                    xml(w.reason.as_deref().unwrap_or(""))
+                );
+            }
+        }
+    }
+    // Legend.
+    let ly = height - 30.0;
+    let _ = writeln!(
+        s,
+        r##"<rect x="{left}" y="{:.1}" width="14" height="14" fill="#1f77b4"/><text x="{:.1}" y="{:.1}">pgshard (median; whisker: min-max over repetitions)</text>"##,
+        ly - 11.0,
+        left + 20.0,
+        ly
+    );
+    let lx2 = left + 360.0;
+    let _ = writeln!(
+        s,
+        r##"<rect x="{lx2:.1}" y="{:.1}" width="14" height="14" fill="#b0b0b0"/><text x="{:.1}" y="{ly:.1}">Citus 12.1 (workloads.md)</text>"##,
+        ly - 11.0,
+        lx2 + 20.0
+    );
+    let _ = writeln!(
+        s,
+        r##"<line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#2e7d32" stroke-width="2" stroke-dasharray="6,4"/><text x="{:.1}" y="{:.1}">goal</text>"##,
+        ly + 14.0,
+        left + 14.0,
+        ly + 14.0,
+        left + 20.0,
+        ly + 18.0
+    );
+    s.push_str("</svg>\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_and_thousands() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+        assert_eq!(thousands(1234567.4), "1,234,567");
+        assert_eq!(thousands(999.0), "999");
+        assert_eq!(thousands(1000.0), "1,000");
+    }
+}
