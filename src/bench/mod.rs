@@ -259,6 +259,8 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
     let plain_start = {
         let (n, pw) = (plain_node.clone(), password.clone());
         tokio::task::spawn_blocking(move || -> Result<()> {
+            node::server_dir(n.log_file.parent().unwrap_or(Path::new(".")), 0o755)?;
+            node::server_dir(&n.socket_dir, 0o755)?;
             n.create(&pw, Settings { fast: false })
                 .context("initdb of the plain PostgreSQL")?;
             n.start()?;

@@ -349,7 +349,7 @@ pub fn svg(results: &[WorkloadResult], subtitle: &str) -> String {
     let n = results.len().max(1) as f64;
     let (left, right, top, bottom) = (70.0, 30.0, 70.0, 90.0);
     let group = 170.0;
-    let width = (left + right + group * n).max(560.0);
+    let width = (left + right + group * n).max(640.0);
     let height = 400.0;
     let plot_h = height - top - bottom;
     let plot_w = width - left - right;
@@ -517,30 +517,29 @@ pub fn svg(results: &[WorkloadResult], subtitle: &str) -> String {
             }
         }
     }
-    // Legend.
-    let ly = height - 30.0;
+    // Legend, one row.
+    let ly = height - 24.0;
     let _ = writeln!(
         s,
-        r##"<rect x="{left}" y="{:.1}" width="14" height="14" fill="#1f77b4"/><text x="{:.1}" y="{:.1}">pgshard (median; whisker: min-max over repetitions)</text>"##,
+        r##"<rect x="{left}" y="{:.1}" width="14" height="14" fill="#1f77b4"/><text x="{:.1}" y="{ly:.1}">pgshard median (whisker: min-max)</text>"##,
         ly - 11.0,
-        left + 20.0,
-        ly
+        left + 20.0
     );
-    let lx2 = left + 360.0;
+    let lx = left + 250.0;
     let _ = writeln!(
         s,
-        r##"<rect x="{lx2:.1}" y="{:.1}" width="14" height="14" fill="#b0b0b0"/><text x="{:.1}" y="{ly:.1}">Citus 12.1 (workloads.md)</text>"##,
+        r##"<rect x="{lx:.1}" y="{:.1}" width="14" height="14" fill="#b0b0b0"/><text x="{:.1}" y="{ly:.1}">Citus 12.1, this machine</text>"##,
         ly - 11.0,
-        lx2 + 20.0
+        lx + 20.0
     );
+    let lx = lx + 185.0;
     let _ = writeln!(
         s,
-        r##"<line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#2e7d32" stroke-width="2" stroke-dasharray="6,4"/><text x="{:.1}" y="{:.1}">goal</text>"##,
-        ly + 14.0,
-        left + 14.0,
-        ly + 14.0,
-        left + 20.0,
-        ly + 18.0
+        r##"<line x1="{lx:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#2e7d32" stroke-width="2" stroke-dasharray="6,4"/><text x="{:.1}" y="{ly:.1}">pgshard goal</text>"##,
+        ly - 4.0,
+        lx + 18.0,
+        ly - 4.0,
+        lx + 24.0
     );
     s.push_str("</svg>\n");
     s

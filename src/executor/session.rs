@@ -401,6 +401,12 @@ impl Session {
                         self.skipping = true;
                         break;
                     }
+                    // After an error the client hears nothing more until ReadyForQuery.
+                    _ if self.batch_error && kind != 3 => {
+                        if matches!((kind, f.tag), (0, b'1') | (1, _) | (2, b'C' | b'I' | b's')) {
+                            break;
+                        }
+                    }
                     b'N' | b'A' | b'S' if kind != 3 => msg::write_raw(&mut self.out, f.tag, &f.body),
                     b'Z' if kind == 3 => break,
                     _ if kind == 3 => {}
@@ -468,7 +474,7 @@ impl Session {
     fn release_all(&mut self) {
         self.held.clear();
         self.running.lock().unwrap().clear();
-        self.portals.retain(|_, p| matches!(p.target, PortalTarget::Virtual { .. }) && false);
+        self.portals.clear();
     }
 
     // ---- planning --------------------------------------------------------
@@ -805,9 +811,10 @@ impl Session {
     async fn sync_message(&mut self) {
         self.end_batch().await;
         self.skipping = false;
-        self.portals.retain(|_, _| false);
+        // Portals live until their transaction ends: at Sync in autocommit, with
+        // COMMIT/ROLLBACK inside a block.
         if self.txn == TxnState::Idle {
-            self.statements.remove("");
+            self.portals.clear();
         }
     }
 

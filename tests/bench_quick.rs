@@ -1,0 +1,221 @@
+//! `pgshard bench --quick` end to end: it starts a plain PostgreSQL and a pgshard
+//! cluster, loads W1, runs every workload once for 5 s against both, writes bench.json
+//! and bench.svg, and stops everything it started.
+
+mod common;
+
+use common::{alloc_ports, run_dir, teardown_at_exit, Teardown, PGSHARD};
+use serde_json::Value;
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A minimal XML well-formedness check: every tag closes, in order, and nothing follows
+/// the root element.
+fn well_formed(xml: &str) -> Result<(), String> {
+    let mut stack: Vec<String> = Vec::new();
+    let mut rest = xml.trim();
+    let mut seen_root = false;
+    while let Some(i) = rest.find('<') {
+        if !rest[..i].trim().is_empty() && stack.is_empty() {
+            return Err(format!("text outside the root: {:?}", &rest[..i]));
+        }
+        let end = rest[i..]
+            .find('>')
+            .ok_or_else(|| "unclosed '<'".to_string())?
+            + i;
+        let tag = &rest[i + 1..end];
+        if let Some(name) = tag.strip_prefix('/') {
+            match stack.pop() {
+                Some(open) if open == name.trim() => {}
+                other => return Err(format!("</{name}> closes {other:?}")),
+            }
+        } else if !tag.starts_with('?') && !tag.starts_with('!') {
+            if stack.is_empty() && seen_root {
+                return Err("a second root element".into());
+            }
+            seen_root = true;
+            let name = tag
+                .split(|c: char| c.is_whitespace() || c == '/')
+                .next()
+                .unwrap_or("");
+            if name.is_empty() {
+                return Err(format!("empty tag <{tag}>"));
+            }
+            if !tag.ends_with('/') {
+                stack.push(name.to_string());
+            }
+        }
+        rest = &rest[end + 1..];
+    }
+    if !stack.is_empty() {
+        return Err(format!("unclosed elements {stack:?}"));
+    }
+    if !rest.trim().is_empty() {
+        return Err(format!("text after the root: {rest:?}"));
+    }
+    Ok(())
+}
+
+#[test]
+fn svg_checker_works() {
+    assert!(well_formed(r#"<svg a="1"><g><rect/></g><text>x</text></svg>"#).is_ok());
+    assert!(well_formed("<svg><g></svg>").is_err());
+    assert!(well_formed("<svg></svg><svg></svg>").is_err());
+}
+
+#[test]
+fn bench_quick_runs_both_targets() {
+    let out = run_dir();
+    // Safety net should the bench itself die without cleaning up.
+    teardown_at_exit(Teardown::Cluster(out.join("cluster")));
+    let port = alloc_ports(5).to_string();
+    let started = Instant::now();
+    let mut child = Command::new(PGSHARD)
+        .args(["bench", "--quick", "--port", &port, "--out"])
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting pgshard bench");
+    // Read both pipes on threads so that neither fills up.
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let read = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let (out_t, err_t) = (read(Box::new(stdout)), read(Box::new(stderr)));
+    let deadline = started + Duration::from_secs(400);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            // SIGINT: the bench stops its servers on Ctrl-C.
+            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            std::thread::sleep(Duration::from_secs(60));
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "pgshard bench --quick did not finish in 400 s:\n{}",
+                err_t.join().unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let (stdout, stderr) = (out_t.join().unwrap(), err_t.join().unwrap());
+    let elapsed = started.elapsed();
+    eprintln!("pgshard bench --quick took {elapsed:?}\n{stdout}");
+    assert!(
+        status.success(),
+        "pgshard bench --quick failed ({status}):\n{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("w1-select-prepared"), "table:\n{stdout}");
+
+    // bench.json: one entry per workload, both targets measured.
+    let text = std::fs::read_to_string(out.join("bench.json")).expect("bench.json");
+    let doc: Value = serde_json::from_str(&text).expect("bench.json parses");
+    let workloads = doc["workloads"].as_array().expect("workloads array");
+    let names: Vec<&str> = workloads
+        .iter()
+        .map(|w| w["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["w1-select-prepared", "w1-select-simple", "w1-tpcb"],
+        "{text}"
+    );
+    for w in workloads {
+        let name = w["name"].as_str().unwrap();
+        match w["status"].as_str().unwrap() {
+            "ok" => {
+                for target in ["plain", "pgshard"] {
+                    let tps = w[target]["tps_median"].as_f64().unwrap_or(0.0);
+                    assert!(tps > 0.0, "{name} {target}: tps {tps}\n{w:#}");
+                    let run = w["runs"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|r| r["target"] == target)
+                        .unwrap_or_else(|| panic!("{name}: no {target} run"));
+                    assert!(run["transactions"].as_u64().unwrap() > 0, "{run:#}");
+                    assert!(run["latency_avg_ms"].as_f64().unwrap() > 0.0, "{run:#}");
+                    assert!(run["latency_p95_ms"].as_f64().is_some(), "{run:#}");
+                    assert!(run["server_cpu_us_per_txn"].as_f64().is_some(), "{run:#}");
+                }
+                assert!(w["ratio"].as_f64().unwrap() > 0.0, "{w:#}");
+                let cpu = w["pgshard"]["pgshard_cpu_us_per_txn_median"].as_f64();
+                assert!(cpu.is_some_and(|c| c >= 0.0), "{w:#}");
+            }
+            // Only TPC-B may be skipped (pgshard cannot run it yet), with pgbench's reason.
+            "skipped" if name == "w1-tpcb" => {
+                assert!(!w["reason"].as_str().unwrap_or("").is_empty(), "{w:#}");
+            }
+            other => panic!("{name}: status {other}\n{w:#}"),
+        }
+    }
+    assert!(doc["machine"]["nproc"].as_u64().unwrap() > 0);
+    assert!(doc["machine"]["mem_total_kb"].as_u64().unwrap() > 0);
+    assert!(
+        doc["postgresql"]["version"]
+            .as_str()
+            .unwrap()
+            .contains("PostgreSQL 15"),
+        "{:#}",
+        doc["postgresql"]
+    );
+    assert_eq!(
+        doc["postgresql"]["plain_settings"]["synchronous_commit"],
+        "off"
+    );
+    assert_eq!(
+        doc["postgresql"]["plain_vs_worker_differences"],
+        serde_json::json!([])
+    );
+    assert!(doc["command"].as_str().unwrap().contains("bench --quick"));
+    assert!(doc["date"].as_str().unwrap().starts_with("20"));
+
+    // bench.svg: well formed, a bar per measured workload.
+    let svg = std::fs::read_to_string(out.join("bench.svg")).expect("bench.svg");
+    assert!(svg.starts_with("<svg"), "{svg}");
+    well_formed(&svg).unwrap_or_else(|e| panic!("bench.svg: {e}\n{svg}"));
+    for w in workloads {
+        let name = w["name"].as_str().unwrap();
+        let mark = if w["status"] == "ok" {
+            format!(r#"<rect class="bar" data-workload="{name}""#)
+        } else {
+            format!(r#"class="skipped" data-workload="{name}""#)
+        };
+        assert!(svg.contains(&mark), "no {mark} in bench.svg:\n{svg}");
+    }
+
+    // Everything it started is stopped.
+    let ports = &doc["options"]["ports"];
+    let mut all: Vec<u64> = vec![
+        ports["plain"].as_u64().unwrap(),
+        ports["pgshard"].as_u64().unwrap(),
+        ports["coordinator"].as_u64().unwrap(),
+    ];
+    all.extend(
+        ports["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_u64().unwrap()),
+    );
+    for p in all {
+        assert!(
+            TcpStream::connect(("127.0.0.1", p as u16)).is_err(),
+            "port {p} still accepts connections after the bench"
+        );
+    }
+    assert!(
+        !out.join("plain").join("data").exists(),
+        "the plain data directory was not removed"
+    );
+}
