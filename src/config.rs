@@ -45,6 +45,10 @@ pub struct Config {
     /// Most client connections accepted at once.
     #[serde(default = "default_max_clients")]
     pub max_client_connections: usize,
+    /// Threads serving clients; default: half the cores (at least one), leaving the
+    /// rest to the PostgreSQL servers and clients that often share the machine.
+    #[serde(default)]
+    pub worker_threads: Option<usize>,
     /// Defaults of the `citus.*` settings, overridable per session with SET.
     #[serde(default)]
     pub citus: CitusDefaults,

@@ -69,7 +69,10 @@ fn main() -> anyhow::Result<()> {
         Command::Serve { config } => {
             let cfg = pgshard::config::Config::load(&config)?;
             // The parser recurses deeply on nested expressions: big stacks for the workers.
+            let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+            let threads = cfg.worker_threads.unwrap_or((cores / 2).max(1));
             let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(threads)
                 .enable_all()
                 .thread_stack_size(32 * 1024 * 1024)
                 .build()?;

@@ -236,12 +236,11 @@ async fn create(c: &Client, table: &str, sql_type: &str, shard_count: u32) -> Ve
     c.batch_execute(&format!("set citus.shard_count = {shard_count}"))
         .await
         .unwrap();
-    c.query(
-        &format!("select create_distributed_table('{table}', 'k')"),
-        &[],
-    )
-    .await
-    .unwrap_or_else(|e| panic!("create_distributed_table {table}: {e}"));
+    // Simple protocol: through the extended protocol this call is mis-described (see
+    // driver_psycopg.rs, `create_distributed_table_through_extended_protocol`).
+    c.simple_query(&format!("select create_distributed_table('{table}', 'k')"))
+        .await
+        .unwrap_or_else(|e| panic!("create_distributed_table {table}: {e}"));
     let shards = shards_of(c, table).await;
     let bounds: Vec<(i32, i32)> = shards.iter().map(|s| (s.min, s.max)).collect();
     assert_eq!(bounds, all_ranges(shard_count), "{table}: shard bounds");
@@ -252,6 +251,14 @@ async fn create(c: &Client, table: &str, sql_type: &str, shard_count: u32) -> Ve
         "{table}: placements on both workers"
     );
     shards
+}
+
+/// An error with its SQLSTATE and server message.
+fn db(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(d) => format!("{}: {}", d.code().code(), d.message()),
+        None => e.to_string(),
+    }
 }
 
 fn command_count(msgs: &[SimpleQueryMessage]) -> u64 {
@@ -290,7 +297,7 @@ async fn insert_all(
             "simple" => command_count(
                 &c.simple_query(&format!("insert into {table} (k, v) values ({lit}, '{v}')"))
                     .await
-                    .unwrap_or_else(|e| panic!("{table} insert {lit}: {e}")),
+                    .unwrap_or_else(|e| panic!("{table} insert {lit}: {}", db(&e))),
             ),
             "extended-literal" => c
                 .execute(
@@ -298,18 +305,18 @@ async fn insert_all(
                     &[],
                 )
                 .await
-                .unwrap_or_else(|e| panic!("{table} insert {lit}: {e}")),
+                .unwrap_or_else(|e| panic!("{table} insert {lit}: {}", db(&e))),
             "param" => {
                 let p = key.param();
                 c.execute(&insert, &[p.as_ref() as &(dyn ToSql + Sync), &v])
                     .await
-                    .unwrap_or_else(|e| panic!("{table} insert ${text:?}: {e}"))
+                    .unwrap_or_else(|e| panic!("{table} insert ${text:?}: {}", db(&e)))
             }
             _ => {
                 let p = key.param();
                 c.execute(&prepared, &[p.as_ref() as &(dyn ToSql + Sync), &v])
                     .await
-                    .unwrap_or_else(|e| panic!("{table} insert prepared {text:?}: {e}"))
+                    .unwrap_or_else(|e| panic!("{table} insert prepared {text:?}: {}", db(&e)))
             }
         };
         assert_eq!(n, 1, "{table}: INSERT of {text:?} ({how}) count");
@@ -479,7 +486,7 @@ async fn int4_keys() {
     // Other spellings PostgreSQL accepts for an int column.
     let literals: BTreeMap<String, String> = [
         ("42", "'42'"),
-        ("7", "+7"),
+        ("7", "7::int4"),
         ("1000", "1000::int"),
         ("-1", "'-1'::int4"),
     ]
@@ -605,4 +612,42 @@ async fn uuid_keys() {
         Key::Uuid(parse_uuid("11111111-2222-3333-4444-555555555555")),
     )
     .await;
+}
+
+/// Citus evaluates constant expressions in the distribution column of an INSERT on
+/// the coordinator; PostgreSQL accepts all of these for an int column.
+#[tokio::test]
+#[ignore = "pgshard limitation: INSERT with a constant expression (+7, 2+3, 8.0, -(3)) as the distribution key fails with 0A000 (PostgreSQL and Citus accept them)"]
+async fn int4_keys_from_constant_expressions() {
+    let keys: Vec<Key> = [7, 5, 8, -3].into_iter().map(Key::I4).collect();
+    let literals: BTreeMap<String, String> =
+        [("7", "+7"), ("5", "2+3"), ("8", "8.0"), ("-3", "-(3)")]
+            .into_iter()
+            .map(|(k, l)| (k.to_string(), l.to_string()))
+            .collect();
+    let c = cluster().client().await;
+    let shards = create(&c, "r_int4_expr", "int", 4).await;
+    let mut expected = BTreeMap::new();
+    for key in &keys {
+        let text = key.text();
+        let lit = &literals[&text];
+        for (i, sql) in [
+            format!("insert into r_int4_expr (k, v) values ({lit}, 'x')"),
+            format!("delete from r_int4_expr where k = {lit}"),
+            format!("insert into r_int4_expr (k, v) values ({lit}, 'x')"),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let n = if i == 1 {
+                c.execute(sql.as_str(), &[]).await
+            } else {
+                c.simple_query(sql).await.map(|m| command_count(&m))
+            }
+            .unwrap_or_else(|e| panic!("{sql}: {}", db(&e)));
+            assert_eq!(n, 1, "{sql}");
+        }
+        expected.insert(text, "x".to_string());
+    }
+    check_placement("r_int4_expr", "hashint4", &shards, &keys, &expected).await;
 }

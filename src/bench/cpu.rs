@@ -8,7 +8,9 @@
 //!   backends that already exited and were reaped. A backend that exits between the two
 //!   reads is missed rather than counted twice.
 //! - The whole machine: busy and total time from the first line of `/proc/stat`, to see
-//!   how much of it went elsewhere (pgbench itself, other users of the machine).
+//!   how much of it went elsewhere (interrupts and softirqs, mostly the loopback TCP
+//!   traffic, are counted apart); pgbench's own time comes from
+//!   `getrusage(RUSAGE_CHILDREN)`, so the rest is other users of the machine.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -67,11 +69,11 @@ pub fn server_ticks(data_dir: &Path) -> u64 {
     ticks
 }
 
-/// (busy, total) ticks of the whole machine since boot.
-pub fn machine_ticks() -> (u64, u64) {
+/// (busy, total, irq + softirq) ticks of the whole machine since boot.
+pub fn machine_ticks() -> (u64, u64, u64) {
     let text = fs::read_to_string("/proc/stat").unwrap_or_default();
     let Some(line) = text.lines().find(|l| l.starts_with("cpu ")) else {
-        return (0, 0);
+        return (0, 0, 0);
     };
     let v: Vec<u64> = line
         .split_whitespace()
@@ -80,8 +82,19 @@ pub fn machine_ticks() -> (u64, u64) {
         .collect();
     // user nice system idle iowait irq softirq steal (guest time is already in user).
     let total: u64 = v.iter().take(8).sum();
-    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
-    (total.saturating_sub(idle), total)
+    let at = |i: usize| v.get(i).copied().unwrap_or(0);
+    (total.saturating_sub(at(3) + at(4)), total, at(5) + at(6))
+}
+
+/// CPU seconds of this process's children that ended and were waited for (pgbench):
+/// `getrusage(RUSAGE_CHILDREN)`.
+pub fn children_cpu_s() -> f64 {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 /// What one target's processes are, for snapshots.
@@ -100,16 +113,20 @@ pub struct Snapshot {
     pub servers: Vec<u64>,
     pub machine_busy: u64,
     pub machine_total: u64,
+    pub machine_irq: u64,
+    pub children_s: f64,
 }
 
 impl Probe {
     pub fn snapshot(&self) -> Snapshot {
-        let (machine_busy, machine_total) = machine_ticks();
+        let (machine_busy, machine_total, machine_irq) = machine_ticks();
         Snapshot {
             pgshard: self.pgshard_pid.and_then(process_ticks),
             servers: self.servers.iter().map(|(_, d)| server_ticks(d)).collect(),
             machine_busy,
             machine_total,
+            machine_irq,
+            children_s: children_cpu_s(),
         }
     }
 }
@@ -122,6 +139,11 @@ pub struct Usage {
     pub servers_s: Vec<(String, f64)>,
     pub machine_busy_s: f64,
     pub machine_total_s: f64,
+    /// Interrupt and softirq time: mostly the loopback TCP traffic of the run, which no
+    /// process is charged for.
+    pub machine_irq_s: f64,
+    /// pgbench (the children waited for in between).
+    pub client_s: f64,
 }
 
 pub fn usage(probe: &Probe, before: &Snapshot, after: &Snapshot) -> Usage {
@@ -140,6 +162,8 @@ pub fn usage(probe: &Probe, before: &Snapshot, after: &Snapshot) -> Usage {
             .collect(),
         machine_busy_s: secs(before.machine_busy, after.machine_busy),
         machine_total_s: secs(before.machine_total, after.machine_total),
+        machine_irq_s: secs(before.machine_irq, after.machine_irq),
+        client_s: (after.children_s - before.children_s).max(0.0),
     }
 }
 
@@ -158,8 +182,8 @@ mod tests {
         }
         std::hint::black_box(x);
         assert!(process_ticks(me).is_some());
-        let (busy, total) = machine_ticks();
-        assert!(total >= busy && total > 0);
+        let (busy, total, irq) = machine_ticks();
+        assert!(total >= busy && busy >= irq && total > 0);
         assert!(ticks_per_second() > 0);
     }
 }

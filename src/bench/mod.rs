@@ -438,6 +438,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
 
     // The report.
     let table = report::table(&results);
+    let interference = report::interference(&results);
     let subtitle = format!(
         "pgbench scale {}, {} clients, -j {}, {} s x {}, {} workers, {SHARD_COUNT} shards; {}",
         opts.scale, opts.clients, opts.threads, opts.duration, opts.repeat, opts.workers, date
@@ -469,9 +470,11 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
             "pgshard_cpu_us_per_txn: utime+stime of the pgshard process over the run / transactions processed",
             "server_cpu_us_per_txn: CPU of every PostgreSQL process of the target (plain: one server; pgshard: coordinator node + workers), same denominator",
             "ratio: median pgshard TPS / median plain TPS",
+            "pgbench_cpu_s: getrusage(RUSAGE_CHILDREN) around the run; machine_irq_s: interrupt + softirq time (/proc/stat), mostly loopback TCP; other_cpu_fraction: machine busy time not spent by the target, pgshard, pgbench or interrupts, over all CPU time of the run",
         ],
         "load": load,
         "table": table,
+        "interference": interference,
         "workloads": results,
     });
     let json_path = opts.out.join("bench.json");
@@ -480,10 +483,17 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
     let svg_path = opts.out.join("bench.svg");
     fs::write(&svg_path, report::svg(&results, &subtitle))
         .with_context(|| format!("writing {}", svg_path.display()))?;
-    fs::write(opts.out.join("bench.md"), report::markdown_table(&results))?;
+    let mut md = format!("{subtitle}\n\n{}", report::markdown_table(&results));
+    if let Some(note) = &interference {
+        md.push_str(&format!("\n{note}\n"));
+    }
+    fs::write(opts.out.join("bench.md"), md)?;
 
     println!("{subtitle}");
     print!("{table}");
+    if let Some(note) = &interference {
+        println!("{note}");
+    }
     println!(
         "results: {}, chart: {}",
         json_path.display(),
@@ -618,7 +628,20 @@ async fn run_once(
             })
             .collect(),
         server_cpu_us_per_txn: per_txn(servers_s),
+        pgbench_cpu_s: usage.client_s,
+        other_cpu_fraction: if usage.machine_total_s > 0.0 {
+            ((usage.machine_busy_s
+                - usage.machine_irq_s
+                - usage.client_s
+                - servers_s
+                - usage.pgshard_s.unwrap_or(0.0))
+                / usage.machine_total_s)
+                .max(0.0)
+        } else {
+            0.0
+        },
         machine_cpu_busy_s: usage.machine_busy_s,
+        machine_irq_s: usage.machine_irq_s,
         machine_cpu_total_s: usage.machine_total_s,
         loadavg_before,
         output_file: output_file.display().to_string(),

@@ -56,9 +56,16 @@ pub struct Run {
     /// workers).
     pub server_cpu: Vec<ServerCpu>,
     pub server_cpu_us_per_txn: Option<f64>,
+    /// pgbench's own CPU time.
+    pub pgbench_cpu_s: f64,
     /// The whole machine (includes pgbench and anything else running).
     pub machine_cpu_busy_s: f64,
     pub machine_cpu_total_s: f64,
+    /// Interrupts and softirqs (mostly loopback TCP), charged to no process.
+    pub machine_irq_s: f64,
+    /// Busy time of the machine not spent by the target, pgbench or interrupts: other
+    /// users of the machine, as a fraction of all CPU time of the run (0 = none).
+    pub other_cpu_fraction: f64,
     pub loadavg_before: Option<String>,
     /// pgbench's full output.
     pub output_file: String,
@@ -168,6 +175,25 @@ pub fn ratios_per_repeat(runs: &[Run]) -> Vec<f64> {
             Some(tps(Target::Pgshard)? / tps(Target::Plain)?)
         })
         .collect()
+}
+
+/// How busy other users kept the machine during the runs: a sentence, or None when the
+/// runs had the machine to themselves (under 5 % at most).
+pub fn interference(results: &[WorkloadResult]) -> Option<String> {
+    let f: Vec<f64> = results
+        .iter()
+        .flat_map(|w| &w.runs)
+        .map(|r| r.other_cpu_fraction)
+        .collect();
+    let max = f.iter().copied().fold(0.0, f64::max);
+    (max >= 0.05).then(|| {
+        format!(
+            "note: other processes on this machine used {:.0}% of its CPU during the median \
+             run (at most {:.0}%): the figures are disturbed",
+            median(&f).unwrap_or(0.0) * 100.0,
+            max * 100.0
+        )
+    })
 }
 
 /// 12345.6 -> "12,346".
@@ -548,6 +574,43 @@ pub fn svg(results: &[WorkloadResult], subtitle: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn result(name: &str, status: Status, ratio: Option<f64>) -> WorkloadResult {
+        WorkloadResult {
+            name: name.into(),
+            description: String::new(),
+            pgbench_args: vec![],
+            status,
+            reason: (status != Status::Ok).then(|| "ERROR: <boom> & more".into()),
+            plain: None,
+            pgshard: None,
+            ratio,
+            ratio_per_repeat: ratio.map_or(vec![], |r| vec![r * 0.9, r, r * 1.1]),
+            reference: Reference {
+                citus_ratio: Some(0.15),
+                goal_ratio: Some(0.8),
+            },
+            runs: vec![],
+        }
+    }
+
+    #[test]
+    fn svg_has_a_bar_per_measured_workload() {
+        let svg = svg(
+            &[
+                result("w1-a", Status::Ok, Some(0.5)),
+                result("w1-b", Status::Skipped, None),
+            ],
+            "scale 1 <quick>",
+        );
+        assert!(svg.starts_with("<svg"));
+        assert!(svg.trim_end().ends_with("</svg>"));
+        assert!(svg.contains(r#"<rect class="bar" data-workload="w1-a""#));
+        assert!(svg.contains(r#"class="skipped" data-workload="w1-b""#));
+        assert!(svg.contains("scale 1 &lt;quick&gt;"));
+        assert!(svg.contains("ERROR: &lt;boom&gt; &amp; more"));
+        assert!(!svg.contains("<boom>"));
+    }
 
     #[test]
     fn medians_and_thousands() {

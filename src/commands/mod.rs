@@ -129,6 +129,21 @@ pub fn utility_arg_names(name: &str) -> &'static [&'static str] {
         .unwrap_or(&[])
 }
 
+/// The result columns of a utility function, known before it runs (for Describe).
+pub fn result_columns(name: &str) -> Vec<(String, u32)> {
+    let name = normalize(name);
+    let col = |t: u32| vec![(name.clone(), t)];
+    match name.as_str() {
+        "citus_add_node" | "master_add_node" => col(type_oid::INT4),
+        "citus_get_active_worker_nodes" | "master_get_active_worker_nodes" => {
+            vec![("node_name".to_string(), type_oid::TEXT), ("node_port".to_string(), type_oid::INT8)]
+        }
+        "get_shard_id_for_distribution_column" | "citus_relation_size" | "citus_table_size"
+        | "citus_total_relation_size" => col(type_oid::INT8),
+        _ => col(type_oid::VOID),
+    }
+}
+
 /// Runs `name(args)`. `notices` receives progress messages for the client.
 pub async fn call_utility(
     cache: &CatalogCache,

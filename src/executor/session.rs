@@ -16,6 +16,7 @@ use crate::catalog::{Catalog, DistTable, ShardId, ShardInterval};
 use crate::commands::{self, CitusSettings};
 use crate::error::{sqlstate, PgError, PgResult};
 use crate::frontend::messages::{self as msg, BindMsg, FieldDesc, Frame};
+use crate::planner::fastpath::{self, FastPlan, ShapeCache};
 use crate::planner::multishard::Bound;
 use crate::planner::{self, AggKind, MultiShardPlan, MultiShardShape, Plan, RouterPlan, TxnCommand, UtilityArg, ValueSource};
 use crate::sql::parse::{self, Statement};
@@ -116,6 +117,7 @@ pub struct Session {
     batch_error: bool,
     running: RunningBackends,
     txn_serial: u64,
+    shapes: ShapeCache,
 }
 
 fn fingerprint(settings: &[String]) -> u64 {
@@ -160,6 +162,7 @@ impl Session {
             batch_error: false,
             running,
             txn_serial: 0,
+            shapes: ShapeCache::default(),
         }
     }
 
@@ -184,8 +187,10 @@ impl Session {
     pub async fn handle(&mut self, frame: Frame) -> PgResult<bool> {
         match frame.tag {
             b'Q' => {
-                let sql = msg::decode_query(&frame.body)?;
-                self.simple_query(&sql).await?;
+                match msg::decode_query(&frame.body) {
+                    Ok(sql) => self.simple_query(&sql).await?,
+                    Err(e) => msg::write_error(&mut self.out, &e),
+                }
                 let status = self.status_byte();
                 msg::write_ready_for_query(&mut self.out, status);
             }
@@ -545,6 +550,9 @@ impl Session {
         let _ = stmt;
         let fields = match plan {
             Plan::ShowCitus { name } => Some(vec![FieldDesc::computed(name, 25, -1, 0)]),
+            Plan::Utility { name, .. } => Some(
+                commands::result_columns(name).iter().map(|(n, t)| FieldDesc::computed(n, *t, -1, 0)).collect(),
+            ),
             _ => None,
         };
         StatementMeta { param_types, fields }
@@ -558,9 +566,6 @@ impl Session {
                 sqlstate::DUPLICATE_PREPARED_STATEMENT,
                 format!("prepared statement \"{}\" already exists", p.name),
             ));
-        }
-        if self.txn == TxnState::Failed {
-            return Err(aborted_error());
         }
         let prepared = self.prepare(p.query, &p.param_types).await?;
         self.statements.insert(p.name, prepared);
@@ -578,6 +583,9 @@ impl Session {
         let stmt = stmts.remove(0);
         let catalog = self.shared.catalog.snapshot();
         let plan = self.plan_statement(&stmt, &catalog)?;
+        if self.txn == TxnState::Failed && !matches!(plan, Plan::Transaction(TxnCommand::Commit | TxnCommand::Rollback)) {
+            return Err(aborted_error());
+        }
         if let Plan::Unsupported(e) = &plan {
             return Err(e.clone());
         }
@@ -727,15 +735,6 @@ impl Session {
                 let fields = portal.stmt.meta.fields.clone();
                 let formats = portal.bind.result_formats.clone();
                 let mut b = BytesMut::new();
-                if let Plan::Utility { .. } = portal.stmt.plan {
-                    // The columns of a Citus function are known once it ran.
-                    self.drain_all().await?;
-                    let result = self.run_virtual(name, true).await?;
-                    if let Some(p) = self.portals.get_mut(name) {
-                        p.target = PortalTarget::Virtual { result: Some(result) };
-                    }
-                    return Ok(());
-                }
                 match fields {
                     Some(mut f) => {
                         for (i, fd) in f.iter_mut().enumerate() {
@@ -834,6 +833,28 @@ impl Session {
     // ---- simple protocol -------------------------------------------------
 
     async fn simple_query(&mut self, sql: &str) -> PgResult<()> {
+        let catalog = self.shared.catalog.snapshot();
+        // Statements differing from an earlier one only in constants reuse its plan.
+        let scanned = if self.txn != TxnState::Failed { fastpath::scan(sql) } else { None };
+        if let Some(sc) = &scanned {
+            if let Some(fast) = self.shapes.lookup(catalog.version, sc, sql) {
+                let r = match fast {
+                    FastPlan::Local { write } => {
+                        let coord = self.shared.coordinator.clone();
+                        self.simple_on_backend(&coord, sql, write, true).await
+                    }
+                    FastPlan::Router { table, hash, shard_sql, read_only } => match table.shard_for_hash(hash) {
+                        Some(shard) => match placement_addr(&catalog, shard) {
+                            Ok(addr) => self.simple_on_backend(&addr, &shard_sql(shard.shard_id), !read_only, true).await,
+                            Err(e) => Err(e),
+                        },
+                        None => Err(PgError::internal(format!("no shard of \"{}\" covers hash {hash}", table.name))),
+                    },
+                };
+                self.finish_simple(r).await;
+                return Ok(());
+            }
+        }
         let stmts = match parse::parse(sql) {
             Ok(s) => s,
             Err(e) => {
@@ -843,7 +864,6 @@ impl Session {
                 return Ok(());
             }
         };
-        let catalog = self.shared.catalog.snapshot();
         let mut plans = Vec::with_capacity(stmts.len());
         for s in &stmts {
             match self.plan_statement(s, &catalog) {
@@ -857,6 +877,11 @@ impl Session {
             }
         }
         self.record_settings(&stmts);
+        if let (Some(sc), [stmt], [plan]) = (scanned, stmts.as_slice(), plans.as_slice()) {
+            if let Some(node) = &stmt.node {
+                self.shapes.remember(catalog.version, sc, node, plan, !is_read_only_local(stmt));
+            }
+        }
         if stmts.len() > 1 && plans.iter().all(|p| matches!(p, Plan::Local)) && self.txn != TxnState::Failed {
             // Only the coordinator node: the string goes there whole, keeping
             // PostgreSQL's own multi-statement semantics.
@@ -1702,6 +1727,8 @@ fn route_bound<'a>(r: &'a RouterPlan, types: &[u32], bind: &BindMsg, _catalog: &
                 // `column = NULL` matches no row: any one shard answers that.
                 i32::MIN
             }
+            // PostgreSQL refuses the value: any one shard gives its exact error.
+            ValueSource::Invalid => i32::MIN,
             ValueSource::Param(i) => {
                 let Some(Some(bytes)) = bind.params.get(i) else {
                     if r.is_insert {
@@ -1714,12 +1741,16 @@ fn route_bound<'a>(r: &'a RouterPlan, types: &[u32], bind: &BindMsg, _catalog: &
                     continue;
                 };
                 let ptype = types.get(i).copied().unwrap_or(0);
-                crate::planner::distvalue::hash_param(col.type_oid, ptype, bind.param_format(i), bytes).ok_or_else(|| {
-                    PgError::not_supported(format!(
-                        "pgshard cannot route a parameter of type {ptype} for the distribution column \"{}\" (type {})",
-                        col.name, col.type_oid
-                    ))
-                })?
+                match crate::planner::distvalue::hash_param(col.type_oid, ptype, bind.param_format(i), bytes) {
+                    Some(h) => h,
+                    None if crate::planner::distvalue::param_is_invalid(col.type_oid, ptype) => i32::MIN,
+                    None => {
+                        return Err(PgError::not_supported(format!(
+                            "pgshard cannot route a parameter of type {ptype} for the distribution column \"{}\" (type {})",
+                            col.name, col.type_oid
+                        )))
+                    }
+                }
             }
         };
         let s = r.table.shard_for_hash(hash).ok_or_else(|| PgError::internal(format!("no shard of \"{}\" covers hash {hash}", r.table.name)))?;

@@ -106,7 +106,10 @@ fn malformed(what: &str) -> PgError {
 
 /// Reads a NUL-terminated UTF-8 string.
 pub fn read_cstr(buf: &mut &[u8]) -> PgResult<String> {
-    let end = buf.iter().position(|&b| b == 0).ok_or_else(|| malformed("string in"))?;
+    let end = buf
+        .iter()
+        .position(|&b| b == 0)
+        .ok_or_else(|| PgError::new(sqlstate::PROTOCOL_VIOLATION, "invalid string in message"))?;
     let s = std::str::from_utf8(&buf[..end])
         .map_err(|_| PgError::new("22021", "invalid byte sequence for encoding \"UTF8\""))?
         .to_string();
@@ -242,10 +245,14 @@ pub fn decode_execute(body: &[u8]) -> PgResult<(String, i32)> {
     Ok((portal, max_rows))
 }
 
-/// Query ('Q').
+/// Query ('Q'): one NUL-terminated string filling the whole message.
 pub fn decode_query(body: &[u8]) -> PgResult<String> {
     let mut b = body;
-    read_cstr(&mut b)
+    let q = read_cstr(&mut b)?;
+    if !b.is_empty() {
+        return Err(malformed("Query"));
+    }
+    Ok(q)
 }
 
 // ---- encoders -------------------------------------------------------------
@@ -576,6 +583,8 @@ mod tests {
         let f = decode_frame(&mut buf, MAX_MESSAGE_LEN).unwrap().unwrap();
         assert_eq!(f.tag, b'Q');
         assert_eq!(decode_query(&f.body).unwrap(), "select 1");
+        assert_eq!(decode_query(b"select 1\0S").unwrap_err().code, "08P01");
+        assert_eq!(decode_query(b"select 1").unwrap_err().code, "08P01");
         assert_eq!(decode_frame(&mut buf, MAX_MESSAGE_LEN).unwrap(), None);
         buf.extend_from_slice(&[0, 4]);
         assert_eq!(decode_frame(&mut buf, MAX_MESSAGE_LEN).unwrap().unwrap().tag, b'S');

@@ -16,6 +16,15 @@ pub enum ValueSource {
     Param(usize),
     /// The value is NULL.
     Null,
+    /// A value PostgreSQL refuses for the column's type (`'abc'` for an integer): any
+    /// one shard raises PostgreSQL's own error for it.
+    Invalid,
+}
+
+/// Types whose text input pgshard's hash module reads exactly as PostgreSQL does, so
+/// that a value it refuses is a value PostgreSQL refuses too.
+fn input_is_exact(t: Oid) -> bool {
+    matches!(t, oid::INT2 | oid::INT4 | oid::INT8 | oid::TEXT | oid::VARCHAR | oid::BPCHAR | oid::UUID | oid::BOOL | oid::NUMERIC)
 }
 
 /// The type a cast names, for the types pgshard hashes itself.
@@ -59,7 +68,12 @@ pub fn value_source(expr: &protobuf::Node, col: &DistColumn) -> Option<ValueSour
     match expr.node.as_ref()? {
         N::ParamRef(p) if p.number >= 1 => Some(ValueSource::Param(p.number as usize - 1)),
         N::AConst(c) if c.isnull => Some(ValueSource::Null),
-        N::AConst(c) => const_hash(c.val.as_ref()?, col.type_oid).map(ValueSource::Hash),
+        N::AConst(c) => match const_hash(c.val.as_ref()?, col.type_oid) {
+            Some(h) => Some(ValueSource::Hash(h)),
+            // An untyped string literal the column's type refuses: PostgreSQL errors.
+            None if matches!(c.val, Some(Val::Sval(_))) && input_is_exact(col.type_oid) => Some(ValueSource::Invalid),
+            None => None,
+        },
         N::TypeCast(tc) => {
             let t = cast_type(tc.type_name.as_ref()?)?;
             let same_family = t == col.type_oid || (is_int(t) && is_int(col.type_oid));
@@ -117,6 +131,12 @@ fn const_hash(v: &Val, t: Oid) -> Option<i32> {
     }
 }
 
+/// Whether PostgreSQL itself refuses a bound parameter of the column's own type
+/// (so any one shard reports the error).
+pub fn param_is_invalid(col_type: Oid, param_type: Oid) -> bool {
+    param_type == col_type && input_is_exact(col_type)
+}
+
 /// Hash of a bound parameter of type `param_type` for a column of type `col_type`.
 pub fn hash_param(col_type: Oid, param_type: Oid, format: i16, bytes: &[u8]) -> Option<i32> {
     let text_like = |t: Oid| matches!(t, oid::TEXT | oid::VARCHAR);
@@ -143,13 +163,14 @@ pub fn hash_param(col_type: Oid, param_type: Oid, format: i16, bytes: &[u8]) -> 
     None
 }
 
-/// Finds `column = value` among the top-level AND-ed conditions of a WHERE clause.
-/// `names_table` tells whether a qualifier names the table (its name or alias).
-pub fn find_equality(
-    where_clause: Option<&protobuf::Node>,
+/// Finds `column = value` among the top-level AND-ed conditions of a WHERE clause,
+/// with the value expression itself. `names_table` tells whether a qualifier names
+/// the table (its name or alias).
+pub fn find_equality<'a>(
+    where_clause: Option<&'a protobuf::Node>,
     col: &DistColumn,
     names_table: &dyn Fn(&str) -> bool,
-) -> Option<ValueSource> {
+) -> Option<(ValueSource, &'a protobuf::Node)> {
     let node = where_clause?.node.as_ref()?;
     match node {
         N::BoolExpr(b) if b.boolop == BoolExprType::AndExpr as i32 => {
@@ -158,13 +179,25 @@ pub fn find_equality(
         N::AExpr(e) if e.kind == AExprKind::AexprOp as i32 && is_equals(&e.name) => {
             let (l, r) = (e.lexpr.as_deref()?, e.rexpr.as_deref()?);
             if is_column(l, col, names_table) {
-                value_source(r, col)
+                value_source(r, col).map(|v| (v, r))
             } else if is_column(r, col, names_table) {
-                value_source(l, col)
+                value_source(l, col).map(|v| (v, l))
             } else {
                 None
             }
         }
+        _ => None,
+    }
+}
+
+/// Where the constant of a value expression (a constant, maybe cast) stands.
+pub fn constant_location(expr: &protobuf::Node) -> Option<usize> {
+    match expr.node.as_ref()? {
+        N::AConst(c) => Some(c.location.max(0) as usize),
+        N::TypeCast(tc) => match tc.arg.as_ref()?.node.as_ref()? {
+            N::AConst(c) => Some(c.location.max(0) as usize),
+            _ => None,
+        },
         _ => None,
     }
 }

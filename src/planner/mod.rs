@@ -5,6 +5,7 @@
 //! proven right for the statement's shape or refused.
 
 pub mod distvalue;
+pub mod fastpath;
 pub mod router;
 pub mod multishard;
 pub mod template;

@@ -1,7 +1,8 @@
 //! Router planning: statements on one distributed table whose distribution column is
 //! fixed to one value run whole on the one shard that holds it.
 
-use super::distvalue::{find_equality, value_source, ValueSource};
+use super::distvalue::{constant_location, find_equality, value_source, ValueSource};
+use super::template::EditWith;
 use super::multishard;
 use super::template::{Edit, ShardSqlTemplate};
 use super::Plan;
@@ -24,6 +25,12 @@ pub struct RouterPlan {
     pub is_insert: bool,
     /// Whether the statement only reads (routing inside a transaction does not need 2PC).
     pub read_only: bool,
+    /// The value expressions behind `values` with their constants' text positions
+    /// (for the simple-protocol shape cache), where known.
+    pub value_exprs: Vec<(pg_query::protobuf::Node, usize)>,
+    /// Text span of the table reference, and whether the shard name gets an alias.
+    pub relation_span: Option<(usize, usize)>,
+    pub add_alias: bool,
 }
 
 fn unsupported(msg: String) -> PgResult<Plan> {
@@ -50,13 +57,10 @@ pub fn plan_dml(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> Pg
                 return unsupported("pgshard does not support WITH queries on distributed tables yet".into());
             }
             match find_equality(s.where_clause.as_deref(), &col, &names_table) {
-                Some(v) if s.op == pg_query::protobuf::SetOperation::SetopNone as i32 => Ok(Plan::Router(Arc::new(RouterPlan {
-                    template: ShardSqlTemplate::new(text, &table, vec![edit]),
-                    table,
-                    values: vec![v],
-                    is_insert: false,
-                    read_only: s.locking_clause.is_empty() && s.into_clause.is_none(),
-                }))),
+                Some((v, expr)) if s.op == pg_query::protobuf::SetOperation::SetopNone as i32 => {
+                    let read_only = s.locking_clause.is_empty() && s.into_clause.is_none();
+                    Ok(routed(text, table, edit, v, expr, read_only))
+                }
                 _ => multishard::plan_select(s, text, edit, table),
             }
         }
@@ -75,7 +79,7 @@ pub fn plan_dml(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> Pg
                 }
             }
             match find_equality(u.where_clause.as_deref(), &col, &names_table) {
-                Some(v) => Ok(routed(text, table, edit, v)),
+                Some((v, expr)) => Ok(routed(text, table, edit, v, expr, false)),
                 None => unsupported(format!(
                     "pgshard does not support UPDATE of the distributed table \"{}\" without a condition fixing \"{}\" to one value yet",
                     table.name, col.name
@@ -87,7 +91,7 @@ pub fn plan_dml(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> Pg
                 return unsupported("pgshard does not support DELETE with WITH or USING on distributed tables yet".into());
             }
             match find_equality(d.where_clause.as_deref(), &col, &names_table) {
-                Some(v) => Ok(routed(text, table, edit, v)),
+                Some((v, expr)) => Ok(routed(text, table, edit, v, expr, false)),
                 None => unsupported(format!(
                     "pgshard does not support DELETE from the distributed table \"{}\" without a condition fixing \"{}\" to one value yet",
                     table.name, col.name
@@ -99,13 +103,18 @@ pub fn plan_dml(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> Pg
     }
 }
 
-fn routed(text: &str, table: Arc<DistTable>, edit: Edit, v: ValueSource) -> Plan {
+fn routed(text: &str, table: Arc<DistTable>, edit: Edit, v: ValueSource, expr: &pg_query::protobuf::Node, read_only: bool) -> Plan {
+    let value_exprs = constant_location(expr).map(|l| vec![(expr.clone(), l)]).unwrap_or_default();
+    let add_alias = matches!(edit.with, EditWith::Relation { add_alias: true });
     Plan::Router(Arc::new(RouterPlan {
+        relation_span: Some((edit.start, edit.end)),
+        add_alias,
         template: ShardSqlTemplate::new(text, &table, vec![edit]),
         table,
         values: vec![v],
         is_insert: false,
-        read_only: false,
+        read_only,
+        value_exprs,
     }))
 }
 
@@ -136,6 +145,7 @@ fn plan_insert(i: &pg_query::protobuf::InsertStmt, text: &str, table: Arc<DistTa
     }
     let Some(position) = position else { return no_value() };
     let mut values = Vec::with_capacity(sel.values_lists.len());
+    let mut value_exprs = Vec::new();
     for row in &sel.values_lists {
         let Some(N::List(items)) = row.node.as_ref() else { return unsupported("unexpected VALUES shape".into()) };
         let Some(item) = items.items.get(position) else { return no_value() };
@@ -149,7 +159,12 @@ fn plan_insert(i: &pg_query::protobuf::InsertStmt, text: &str, table: Arc<DistTa
                     format!("cannot perform an INSERT with NULL in the partition column \"{}\"", col.name),
                 )))
             }
-            Some(v) => values.push(v),
+            Some(v) => {
+                if let Some(l) = constant_location(item) {
+                    value_exprs.push((item.clone(), l));
+                }
+                values.push(v)
+            }
             None => {
                 return unsupported(format!(
                     "pgshard routes INSERT only when \"{}\" is a constant or a parameter",
@@ -158,11 +173,17 @@ fn plan_insert(i: &pg_query::protobuf::InsertStmt, text: &str, table: Arc<DistTa
             }
         }
     }
+    let add_alias = matches!(edit.with, EditWith::Relation { add_alias: true });
+    // The shape cache reproduces single-row inserts only.
+    let value_exprs = if values.len() == 1 { value_exprs } else { Vec::new() };
     Ok(Plan::Router(Arc::new(RouterPlan {
+        relation_span: Some((edit.start, edit.end)),
+        add_alias,
         template: ShardSqlTemplate::new(text, &table, vec![edit]),
         table,
         values,
         is_insert: true,
         read_only: false,
+        value_exprs,
     })))
 }

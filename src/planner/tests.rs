@@ -6,6 +6,7 @@ use crate::catalog::{Catalog, DistColumn, DistTable, PartitionMethod, ShardInter
 use crate::sharding::hash::{hash_int4, oid};
 use crate::sharding::ranges::{all_ranges, ShardIndexer};
 use crate::sql::parse::parse;
+use pg_query::protobuf::node::Node as N;
 
 fn catalog() -> Catalog {
     let shards: Vec<ShardInterval> = all_ranges(4)
@@ -129,4 +130,65 @@ fn local_and_utility() {
     assert!(matches!(plan_of("drop table if exists t"), Plan::DropTables { .. }));
     assert!(matches!(plan_of("drop table if exists other"), Plan::Local));
     assert!(unsupported("drop table t, other"));
+}
+
+/// The shape cache must give exactly what a full plan gives, or decline.
+#[test]
+fn shape_cache_agrees_with_full_plans() {
+    use super::fastpath::{scan, FastPlan, ShapeCache};
+    let cat = catalog();
+    let mut cache = ShapeCache::default();
+    let full = |sql: &str| plan(&parse(sql).unwrap().remove(0), &cat, &|_| false).unwrap();
+    // Prime with one statement of each shape.
+    for sql in [
+        "SELECT v FROM t WHERE k = 1;",
+        "select * from t where k = '1'::int4",
+        "update t set v = 'a' where k = 2",
+        "insert into t values (3, 'x')",
+        "select 1 + 2",
+    ] {
+        let st = parse(sql).unwrap().remove(0);
+        let p = full(sql);
+        let write = !matches!(st.node, Some(N::SelectStmt(_)));
+        cache.lookup(cat.version, &scan(sql).unwrap(), sql);
+        cache.remember(cat.version, scan(sql).unwrap(), st.node.as_ref().unwrap(), &p, write);
+    }
+    let cases = [
+        "SELECT v FROM t WHERE k = 77;",
+        "SELECT v FROM t WHERE k = 2147483647;",
+        "SELECT v FROM t WHERE k = 5000000000;",
+        "SELECT v FROM t WHERE k = 'abc';",
+        "select * from t where k = '-12'::int4",
+        "update t set v = 'it''s' where k = 40",
+        "insert into t values (123456, 'y')",
+        "insert into t values (-5, 'y')",
+        "select 3 + 4",
+    ];
+    let mut hits = 0;
+    for sql in cases {
+        let Some(fast) = cache.lookup(cat.version, &scan(sql).unwrap(), sql) else { continue };
+        hits += 1;
+        match (fast, full(sql)) {
+            (FastPlan::Router { hash, shard_sql, .. }, Plan::Router(r)) => {
+                assert_eq!(r.values, vec![ValueSource::Hash(hash)], "{sql}");
+                assert_eq!(shard_sql(102010).trim_end_matches(';'), r.template.for_shard(102010), "{sql}");
+            }
+            (FastPlan::Local { .. }, Plan::Local) => {}
+            (_, other) => panic!("{sql}: the cache answered, the full plan says {other:?}"),
+        }
+    }
+    assert!(hits >= 5, "only {hits} hits");
+    // A different catalog version empties the cache.
+    let sql = "SELECT v FROM t WHERE k = 77;";
+    assert!(cache.lookup(cat.version + 1, &scan(sql).unwrap(), sql).is_none());
+}
+
+#[test]
+fn invalid_distribution_values_reach_postgresql() {
+    match plan_of("insert into t values ('abc', 'x')") {
+        Plan::Router(r) => assert_eq!(r.values, vec![ValueSource::Invalid]),
+        other => panic!("{other:?}"),
+    }
+    // A numeric literal is rounded by PostgreSQL on insert: not guessed.
+    assert!(unsupported("insert into t values (5.5, 'x')"));
 }
