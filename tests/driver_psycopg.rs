@@ -109,19 +109,16 @@ fn known_bug(name: &str) {
 }
 
 #[test]
-#[ignore = "pgshard bug: ROLLBACK sent with the extended protocol in an aborted transaction gets 25P02 instead of rolling back"]
 fn rollback_after_error_in_transaction() {
     known_bug("rollback_after_error_in_transaction");
 }
 
 #[test]
-#[ignore = "pgshard bug: `select create_distributed_table(...)` through the extended protocol: Describe answers NoData (statement) or nothing (portal), then a DataRow comes"]
 fn create_distributed_table_through_extended_protocol() {
     known_bug("create_distributed_table_through_extended_protocol");
 }
 
 #[test]
-#[ignore = "pgshard bug: an invalid value for the distribution column gives 0A000 instead of 22P02 (parameter `k = $1::int` with 'abc'; `update ... where k = 'abc'`)"]
 fn invalid_parameter_for_the_distribution_column() {
     known_bug("invalid_parameter_for_the_distribution_column");
 }

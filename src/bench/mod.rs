@@ -236,6 +236,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         }
     }
     let date = machine::now_utc();
+    let machine = machine::describe();
     let command = machine::command_line();
     remove_previous(opts, progress).await?;
     fs::create_dir_all(opts.runs_dir())?;
@@ -448,7 +449,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         "date": date,
         "command": command,
         "pgshard": machine::pgshard_revision(),
-        "machine": machine::describe(),
+        "machine": machine,
         "postgresql": postgres,
         "options": {
             "scale": opts.scale,
