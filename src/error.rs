@@ -142,7 +142,9 @@ mod tests {
 
     #[test]
     fn parses_server_error_fields() {
-        let raw = bytes::Bytes::from_static(b"SERROR\0VERROR\0C42P01\0Mrelation \"x\" does not exist\0Dsome detail\0\0");
+        let raw = bytes::Bytes::from_static(
+            b"SERROR\0VERROR\0C42P01\0Mrelation \"x\" does not exist\0Dsome detail\0\0",
+        );
         let e = PgError::from_server_fields(raw);
         assert_eq!(e.code, "42P01");
         assert_eq!(e.message, "relation \"x\" does not exist");

@@ -6,7 +6,11 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "pgshard", version, about = "A distributed PostgreSQL coordinator, Citus-compatible")]
+#[command(
+    name = "pgshard",
+    version,
+    about = "A distributed PostgreSQL coordinator, Citus-compatible"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -60,7 +64,8 @@ enum ClusterAction {
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PGSHARD_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            tracing_subscriber::EnvFilter::try_from_env("PGSHARD_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -69,7 +74,9 @@ fn main() -> anyhow::Result<()> {
         Command::Serve { config } => {
             let cfg = pgshard::config::Config::load(&config)?;
             // The parser recurses deeply on nested expressions: big stacks for the workers.
-            let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+            let cores = std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2);
             let threads = cfg.worker_threads.unwrap_or((cores / 2).max(1));
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(threads)
@@ -79,14 +86,24 @@ fn main() -> anyhow::Result<()> {
             rt.block_on(pgshard::frontend::server::serve(cfg))
         }
         Command::Bench(args) => {
-            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
             rt.block_on(pgshard::bench::run(args))
         }
         Command::Cluster { action } => {
-            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
             rt.block_on(async {
                 match action {
-                    ClusterAction::Up { dir, workers, port, listen_host, fast } => {
+                    ClusterAction::Up {
+                        dir,
+                        workers,
+                        port,
+                        listen_host,
+                        fast,
+                    } => {
                         let opts = pgshard::cluster::ClusterOptions {
                             dir,
                             workers,

@@ -136,7 +136,6 @@ fn copy_from_stdin() {
 }
 
 #[test]
-#[ignore = "pgshard limitation: psycopg executemany (pipelined INSERTs on several workers, autocommit) gives 0A000"]
 fn executemany_in_autocommit() {
     known_bug("executemany_in_autocommit");
 }

@@ -52,11 +52,20 @@ pub struct BackendConn {
 }
 
 impl BackendConn {
-    pub async fn connect(addr: &NodeAddr, creds: &Credentials, application_name: &str) -> PgResult<BackendConn> {
+    pub async fn connect(
+        addr: &NodeAddr,
+        creds: &Credentials,
+        application_name: &str,
+    ) -> PgResult<BackendConn> {
         let fail = |e: std::io::Error| {
-            PgError::new(sqlstate::CONNECTION_FAILURE, format!("could not connect to node {addr}: {e}"))
+            PgError::new(
+                sqlstate::CONNECTION_FAILURE,
+                format!("could not connect to node {addr}: {e}"),
+            )
         };
-        let stream = TcpStream::connect((addr.host.as_str(), addr.port)).await.map_err(fail)?;
+        let stream = TcpStream::connect((addr.host.as_str(), addr.port))
+            .await
+            .map_err(fail)?;
         stream.set_nodelay(true).map_err(fail)?;
         let mut conn = BackendConn {
             addr: addr.clone(),
@@ -122,8 +131,15 @@ impl BackendConn {
                     self.flush().await?;
                 }
                 5 => {
-                    let salt: [u8; 4] = data.get(0..4).and_then(|s| s.try_into().ok()).ok_or_else(|| self.protocol_error("md5 salt"))?;
-                    let hashed = postgres_protocol::authentication::md5_hash(creds.user.as_bytes(), creds.password.as_bytes(), salt);
+                    let salt: [u8; 4] = data
+                        .get(0..4)
+                        .and_then(|s| s.try_into().ok())
+                        .ok_or_else(|| self.protocol_error("md5 salt"))?;
+                    let hashed = postgres_protocol::authentication::md5_hash(
+                        creds.user.as_bytes(),
+                        creds.password.as_bytes(),
+                        salt,
+                    );
                     frontend::password_message(hashed.as_bytes(), &mut self.wbuf)
                         .map_err(|e| PgError::internal(e.to_string()))?;
                     self.flush().await?;
@@ -133,29 +149,44 @@ impl BackendConn {
                     if !offers_scram {
                         return Err(self.protocol_error("server offers no SCRAM-SHA-256"));
                     }
-                    let s = ScramSha256::new(creds.password.as_bytes(), ChannelBinding::unsupported());
+                    let s =
+                        ScramSha256::new(creds.password.as_bytes(), ChannelBinding::unsupported());
                     frontend::sasl_initial_response("SCRAM-SHA-256", s.message(), &mut self.wbuf)
                         .map_err(|e| PgError::internal(e.to_string()))?;
                     scram = Some(s);
                     self.flush().await?;
                 }
                 11 => {
-                    let s = scram.as_mut().ok_or_else(|| self.protocol_error("unexpected SASL continue"))?;
-                    s.update(data).map_err(|e| self.protocol_error(&format!("SCRAM: {e}")))?;
-                    frontend::sasl_response(s.message(), &mut self.wbuf).map_err(|e| PgError::internal(e.to_string()))?;
+                    let s = scram
+                        .as_mut()
+                        .ok_or_else(|| self.protocol_error("unexpected SASL continue"))?;
+                    s.update(data)
+                        .map_err(|e| self.protocol_error(&format!("SCRAM: {e}")))?;
+                    frontend::sasl_response(s.message(), &mut self.wbuf)
+                        .map_err(|e| PgError::internal(e.to_string()))?;
                     self.flush().await?;
                 }
                 12 => {
-                    let mut s = scram.take().ok_or_else(|| self.protocol_error("unexpected SASL final"))?;
-                    s.finish(data).map_err(|e| self.protocol_error(&format!("SCRAM: {e}")))?;
+                    let mut s = scram
+                        .take()
+                        .ok_or_else(|| self.protocol_error("unexpected SASL final"))?;
+                    s.finish(data)
+                        .map_err(|e| self.protocol_error(&format!("SCRAM: {e}")))?;
                 }
-                other => return Err(self.protocol_error(&format!("unsupported authentication method {other}"))),
+                other => {
+                    return Err(
+                        self.protocol_error(&format!("unsupported authentication method {other}"))
+                    )
+                }
             }
         }
     }
 
     fn protocol_error(&self, what: &str) -> PgError {
-        PgError::new(sqlstate::CONNECTION_FAILURE, format!("node {}: {what}", self.addr))
+        PgError::new(
+            sqlstate::CONNECTION_FAILURE,
+            format!("node {}: {what}", self.addr),
+        )
     }
 
     /// Adds the node to an error raised while talking to it.
@@ -177,7 +208,10 @@ impl BackendConn {
 
     fn io_error(&mut self, e: std::io::Error) -> PgError {
         self.broken = true;
-        PgError::new(sqlstate::CONNECTION_FAILURE, format!("connection to node {} lost: {e}", self.addr))
+        PgError::new(
+            sqlstate::CONNECTION_FAILURE,
+            format!("connection to node {} lost: {e}", self.addr),
+        )
     }
 
     /// Reads one message.
@@ -227,7 +261,9 @@ impl BackendConn {
             let f = self.read().await?;
             match f.tag {
                 b'Z' => return first_err.map_or(Ok(()), Err),
-                b'E' if first_err.is_none() => first_err = Some(PgError::from_server_fields(f.body)),
+                b'E' if first_err.is_none() => {
+                    first_err = Some(PgError::from_server_fields(f.body))
+                }
                 _ => {}
             }
         }

@@ -7,4 +7,4 @@ pub mod control;
 pub mod pool;
 
 pub use conn::{BackendConn, Credentials, NodeAddr};
-pub use pool::{NodePool, Pools, PooledConn};
+pub use pool::{NodePool, PooledConn, Pools};

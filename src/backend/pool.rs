@@ -52,7 +52,12 @@ impl Drop for PooledConn {
 }
 
 impl NodePool {
-    pub fn new(addr: NodeAddr, creds: Arc<Credentials>, size: usize, application_name: String) -> Arc<NodePool> {
+    pub fn new(
+        addr: NodeAddr,
+        creds: Arc<Credentials>,
+        size: usize,
+        application_name: String,
+    ) -> Arc<NodePool> {
         Arc::new(NodePool {
             addr,
             creds,
@@ -63,21 +68,26 @@ impl NodePool {
     }
 
     pub async fn acquire(self: &Arc<Self>) -> PgResult<PooledConn> {
-        let permit = match tokio::time::timeout(ACQUIRE_TIMEOUT, self.slots.clone().acquire_owned()).await {
-            Ok(Ok(p)) => p,
-            _ => {
-                return Err(PgError::new(
-                    sqlstate::TOO_MANY_CONNECTIONS,
-                    format!("timed out waiting for a connection to node {}", self.addr),
-                ))
-            }
-        };
+        let permit =
+            match tokio::time::timeout(ACQUIRE_TIMEOUT, self.slots.clone().acquire_owned()).await {
+                Ok(Ok(p)) => p,
+                _ => {
+                    return Err(PgError::new(
+                        sqlstate::TOO_MANY_CONNECTIONS,
+                        format!("timed out waiting for a connection to node {}", self.addr),
+                    ))
+                }
+            };
         let idle = self.idle.lock().unwrap().pop();
         let conn = match idle {
             Some(c) => c,
             None => BackendConn::connect(&self.addr, &self.creds, &self.application_name).await?,
         };
-        Ok(PooledConn { conn: Some(conn), pool: self.clone(), _permit: permit })
+        Ok(PooledConn {
+            conn: Some(conn),
+            pool: self.clone(),
+            _permit: permit,
+        })
     }
 
     pub fn idle_count(&self) -> usize {
@@ -95,7 +105,12 @@ pub struct Pools {
 
 impl Pools {
     pub fn new(creds: Credentials, size: usize, application_name: String) -> Pools {
-        Pools { creds: Arc::new(creds), size, application_name, pools: Mutex::new(HashMap::new()) }
+        Pools {
+            creds: Arc::new(creds),
+            size,
+            application_name,
+            pools: Mutex::new(HashMap::new()),
+        }
     }
 
     pub fn node(&self, addr: &NodeAddr) -> Arc<NodePool> {
@@ -103,7 +118,12 @@ impl Pools {
         if let Some(p) = pools.get(addr) {
             return p.clone();
         }
-        let p = NodePool::new(addr.clone(), self.creds.clone(), self.size, self.application_name.clone());
+        let p = NodePool::new(
+            addr.clone(),
+            self.creds.clone(),
+            self.size,
+            self.application_name.clone(),
+        );
         pools.insert(addr.clone(), p.clone());
         p
     }

@@ -237,6 +237,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
     }
     let date = machine::now_utc();
     let machine = machine::describe();
+    let revision = machine::pgshard_revision();
     let command = machine::command_line();
     remove_previous(opts, progress).await?;
     fs::create_dir_all(opts.runs_dir())?;
@@ -448,7 +449,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         "pgshard_bench_format": 1,
         "date": date,
         "command": command,
-        "pgshard": machine::pgshard_revision(),
+        "pgshard": revision,
         "machine": machine,
         "postgresql": postgres,
         "options": {

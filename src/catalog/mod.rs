@@ -115,7 +115,13 @@ impl Catalog {
             None => candidates
                 .iter()
                 .find(|t| t.schema == "public")
-                .or_else(|| if candidates.len() == 1 { candidates.first() } else { None }),
+                .or_else(|| {
+                    if candidates.len() == 1 {
+                        candidates.first()
+                    } else {
+                        None
+                    }
+                }),
         }
     }
 
@@ -126,6 +132,9 @@ impl Catalog {
     pub fn add_table(&mut self, table: DistTable) {
         let table = Arc::new(table);
         self.tables_by_oid.insert(table.relid, table.clone());
-        self.tables_by_name.entry(table.name.clone()).or_default().push(table);
+        self.tables_by_name
+            .entry(table.name.clone())
+            .or_default()
+            .push(table);
     }
 }

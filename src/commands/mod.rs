@@ -136,9 +136,14 @@ pub fn result_columns(name: &str) -> Vec<(String, u32)> {
     match name.as_str() {
         "citus_add_node" | "master_add_node" => col(type_oid::INT4),
         "citus_get_active_worker_nodes" | "master_get_active_worker_nodes" => {
-            vec![("node_name".to_string(), type_oid::TEXT), ("node_port".to_string(), type_oid::INT8)]
+            vec![
+                ("node_name".to_string(), type_oid::TEXT),
+                ("node_port".to_string(), type_oid::INT8),
+            ]
         }
-        "get_shard_id_for_distribution_column" | "citus_relation_size" | "citus_table_size"
+        "get_shard_id_for_distribution_column"
+        | "citus_relation_size"
+        | "citus_table_size"
         | "citus_total_relation_size" => col(type_oid::INT8),
         _ => col(type_oid::VOID),
     }

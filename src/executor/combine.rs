@@ -17,14 +17,21 @@ pub fn add_counts<'a>(partials: impl Iterator<Item = Option<&'a [u8]>>) -> PgRes
             .ok()
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| PgError::internal("a shard returned a malformed count"))?;
-        total = total.checked_add(v).ok_or_else(|| PgError::internal("count overflow"))?;
+        total = total
+            .checked_add(v)
+            .ok_or_else(|| PgError::internal("count overflow"))?;
     }
     Ok(total)
 }
 
 /// The coordinator query combining `rows` partial rows of `aggs` (parameters
 /// `$1..` hold the partial values row by row, typed as the shards returned them).
-pub fn combine_query(aggs: &[AggKind], partial_types: &[u32], names: &[String], rows: usize) -> String {
+pub fn combine_query(
+    aggs: &[AggKind],
+    partial_types: &[u32],
+    names: &[String],
+    rows: usize,
+) -> String {
     let cols: Vec<String> = (0..aggs.len()).map(|i| format!("c{i}")).collect();
     let select: Vec<String> = aggs
         .iter()
@@ -47,7 +54,13 @@ pub fn combine_query(aggs: &[AggKind], partial_types: &[u32], names: &[String], 
     let values: Vec<String> = (0..rows.max(1))
         .map(|r| {
             let row: Vec<String> = (0..aggs.len())
-                .map(|c| if rows == 0 { "NULL".to_string() } else { format!("${}", r * aggs.len() + c + 1) })
+                .map(|c| {
+                    if rows == 0 {
+                        "NULL".to_string()
+                    } else {
+                        format!("${}", r * aggs.len() + c + 1)
+                    }
+                })
                 .collect();
             format!("({})", row.join(", "))
         })

@@ -16,9 +16,13 @@ use crate::catalog::{Catalog, DistTable, ShardId, ShardInterval};
 use crate::commands::{self, CitusSettings};
 use crate::error::{sqlstate, PgError, PgResult};
 use crate::frontend::messages::{self as msg, BindMsg, FieldDesc, Frame};
+use crate::frontend::server::ClientReader;
 use crate::planner::fastpath::{self, FastPlan, ShapeCache};
 use crate::planner::multishard::Bound;
-use crate::planner::{self, AggKind, MultiShardPlan, MultiShardShape, Plan, RouterPlan, TxnCommand, UtilityArg, ValueSource};
+use crate::planner::{
+    self, AggKind, MultiShardPlan, MultiShardShape, Plan, RouterPlan, TxnCommand, UtilityArg,
+    ValueSource,
+};
 use crate::sql::parse::{self, Statement};
 use crate::sql::quote::{quote_ident, quote_literal};
 use bytes::{Bytes, BytesMut};
@@ -27,7 +31,6 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
-use crate::frontend::server::ClientReader;
 
 /// Flush results to the client once this much is buffered.
 const CLIENT_FLUSH_AT: usize = 64 * 1024;
@@ -118,6 +121,9 @@ pub struct Session {
     running: RunningBackends,
     txn_serial: u64,
     shapes: ShapeCache,
+    /// The current transaction block was started by pgshard for a Sync batch that
+    /// wrote on several nodes; it ends at that Sync.
+    implicit_block: bool,
 }
 
 fn fingerprint(settings: &[String]) -> u64 {
@@ -130,10 +136,19 @@ fn fingerprint(settings: &[String]) -> u64 {
 }
 
 impl Session {
-    pub fn new(shared: Arc<Shared>, client: OwnedWriteHalf, reader: ClientReader, startup: &[(String, String)], running: RunningBackends) -> Session {
+    pub fn new(
+        shared: Arc<Shared>,
+        client: OwnedWriteHalf,
+        reader: ClientReader,
+        startup: &[(String, String)],
+        running: RunningBackends,
+    ) -> Session {
         let mut settings = Vec::new();
         for (k, v) in startup {
-            if matches!(k.as_str(), "user" | "database" | "options" | "replication" | "application_name") {
+            if matches!(
+                k.as_str(),
+                "user" | "database" | "options" | "replication" | "application_name"
+            ) {
                 continue;
             }
             settings.push(format!("SET {} TO {}", quote_ident(k), quote_literal(v)));
@@ -163,6 +178,7 @@ impl Session {
             running,
             txn_serial: 0,
             shapes: ShapeCache::default(),
+            implicit_block: false,
         }
     }
 
@@ -172,7 +188,12 @@ impl Session {
         }
         let r = self.client.write_all(&self.out).await;
         self.out.clear();
-        r.map_err(|e| PgError::new(sqlstate::CONNECTION_FAILURE, format!("client connection lost: {e}")))
+        r.map_err(|e| {
+            PgError::new(
+                sqlstate::CONNECTION_FAILURE,
+                format!("client connection lost: {e}"),
+            )
+        })
     }
 
     fn status_byte(&self) -> u8 {
@@ -298,22 +319,50 @@ impl Session {
     /// The connection to `addr` for this batch / block, joining it if needed: a new
     /// connection gets the session's settings and, inside a block, BEGIN.
     async fn join(&mut self, addr: &NodeAddr, write: bool) -> PgResult<usize> {
-        if self.txn == TxnState::Idle {
-            // One Sync batch is one implicit transaction: it may not write on two nodes.
-            let other_wrote = self.held.iter().any(|h| h.in_batch && h.wrote && h.conn.addr != *addr);
-            let other_touched = self.held.iter().any(|h| h.in_batch && h.conn.addr != *addr);
-            if other_wrote || (write && other_touched) {
-                return Err(PgError::not_supported(
-                    "pgshard does not support one batch of statements writing on several nodes outside a transaction block yet; use BEGIN ... COMMIT",
-                ));
+        if self.txn == TxnState::Idle && write {
+            // One Sync batch is one implicit transaction. Once it writes on a second
+            // node it becomes a transaction block, committed (with 2PC) at Sync.
+            let other_wrote = self
+                .held
+                .iter()
+                .any(|h| h.in_batch && h.wrote && h.conn.addr != *addr);
+            if other_wrote {
+                self.drain_all().await?;
+                if self.batch_error {
+                    return Err(aborted_error());
+                }
+                for h in self.held.iter_mut().filter(|h| h.in_batch) {
+                    // BEGIN inside the implicit transaction turns it into a block.
+                    msg::write_query(&mut h.conn.wbuf, "BEGIN");
+                    h.dirty = true;
+                    self.pending
+                        .push_back(Expect::SimpleSilent(h.conn.addr.clone()));
+                }
+                self.txn = TxnState::InBlock;
+                self.begin_text = "BEGIN".into();
+                self.implicit_block = true;
+                self.txn_serial = self
+                    .shared
+                    .next_transaction
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
         let idx = match self.held_index(addr) {
             Some(i) => i,
             None => {
                 let conn = self.shared.pools.node(addr).acquire().await?;
-                self.running.lock().unwrap().push((conn.addr.clone(), conn.process_id, conn.secret_key));
-                self.held.push(Held { conn, wrote: false, in_batch: false, dirty: false, errored: false });
+                self.running.lock().unwrap().push((
+                    conn.addr.clone(),
+                    conn.process_id,
+                    conn.secret_key,
+                ));
+                self.held.push(Held {
+                    conn,
+                    wrote: false,
+                    in_batch: false,
+                    dirty: false,
+                    errored: false,
+                });
                 self.held.len() - 1
             }
         };
@@ -348,7 +397,11 @@ impl Session {
             }
         }
         // Drain whatever another backend still owes before this one gets work.
-        let other_dirty = self.held.iter().enumerate().any(|(i, h)| i != idx && h.dirty);
+        let other_dirty = self
+            .held
+            .iter()
+            .enumerate()
+            .any(|(i, h)| i != idx && h.dirty);
         if other_dirty || self.pending.iter().any(|e| matches!(e, Expect::One(a) | Expect::Execute(a) | Expect::ParseSilent(a) if a != addr)) {
             self.drain_all().await?;
         }
@@ -384,7 +437,9 @@ impl Session {
                 Expect::Execute(a) => (a, 2),
                 Expect::SimpleSilent(a) => (a, 3),
             };
-            let Some(idx) = self.held_index(&addr) else { continue };
+            let Some(idx) = self.held_index(&addr) else {
+                continue;
+            };
             if self.held[idx].errored {
                 continue;
             }
@@ -412,7 +467,9 @@ impl Session {
                             break;
                         }
                     }
-                    b'N' | b'A' | b'S' if kind != 3 => msg::write_raw(&mut self.out, f.tag, &f.body),
+                    b'N' | b'A' | b'S' if kind != 3 => {
+                        msg::write_raw(&mut self.out, f.tag, &f.body)
+                    }
                     b'Z' if kind == 3 => break,
                     _ if kind == 3 => {}
                     b'1' if kind == 0 => break,
@@ -489,7 +546,11 @@ impl Session {
     }
 
     /// Describes a statement on the coordinator node (its shell tables make this exact).
-    async fn describe_on_coordinator(&mut self, sql: &str, types: &[u32]) -> PgResult<StatementMeta> {
+    async fn describe_on_coordinator(
+        &mut self,
+        sql: &str,
+        types: &[u32],
+    ) -> PgResult<StatementMeta> {
         let id = self.shared.statements.id(sql, types);
         let coord = self.shared.coordinator.clone();
         let mut conn = self.shared.pools.node(&coord).acquire().await?;
@@ -510,7 +571,10 @@ impl Session {
         msg::write_describe(&mut conn.wbuf, b'S', &name);
         msg::write_sync(&mut conn.wbuf);
         conn.flush().await?;
-        let mut meta = StatementMeta { param_types: Vec::new(), fields: None };
+        let mut meta = StatementMeta {
+            param_types: Vec::new(),
+            fields: None,
+        };
         let mut err = None;
         loop {
             let f = conn.read().await?;
@@ -551,11 +615,17 @@ impl Session {
         let fields = match plan {
             Plan::ShowCitus { name } => Some(vec![FieldDesc::computed(name, 25, -1, 0)]),
             Plan::Utility { name, .. } => Some(
-                commands::result_columns(name).iter().map(|(n, t)| FieldDesc::computed(n, *t, -1, 0)).collect(),
+                commands::result_columns(name)
+                    .iter()
+                    .map(|(n, t)| FieldDesc::computed(n, *t, -1, 0))
+                    .collect(),
             ),
             _ => None,
         };
-        StatementMeta { param_types, fields }
+        StatementMeta {
+            param_types,
+            fields,
+        }
     }
 
     // ---- extended protocol -----------------------------------------------
@@ -578,19 +648,29 @@ impl Session {
     async fn prepare(&mut self, sql: String, declared: &[u32]) -> PgResult<Arc<Prepared>> {
         let mut stmts = parse::parse(&sql)?;
         if stmts.len() > 1 {
-            return Err(PgError::new(sqlstate::SYNTAX_ERROR, "cannot insert multiple commands into a prepared statement"));
+            return Err(PgError::new(
+                sqlstate::SYNTAX_ERROR,
+                "cannot insert multiple commands into a prepared statement",
+            ));
         }
         let stmt = stmts.remove(0);
         let catalog = self.shared.catalog.snapshot();
         let plan = self.plan_statement(&stmt, &catalog)?;
-        if self.txn == TxnState::Failed && !matches!(plan, Plan::Transaction(TxnCommand::Commit | TxnCommand::Rollback)) {
+        if self.txn == TxnState::Failed
+            && !matches!(
+                plan,
+                Plan::Transaction(TxnCommand::Commit | TxnCommand::Rollback)
+            )
+        {
             return Err(aborted_error());
         }
         if let Plan::Unsupported(e) = &plan {
             return Err(e.clone());
         }
         let meta = match &plan {
-            Plan::Local | Plan::Router(_) | Plan::MultiShard(_) => self.describe_on_coordinator(&sql, declared).await?,
+            Plan::Local | Plan::Router(_) | Plan::MultiShard(_) => {
+                self.describe_on_coordinator(&sql, declared).await?
+            }
             _ => Self::meta_without_backend(&plan, declared, &stmt),
         };
         Ok(Arc::new(Prepared {
@@ -642,9 +722,17 @@ impl Session {
             ));
         }
         if !bind.portal.is_empty() && self.portals.contains_key(&bind.portal) {
-            return Err(PgError::new(sqlstate::INVALID_CURSOR_NAME, format!("portal \"{}\" already exists", bind.portal)));
+            return Err(PgError::new(
+                sqlstate::INVALID_CURSOR_NAME,
+                format!("portal \"{}\" already exists", bind.portal),
+            ));
         }
-        if self.txn == TxnState::Failed && !matches!(stmt.plan, Plan::Transaction(TxnCommand::Commit | TxnCommand::Rollback)) {
+        if self.txn == TxnState::Failed
+            && !matches!(
+                stmt.plan,
+                Plan::Transaction(TxnCommand::Commit | TxnCommand::Rollback)
+            )
+        {
             return Err(aborted_error());
         }
         let catalog = self.shared.catalog.snapshot();
@@ -653,14 +741,16 @@ impl Session {
                 let coord = self.shared.coordinator.clone();
                 let write = !is_read_only_local(&stmt.stmt);
                 let id = self.shared.statements.id(&stmt.sql, &stmt.meta.param_types);
-                self.bind_on_backend(&coord, id, &stmt.sql, &stmt.meta.param_types, &bind, write).await?;
+                self.bind_on_backend(&coord, id, &stmt.sql, &stmt.meta.param_types, &bind, write)
+                    .await?;
                 PortalTarget::Backend(coord)
             }
             Plan::Router(r) => {
                 let shard = route_bound(r, &stmt.meta.param_types, &bind, &catalog)?;
                 let addr = placement_addr(&catalog, shard)?;
                 let (id, sql) = self.shard_statement(&stmt, r, shard.shard_id);
-                self.bind_on_backend(&addr, id, &sql, &stmt.meta.param_types, &bind, !r.read_only).await?;
+                self.bind_on_backend(&addr, id, &sql, &stmt.meta.param_types, &bind, !r.read_only)
+                    .await?;
                 PortalTarget::Backend(addr)
             }
             _ => {
@@ -670,7 +760,8 @@ impl Session {
                 PortalTarget::Virtual { result: None }
             }
         };
-        self.portals.insert(bind.portal.clone(), Portal { stmt, bind, target });
+        self.portals
+            .insert(bind.portal.clone(), Portal { stmt, bind, target });
         Ok(())
     }
 
@@ -701,7 +792,14 @@ impl Session {
             h.conn.prepared.insert(id);
             self.pending.push_back(Expect::ParseSilent(addr.clone()));
         }
-        msg::write_bind(&mut h.conn.wbuf, &bind.portal, &backend_name(id), &bind.param_formats, &bind.params, &bind.result_formats);
+        msg::write_bind(
+            &mut h.conn.wbuf,
+            &bind.portal,
+            &backend_name(id),
+            &bind.param_formats,
+            &bind.params,
+            &bind.result_formats,
+        );
         h.dirty = true;
         self.pending.push_back(Expect::One(addr.clone()));
         Ok(())
@@ -720,7 +818,10 @@ impl Session {
             return Ok(());
         }
         let Some(portal) = self.portals.get(name) else {
-            return Err(PgError::new(sqlstate::INVALID_CURSOR_NAME, format!("portal \"{name}\" does not exist")));
+            return Err(PgError::new(
+                sqlstate::INVALID_CURSOR_NAME,
+                format!("portal \"{name}\" does not exist"),
+            ));
         };
         match &portal.target {
             PortalTarget::Backend(addr) => {
@@ -752,7 +853,10 @@ impl Session {
 
     async fn execute_message(&mut self, name: &str, max_rows: i32) -> PgResult<()> {
         let Some(portal) = self.portals.get_mut(name) else {
-            return Err(PgError::new(sqlstate::INVALID_CURSOR_NAME, format!("portal \"{name}\" does not exist")));
+            return Err(PgError::new(
+                sqlstate::INVALID_CURSOR_NAME,
+                format!("portal \"{name}\" does not exist"),
+            ));
         };
         match &mut portal.target {
             PortalTarget::Backend(addr) => {
@@ -808,6 +912,27 @@ impl Session {
     }
 
     async fn sync_message(&mut self) {
+        if self.implicit_block {
+            // A batch that wrote on several nodes: committed as a whole, or not at all.
+            self.implicit_block = false;
+            if let Err(e) = self.drain_all().await {
+                self.on_extended_result(Err(e)).await;
+            }
+            if !self.batch_error {
+                if let Err(e) = self.finish_transaction(true).await {
+                    msg::write_error(&mut self.out, &e);
+                }
+            } else {
+                self.end_batch().await;
+                let _ = self.finish_transaction(false).await;
+            }
+            self.txn = TxnState::Idle;
+            self.batch_error = false;
+            self.pending.clear();
+            self.skipping = false;
+            self.portals.clear();
+            return;
+        }
         self.end_batch().await;
         self.skipping = false;
         // Portals live until their transaction ends: at Sync in autocommit, with
@@ -824,9 +949,15 @@ impl Session {
         let stmt = portal.stmt.clone();
         let bind = portal.bind.clone();
         let mut out = ResultSink::default();
-        let params = BoundParams { types: &stmt.meta.param_types, bind: Some(&bind) };
+        let params = BoundParams {
+            types: &stmt.meta.param_types,
+            bind: Some(&bind),
+        };
         let formats = bind.result_formats.clone();
-        self.run_plan(&stmt.plan, &stmt.stmt, &params, &formats, describe, &mut out).await?;
+        self.run_plan(
+            &stmt.plan, &stmt.stmt, &params, &formats, describe, &mut out,
+        )
+        .await?;
         Ok(out.frames)
     }
 
@@ -835,7 +966,11 @@ impl Session {
     async fn simple_query(&mut self, sql: &str) -> PgResult<()> {
         let catalog = self.shared.catalog.snapshot();
         // Statements differing from an earlier one only in constants reuse its plan.
-        let scanned = if self.txn != TxnState::Failed { fastpath::scan(sql) } else { None };
+        let scanned = if self.txn != TxnState::Failed {
+            fastpath::scan(sql)
+        } else {
+            None
+        };
         if let Some(sc) = &scanned {
             if let Some(fast) = self.shapes.lookup(catalog.version, sc, sql) {
                 let r = match fast {
@@ -843,12 +978,28 @@ impl Session {
                         let coord = self.shared.coordinator.clone();
                         self.simple_on_backend(&coord, sql, write, true).await
                     }
-                    FastPlan::Router { table, hash, shard_sql, read_only } => match table.shard_for_hash(hash) {
+                    FastPlan::Router {
+                        table,
+                        hash,
+                        shard_sql,
+                        read_only,
+                    } => match table.shard_for_hash(hash) {
                         Some(shard) => match placement_addr(&catalog, shard) {
-                            Ok(addr) => self.simple_on_backend(&addr, &shard_sql(shard.shard_id), !read_only, true).await,
+                            Ok(addr) => {
+                                self.simple_on_backend(
+                                    &addr,
+                                    &shard_sql(shard.shard_id),
+                                    !read_only,
+                                    true,
+                                )
+                                .await
+                            }
                             Err(e) => Err(e),
                         },
-                        None => Err(PgError::internal(format!("no shard of \"{}\" covers hash {hash}", table.name))),
+                        None => Err(PgError::internal(format!(
+                            "no shard of \"{}\" covers hash {hash}",
+                            table.name
+                        ))),
                     },
                 };
                 self.finish_simple(r).await;
@@ -879,41 +1030,60 @@ impl Session {
         self.record_settings(&stmts);
         if let (Some(sc), [stmt], [plan]) = (scanned, stmts.as_slice(), plans.as_slice()) {
             if let Some(node) = &stmt.node {
-                self.shapes.remember(catalog.version, sc, node, plan, !is_read_only_local(stmt));
+                self.shapes
+                    .remember(catalog.version, sc, node, plan, !is_read_only_local(stmt));
             }
         }
-        if stmts.len() > 1 && plans.iter().all(|p| matches!(p, Plan::Local)) && self.txn != TxnState::Failed {
+        if stmts.len() > 1
+            && plans.iter().all(|p| matches!(p, Plan::Local))
+            && self.txn != TxnState::Failed
+        {
             // Only the coordinator node: the string goes there whole, keeping
             // PostgreSQL's own multi-statement semantics.
             let coord = self.shared.coordinator.clone();
-            let r = self.simple_on_backend(&coord, sql, !stmts.iter().all(is_read_only_local), true).await;
+            let r = self
+                .simple_on_backend(&coord, sql, !stmts.iter().all(is_read_only_local), true)
+                .await;
             self.finish_simple(r).await;
             return Ok(());
         }
         for (stmt, plan) in stmts.iter().zip(plans.iter()) {
-            if self.txn == TxnState::Failed && !matches!(plan, Plan::Transaction(TxnCommand::Commit | TxnCommand::Rollback)) {
+            if self.txn == TxnState::Failed
+                && !matches!(
+                    plan,
+                    Plan::Transaction(TxnCommand::Commit | TxnCommand::Rollback)
+                )
+            {
                 let e = aborted_error();
                 msg::write_error(&mut self.out, &e);
                 break;
             }
             let mut sink = ResultSink::direct();
-            let params = BoundParams { types: &[], bind: None };
+            let params = BoundParams {
+                types: &[],
+                bind: None,
+            };
             let r = match plan {
                 Plan::Local => {
                     let coord = self.shared.coordinator.clone();
-                    self.simple_on_backend(&coord, &stmt.text, !is_read_only_local(stmt), true).await
+                    self.simple_on_backend(&coord, &stmt.text, !is_read_only_local(stmt), true)
+                        .await
                 }
                 Plan::Router(r) => match route_bound(r, &[], &BindMsg::default_empty(), &catalog) {
                     Ok(shard) => match placement_addr(&catalog, shard) {
                         Ok(addr) => {
                             let sql = r.template.for_shard(shard.shard_id);
-                            self.simple_on_backend(&addr, &sql, !r.read_only, true).await
+                            self.simple_on_backend(&addr, &sql, !r.read_only, true)
+                                .await
                         }
                         Err(e) => Err(e),
                     },
                     Err(e) => Err(e),
                 },
-                _ => self.run_plan(plan, stmt, &params, &[], true, &mut sink).await,
+                _ => {
+                    self.run_plan(plan, stmt, &params, &[], true, &mut sink)
+                        .await
+                }
             };
             for f in sink.frames.drain(..) {
                 msg::write_raw(&mut self.out, f.tag, &f.body);
@@ -944,7 +1114,13 @@ impl Session {
     }
 
     /// Runs SQL on one backend with the simple protocol, forwarding its replies.
-    async fn simple_on_backend(&mut self, addr: &NodeAddr, sql: &str, write: bool, forward: bool) -> PgResult<()> {
+    async fn simple_on_backend(
+        &mut self,
+        addr: &NodeAddr,
+        sql: &str,
+        write: bool,
+        forward: bool,
+    ) -> PgResult<()> {
         let idx = self.join(addr, write).await?;
         self.drain_all().await?;
         let h = &mut self.held[idx];
@@ -992,7 +1168,10 @@ impl Session {
                 let h = &mut self.held[idx];
                 msg::write_raw(&mut h.conn.wbuf, b'f', b"client connection lost\0");
                 h.conn.flush().await?;
-                return Err(PgError::new(sqlstate::CONNECTION_FAILURE, "client connection lost during COPY"));
+                return Err(PgError::new(
+                    sqlstate::CONNECTION_FAILURE,
+                    "client connection lost during COPY",
+                ));
             };
             let h = &mut self.held[idx];
             match f.tag {
@@ -1085,15 +1264,20 @@ impl Session {
             Plan::Utility { name, args } => self.utility(name, args, params, describe, sink).await,
             Plan::UtilityInline { calls } => {
                 if params.bind.is_some() {
-                    return Err(PgError::not_supported("Citus functions inside expressions are supported in simple queries only"));
+                    return Err(PgError::not_supported(
+                        "Citus functions inside expressions are supported in simple queries only",
+                    ));
                 }
                 let mut text = String::new();
                 let mut at = 0;
                 for c in calls {
                     let mut one = ResultSink::default();
-                    self.utility(&c.name, &c.args, params, true, &mut one).await?;
+                    self.utility(&c.name, &c.args, params, true, &mut one)
+                        .await?;
                     let value = one.frames.iter().find(|f| f.tag == b'D').and_then(|f| {
-                        msg::decode_data_row(&f.body).ok().and_then(|v| v.into_iter().next().flatten())
+                        msg::decode_data_row(&f.body)
+                            .ok()
+                            .and_then(|v| v.into_iter().next().flatten())
                     });
                     let type_oid = one
                         .frames
@@ -1110,7 +1294,10 @@ impl Session {
                     };
                     text.push_str(&stmt.text[at..c.start]);
                     match value {
-                        Some(v) => text.push_str(&format!("CAST({} AS {type_name})", quote_literal(&String::from_utf8_lossy(&v)))),
+                        Some(v) => text.push_str(&format!(
+                            "CAST({} AS {type_name})",
+                            quote_literal(&String::from_utf8_lossy(&v))
+                        )),
                         None => text.push_str(&format!("CAST(NULL AS {type_name})")),
                     }
                     at = c.end;
@@ -1132,13 +1319,23 @@ impl Session {
                 sink.complete("DROP TABLE");
                 Ok(())
             }
-            Plan::Propagate { tables, verb, in_transaction } => {
+            Plan::Propagate {
+                tables,
+                verb,
+                in_transaction,
+            } => {
                 if self.txn != TxnState::Idle {
                     return Err(PgError::not_supported(format!("{verb} of a distributed table inside a transaction block is not supported yet")));
                 }
                 for t in tables {
                     let v = verb.clone();
-                    commands::propagate_to_shards(&self.shared.catalog, t, |shard: &str| format!("{v} {shard}"), *in_transaction).await?;
+                    commands::propagate_to_shards(
+                        &self.shared.catalog,
+                        t,
+                        |shard: &str| format!("{v} {shard}"),
+                        *in_transaction,
+                    )
+                    .await?;
                 }
                 sink.complete(verb);
                 Ok(())
@@ -1149,24 +1346,41 @@ impl Session {
 
     fn set_citus(&mut self, name: &str, value: Option<&str>) -> PgResult<()> {
         let cfg = self.shared.cfg.clone();
-        let bad = |v: &str| PgError::new(sqlstate::INVALID_PARAMETER_VALUE, format!("invalid value for parameter \"{name}\": \"{v}\""));
+        let bad = |v: &str| {
+            PgError::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!("invalid value for parameter \"{name}\": \"{v}\""),
+            )
+        };
         match name {
             "citus.shard_count" => {
                 self.citus.shard_count = match value {
                     None => cfg.citus.shard_count,
-                    Some(v) => v.trim().parse::<u32>().ok().filter(|n| (1..=64000).contains(n)).ok_or_else(|| bad(v))?,
+                    Some(v) => v
+                        .trim()
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|n| (1..=64000).contains(n))
+                        .ok_or_else(|| bad(v))?,
                 }
             }
             "citus.shard_replication_factor" => {
                 self.citus.shard_replication_factor = match value {
                     None => cfg.citus.shard_replication_factor,
-                    Some(v) => v.trim().parse::<u32>().ok().filter(|n| (1..=100).contains(n)).ok_or_else(|| bad(v))?,
+                    Some(v) => v
+                        .trim()
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|n| (1..=100).contains(n))
+                        .ok_or_else(|| bad(v))?,
                 }
             }
             "citus.multi_shard_commit_protocol" => {
                 self.commit_protocol = match value {
                     None => cfg.citus.multi_shard_commit_protocol.clone(),
-                    Some(v) if v.eq_ignore_ascii_case("1pc") || v.eq_ignore_ascii_case("2pc") => v.to_ascii_lowercase(),
+                    Some(v) if v.eq_ignore_ascii_case("1pc") || v.eq_ignore_ascii_case("2pc") => {
+                        v.to_ascii_lowercase()
+                    }
                     Some(v) => return Err(bad(v)),
                 }
             }
@@ -1180,7 +1394,10 @@ impl Session {
             }
             "citus.max_adaptive_executor_pool_size" => {}
             _ => {
-                return Err(PgError::new("42704", format!("unrecognized configuration parameter \"{name}\"")));
+                return Err(PgError::new(
+                    "42704",
+                    format!("unrecognized configuration parameter \"{name}\""),
+                ));
             }
         }
         Ok(())
@@ -1191,9 +1408,18 @@ impl Session {
             "citus.shard_count" => self.citus.shard_count.to_string(),
             "citus.shard_replication_factor" => self.citus.shard_replication_factor.to_string(),
             "citus.multi_shard_commit_protocol" => self.commit_protocol.clone(),
-            "citus.explain_all_tasks" => if self.explain_all_tasks { "on" } else { "off" }.to_string(),
-            "citus.max_adaptive_executor_pool_size" => self.shared.cfg.max_connections_per_node.to_string(),
-            _ => return Err(PgError::new("42704", format!("unrecognized configuration parameter \"{name}\""))),
+            "citus.explain_all_tasks" => {
+                if self.explain_all_tasks { "on" } else { "off" }.to_string()
+            }
+            "citus.max_adaptive_executor_pool_size" => {
+                self.shared.cfg.max_connections_per_node.to_string()
+            }
+            _ => {
+                return Err(PgError::new(
+                    "42704",
+                    format!("unrecognized configuration parameter \"{name}\""),
+                ))
+            }
         })
     }
 
@@ -1206,7 +1432,9 @@ impl Session {
         sink: &mut ResultSink,
     ) -> PgResult<()> {
         if self.txn != TxnState::Idle {
-            return Err(PgError::not_supported(format!("{name}() cannot run inside a transaction block in pgshard yet")));
+            return Err(PgError::not_supported(format!(
+                "{name}() cannot run inside a transaction block in pgshard yet"
+            )));
         }
         let arg_names = commands::utility_arg_names(name);
         let mut values: Vec<Option<String>> = Vec::new();
@@ -1222,7 +1450,10 @@ impl Session {
                     positional - 1
                 }
                 Some(n) => arg_names.iter().position(|a| a == n).ok_or_else(|| {
-                    PgError::new(sqlstate::UNDEFINED_FUNCTION, format!("function {name} has no argument named \"{n}\""))
+                    PgError::new(
+                        sqlstate::UNDEFINED_FUNCTION,
+                        format!("function {name} has no argument named \"{n}\""),
+                    )
                 })?,
             };
             if values.len() <= pos {
@@ -1234,7 +1465,9 @@ impl Session {
         let shared = self.shared.clone();
         let settings = self.citus;
         let call_name = name.to_string();
-        let mut task = tokio::spawn(async move { commands::call_utility(&shared.catalog, &settings, &call_name, values, tx).await });
+        let mut task = tokio::spawn(async move {
+            commands::call_utility(&shared.catalog, &settings, &call_name, values, tx).await
+        });
         let result = loop {
             tokio::select! {
                 r = &mut task => break r.map_err(|e| PgError::internal(format!("{name}() failed: {e}")))?,
@@ -1249,11 +1482,18 @@ impl Session {
         }
         let result = result?;
         if describe {
-            let fields: Vec<FieldDesc> = result.columns.iter().map(|(n, t)| FieldDesc::computed(n, *t, -1, 0)).collect();
+            let fields: Vec<FieldDesc> = result
+                .columns
+                .iter()
+                .map(|(n, t)| FieldDesc::computed(n, *t, -1, 0))
+                .collect();
             sink.row_description(&fields);
         }
         for row in &result.rows {
-            let vals: Vec<Option<&[u8]>> = row.iter().map(|v| v.as_deref().map(str::as_bytes)).collect();
+            let vals: Vec<Option<&[u8]>> = row
+                .iter()
+                .map(|v| v.as_deref().map(str::as_bytes))
+                .collect();
             sink.data_row(&vals);
         }
         sink.complete(&format!("SELECT {}", result.rows.len()));
@@ -1270,7 +1510,10 @@ impl Session {
                 } else {
                     self.txn = TxnState::InBlock;
                     self.begin_text = text.clone();
-                    self.txn_serial = self.shared.next_transaction.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.txn_serial = self
+                        .shared
+                        .next_transaction
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 sink.complete("BEGIN");
                 Ok(())
@@ -1342,7 +1585,15 @@ impl Session {
 
     async fn two_phase_commit(&mut self, held: &mut [Held]) -> PgResult<()> {
         let catalog = self.shared.catalog.snapshot();
-        let gid_of = |i: usize| format!("pgshard_{}_{}_{}_{}", self.shared.instance_id, std::process::id(), self.txn_serial, i);
+        let gid_of = |i: usize| {
+            format!(
+                "pgshard_{}_{}_{}_{}",
+                self.shared.instance_id,
+                std::process::id(),
+                self.txn_serial,
+                i
+            )
+        };
         // 1. Prepare every participant.
         let mut prepared = Vec::new();
         let mut failure = None;
@@ -1352,7 +1603,11 @@ impl Session {
                 continue;
             }
             let gid = gid_of(i);
-            match h.conn.simple(&format!("PREPARE TRANSACTION {}", quote_literal(&gid))).await {
+            match h
+                .conn
+                .simple(&format!("PREPARE TRANSACTION {}", quote_literal(&gid)))
+                .await
+            {
                 Ok(()) => prepared.push((i, gid)),
                 Err(e) => {
                     failure = Some(e);
@@ -1363,7 +1618,10 @@ impl Session {
         if let Some(e) = failure {
             for (i, h) in held.iter_mut().enumerate() {
                 if let Some((_, gid)) = prepared.iter().find(|(j, _)| *j == i) {
-                    h.conn.simple(&format!("ROLLBACK PREPARED {}", quote_literal(gid))).await.ok();
+                    h.conn
+                        .simple(&format!("ROLLBACK PREPARED {}", quote_literal(gid)))
+                        .await
+                        .ok();
                 } else if h.conn.txn_status != b'I' {
                     h.conn.simple("ROLLBACK").await.ok();
                 }
@@ -1381,9 +1639,18 @@ impl Session {
         };
         let rows: Vec<String> = prepared
             .iter()
-            .map(|(i, gid)| format!("({}, {})", group_of(&held[*i].conn.addr), quote_literal(gid)))
+            .map(|(i, gid)| {
+                format!(
+                    "({}, {})",
+                    group_of(&held[*i].conn.addr),
+                    quote_literal(gid)
+                )
+            })
             .collect();
-        let record = format!("INSERT INTO pg_catalog.pg_dist_transaction (groupid, gid) VALUES {}", rows.join(", "));
+        let record = format!(
+            "INSERT INTO pg_catalog.pg_dist_transaction (groupid, gid) VALUES {}",
+            rows.join(", ")
+        );
         let coord = self.shared.coordinator.clone();
         let decided = match self.shared.pools.node(&coord).acquire().await {
             Ok(mut c) => c.simple(&record).await,
@@ -1391,19 +1658,35 @@ impl Session {
         };
         if let Err(e) = decided {
             for (i, gid) in &prepared {
-                held[*i].conn.simple(&format!("ROLLBACK PREPARED {}", quote_literal(gid))).await.ok();
+                held[*i]
+                    .conn
+                    .simple(&format!("ROLLBACK PREPARED {}", quote_literal(gid)))
+                    .await
+                    .ok();
             }
             return Err(e);
         }
         // 3. Commit everywhere; a failure here is finished by recovery later.
         for (i, gid) in &prepared {
-            if let Err(e) = held[*i].conn.simple(&format!("COMMIT PREPARED {}", quote_literal(gid))).await {
-                tracing::warn!("COMMIT PREPARED {gid} failed on {}: {e}", held[*i].conn.addr);
+            if let Err(e) = held[*i]
+                .conn
+                .simple(&format!("COMMIT PREPARED {}", quote_literal(gid)))
+                .await
+            {
+                tracing::warn!(
+                    "COMMIT PREPARED {gid} failed on {}: {e}",
+                    held[*i].conn.addr
+                );
             }
         }
         let gids: Vec<String> = prepared.iter().map(|(_, g)| quote_literal(g)).collect();
         if let Ok(mut c) = self.shared.pools.node(&coord).acquire().await {
-            c.simple(&format!("DELETE FROM pg_catalog.pg_dist_transaction WHERE gid IN ({})", gids.join(", "))).await.ok();
+            c.simple(&format!(
+                "DELETE FROM pg_catalog.pg_dist_transaction WHERE gid IN ({})",
+                gids.join(", ")
+            ))
+            .await
+            .ok();
         }
         Ok(())
     }
@@ -1428,7 +1711,11 @@ impl Session {
             Bound::Const(n) => Some(n),
             Bound::Param(i) => params
                 .text(i)?
-                .map(|t| t.trim().parse::<i64>().map_err(|_| PgError::new(sqlstate::INVALID_TEXT_REPRESENTATION, "invalid LIMIT")))
+                .map(|t| {
+                    t.trim().parse::<i64>().map_err(|_| {
+                        PgError::new(sqlstate::INVALID_TEXT_REPRESENTATION, "invalid LIMIT")
+                    })
+                })
                 .transpose()?,
         };
         // Group the shards by node, in shard order.
@@ -1448,8 +1735,20 @@ impl Session {
             self.drain_all().await?;
             let h = &mut self.held[idx];
             for s in shards {
-                msg::write_parse(&mut h.conn.wbuf, "", &plan.template.for_shard(s.shard_id), params.types);
-                msg::write_bind(&mut h.conn.wbuf, "", "", &bind.param_formats, &bind.params, &shard_formats);
+                msg::write_parse(
+                    &mut h.conn.wbuf,
+                    "",
+                    &plan.template.for_shard(s.shard_id),
+                    params.types,
+                );
+                msg::write_bind(
+                    &mut h.conn.wbuf,
+                    "",
+                    "",
+                    &bind.param_formats,
+                    &bind.params,
+                    &shard_formats,
+                );
                 if first {
                     msg::write_describe(&mut h.conn.wbuf, b'P', "");
                     first = false;
@@ -1520,7 +1819,10 @@ impl Session {
             }
             MultiShardShape::Aggregate { aggs, names } => {
                 let fields = msg::decode_row_description(row_desc.as_deref().unwrap_or(&[0, 0]))?;
-                self.combine_aggregates(aggs, names, &fields, partials, formats, describe, limit, sink).await
+                self.combine_aggregates(
+                    aggs, names, &fields, partials, formats, describe, limit, sink,
+                )
+                .await
             }
         }
     }
@@ -1540,7 +1842,9 @@ impl Session {
         if aggs.iter().all(|a| *a == AggKind::Count) {
             let mut values = Vec::new();
             for i in 0..aggs.len() {
-                let total = combine::add_counts(partials.iter().map(|r| r.get(i).and_then(|v| v.as_deref())))?;
+                let total = combine::add_counts(
+                    partials.iter().map(|r| r.get(i).and_then(|v| v.as_deref())),
+                )?;
                 values.push(if result_format(formats, i) == 1 {
                     total.to_be_bytes().to_vec()
                 } else {
@@ -1551,7 +1855,9 @@ impl Session {
                 let fields: Vec<FieldDesc> = names
                     .iter()
                     .enumerate()
-                    .map(|(i, n)| FieldDesc::computed(n, combine::INT8, 8, result_format(formats, i)))
+                    .map(|(i, n)| {
+                        FieldDesc::computed(n, combine::INT8, 8, result_format(formats, i))
+                    })
                     .collect();
                 sink.row_description(&fields);
             }
@@ -1606,7 +1912,11 @@ impl Session {
     async fn check_no_aggregates(&mut self, names: &[String]) -> PgResult<()> {
         let unknown: Vec<String> = {
             let cache = self.shared.aggregate_names.lock().unwrap();
-            names.iter().filter(|n| !cache.contains_key(*n)).cloned().collect()
+            names
+                .iter()
+                .filter(|n| !cache.contains_key(*n))
+                .cloned()
+                .collect()
         };
         if !unknown.is_empty() {
             let list: Vec<String> = unknown.iter().map(|n| quote_literal(n)).collect();
@@ -1679,8 +1989,12 @@ fn result_format(formats: &[i16], i: usize) -> i16 {
 fn is_read_only_local(stmt: &Statement) -> bool {
     use pg_query::protobuf::node::Node as N;
     match &stmt.node {
-        Some(N::SelectStmt(s)) => s.locking_clause.is_empty() && s.into_clause.is_none() && s.with_clause.is_none(),
-        Some(N::VariableShowStmt(_)) | Some(N::VariableSetStmt(_)) | Some(N::ExplainStmt(_)) => true,
+        Some(N::SelectStmt(s)) => {
+            s.locking_clause.is_empty() && s.into_clause.is_none() && s.with_clause.is_none()
+        }
+        Some(N::VariableShowStmt(_)) | Some(N::VariableSetStmt(_)) | Some(N::ExplainStmt(_)) => {
+            true
+        }
         None => true,
         _ => false,
     }
@@ -1694,25 +2008,54 @@ struct BoundParams<'a> {
 
 impl BoundParams<'_> {
     fn text(&self, i: usize) -> PgResult<Option<String>> {
-        let bind = self.bind.ok_or_else(|| PgError::new(sqlstate::PROTOCOL_VIOLATION, format!("there is no parameter ${}", i + 1)))?;
-        let v = bind.params.get(i).ok_or_else(|| PgError::new(sqlstate::PROTOCOL_VIOLATION, format!("there is no parameter ${}", i + 1)))?;
+        let bind = self.bind.ok_or_else(|| {
+            PgError::new(
+                sqlstate::PROTOCOL_VIOLATION,
+                format!("there is no parameter ${}", i + 1),
+            )
+        })?;
+        let v = bind.params.get(i).ok_or_else(|| {
+            PgError::new(
+                sqlstate::PROTOCOL_VIOLATION,
+                format!("there is no parameter ${}", i + 1),
+            )
+        })?;
         match v {
             None => Ok(None),
-            Some(b) if bind.param_format(i) == 0 => Ok(Some(String::from_utf8_lossy(b).into_owned())),
-            Some(_) => Err(PgError::not_supported("binary parameters are not supported for this statement in pgshard yet")),
+            Some(b) if bind.param_format(i) == 0 => {
+                Ok(Some(String::from_utf8_lossy(b).into_owned()))
+            }
+            Some(_) => Err(PgError::not_supported(
+                "binary parameters are not supported for this statement in pgshard yet",
+            )),
         }
     }
 }
 
 impl BindMsg {
     fn default_empty() -> BindMsg {
-        BindMsg { portal: String::new(), statement: String::new(), param_formats: vec![], params: vec![], result_formats: vec![] }
+        BindMsg {
+            portal: String::new(),
+            statement: String::new(),
+            param_formats: vec![],
+            params: vec![],
+            result_formats: vec![],
+        }
     }
 }
 
 /// The shard a routed statement goes to, with its values bound.
-fn route_bound<'a>(r: &'a RouterPlan, types: &[u32], bind: &BindMsg, _catalog: &Catalog) -> PgResult<&'a ShardInterval> {
-    let col = r.table.dist_column.as_ref().expect("router plans have a column");
+fn route_bound<'a>(
+    r: &'a RouterPlan,
+    types: &[u32],
+    bind: &BindMsg,
+    _catalog: &Catalog,
+) -> PgResult<&'a ShardInterval> {
+    let col = r
+        .table
+        .dist_column
+        .as_ref()
+        .expect("router plans have a column");
     let mut shard: Option<&ShardInterval> = None;
     for v in &r.values {
         let hash = match *v {
@@ -1721,7 +2064,10 @@ fn route_bound<'a>(r: &'a RouterPlan, types: &[u32], bind: &BindMsg, _catalog: &
                 if r.is_insert {
                     return Err(PgError::new(
                         sqlstate::NOT_NULL_VIOLATION,
-                        format!("cannot perform an INSERT with NULL in the partition column \"{}\"", col.name),
+                        format!(
+                            "cannot perform an INSERT with NULL in the partition column \"{}\"",
+                            col.name
+                        ),
                     ));
                 }
                 // `column = NULL` matches no row: any one shard answers that.
@@ -1734,7 +2080,10 @@ fn route_bound<'a>(r: &'a RouterPlan, types: &[u32], bind: &BindMsg, _catalog: &
                     if r.is_insert {
                         return Err(PgError::new(
                             sqlstate::NOT_NULL_VIOLATION,
-                            format!("cannot perform an INSERT with NULL in the partition column \"{}\"", col.name),
+                            format!(
+                                "cannot perform an INSERT with NULL in the partition column \"{}\"",
+                                col.name
+                            ),
                         ));
                     }
                     shard = shard.or(r.table.shards.first());
@@ -1753,7 +2102,12 @@ fn route_bound<'a>(r: &'a RouterPlan, types: &[u32], bind: &BindMsg, _catalog: &
                 }
             }
         };
-        let s = r.table.shard_for_hash(hash).ok_or_else(|| PgError::internal(format!("no shard of \"{}\" covers hash {hash}", r.table.name)))?;
+        let s = r.table.shard_for_hash(hash).ok_or_else(|| {
+            PgError::internal(format!(
+                "no shard of \"{}\" covers hash {hash}",
+                r.table.name
+            ))
+        })?;
         match shard {
             Some(prev) if prev.shard_id != s.shard_id => {
                 return Err(PgError::not_supported(
@@ -1771,10 +2125,16 @@ fn placement_addr(catalog: &Catalog, shard: &ShardInterval) -> PgResult<NodeAddr
         .placement_groups
         .first()
         .ok_or_else(|| PgError::internal(format!("shard {} has no placement", shard.shard_id)))?;
-    let node = catalog
-        .node_for_group(group)
-        .ok_or_else(|| PgError::internal(format!("shard {} is placed on group {group}, which has no active node", shard.shard_id)))?;
-    Ok(NodeAddr { host: node.host.clone(), port: node.port })
+    let node = catalog.node_for_group(group).ok_or_else(|| {
+        PgError::internal(format!(
+            "shard {} is placed on group {group}, which has no active node",
+            shard.shard_id
+        ))
+    })?;
+    Ok(NodeAddr {
+        host: node.host.clone(),
+        port: node.port,
+    })
 }
 
 /// Result messages pgshard makes itself, collected in order.
@@ -1817,7 +2177,10 @@ impl ResultSink {
     }
 
     fn notice_warning(&mut self, text: &str) {
-        let w = PgError { severity: "WARNING", ..PgError::new("25001", text) };
+        let w = PgError {
+            severity: "WARNING",
+            ..PgError::new("25001", text)
+        };
         let mut b = BytesMut::new();
         msg::write_report(&mut b, b'N', &w);
         self.push_bytes(b);

@@ -32,16 +32,32 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub async fn new(cfg: Arc<Config>, catalog: Arc<CatalogCache>) -> Result<Arc<Shared>, crate::error::PgError> {
-        let creds = Credentials { user: cfg.user.clone(), password: cfg.password.clone(), database: cfg.database.clone() };
+    pub async fn new(
+        cfg: Arc<Config>,
+        catalog: Arc<CatalogCache>,
+    ) -> Result<Arc<Shared>, crate::error::PgError> {
+        let creds = Credentials {
+            user: cfg.user.clone(),
+            password: cfg.password.clone(),
+            database: cfg.database.clone(),
+        };
         let instance_id = format!("{:08x}", rand::random::<u32>());
-        let pools = Pools::new(creds, cfg.max_connections_per_node, format!("pgshard {instance_id}"));
-        let coordinator = NodeAddr { host: cfg.coordinator.host.clone(), port: cfg.coordinator.port };
+        let pools = Pools::new(
+            creds,
+            cfg.max_connections_per_node,
+            format!("pgshard {instance_id}"),
+        );
+        let coordinator = NodeAddr {
+            host: cfg.coordinator.host.clone(),
+            port: cfg.coordinator.port,
+        };
         let conn = pools.node(&coordinator).acquire().await?;
         let server_params = conn
             .parameters
             .iter()
-            .filter(|(k, _)| k != "application_name" && k != "session_authorization" && k != "is_superuser")
+            .filter(|(k, _)| {
+                k != "application_name" && k != "session_authorization" && k != "is_superuser"
+            })
             .cloned()
             .collect();
         drop(conn);
@@ -60,6 +76,9 @@ impl Shared {
     }
 
     pub fn worker_addr(&self, host: &str, port: u16) -> NodeAddr {
-        NodeAddr { host: host.to_string(), port }
+        NodeAddr {
+            host: host.to_string(),
+            port,
+        }
     }
 }

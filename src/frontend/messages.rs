@@ -34,7 +34,10 @@ pub fn decode_frame(buf: &mut BytesMut, max_len: usize) -> PgResult<Option<Frame
     if len < 4 || len as usize > max_len {
         return Err(PgError::fatal(
             sqlstate::PROTOCOL_VIOLATION,
-            format!("invalid message length {len} for message type \"{}\"", tag as char),
+            format!(
+                "invalid message length {len} for message type \"{}\"",
+                tag as char
+            ),
         ));
     }
     let total = 1 + len as usize;
@@ -44,7 +47,10 @@ pub fn decode_frame(buf: &mut BytesMut, max_len: usize) -> PgResult<Option<Frame
     }
     let mut msg = buf.split_to(total);
     msg.advance(5);
-    Ok(Some(Frame { tag, body: msg.freeze() }))
+    Ok(Some(Frame {
+        tag,
+        body: msg.freeze(),
+    }))
 }
 
 /// The first packet of a connection.
@@ -63,7 +69,10 @@ pub fn decode_startup(buf: &mut BytesMut) -> PgResult<Option<StartupPacket>> {
     }
     let len = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
     if len < 8 || len as usize > MAX_STARTUP_LEN {
-        return Err(PgError::fatal(sqlstate::PROTOCOL_VIOLATION, "invalid length of startup packet"));
+        return Err(PgError::fatal(
+            sqlstate::PROTOCOL_VIOLATION,
+            "invalid length of startup packet",
+        ));
     }
     if buf.len() < len as usize {
         return Ok(None);
@@ -76,9 +85,15 @@ pub fn decode_startup(buf: &mut BytesMut) -> PgResult<Option<StartupPacket>> {
         GSSENC_REQUEST => Ok(Some(StartupPacket::GssEncRequest)),
         CANCEL_REQUEST => {
             if body.len() < 8 {
-                return Err(PgError::fatal(sqlstate::PROTOCOL_VIOLATION, "invalid cancel request"));
+                return Err(PgError::fatal(
+                    sqlstate::PROTOCOL_VIOLATION,
+                    "invalid cancel request",
+                ));
             }
-            Ok(Some(StartupPacket::Cancel { process_id: body.get_i32(), secret_key: body.get_i32() }))
+            Ok(Some(StartupPacket::Cancel {
+                process_id: body.get_i32(),
+                secret_key: body.get_i32(),
+            }))
         }
         PROTOCOL_V3 => {
             let mut params = Vec::new();
@@ -95,13 +110,20 @@ pub fn decode_startup(buf: &mut BytesMut) -> PgResult<Option<StartupPacket>> {
         }
         other => Err(PgError::fatal(
             sqlstate::PROTOCOL_VIOLATION,
-            format!("unsupported frontend protocol {}.{}: server supports 3.0", other >> 16, other & 0xffff),
+            format!(
+                "unsupported frontend protocol {}.{}: server supports 3.0",
+                other >> 16,
+                other & 0xffff
+            ),
         )),
     }
 }
 
 fn malformed(what: &str) -> PgError {
-    PgError::new(sqlstate::PROTOCOL_VIOLATION, format!("invalid {what} message format"))
+    PgError::new(
+        sqlstate::PROTOCOL_VIOLATION,
+        format!("invalid {what} message format"),
+    )
 }
 
 /// Reads a NUL-terminated UTF-8 string.
@@ -151,7 +173,11 @@ pub fn decode_parse(body: &[u8]) -> PgResult<ParseMsg> {
     for _ in 0..n {
         param_types.push(read_i32(&mut b, "Parse")? as u32);
     }
-    Ok(ParseMsg { name, query, param_types })
+    Ok(ParseMsg {
+        name,
+        query,
+        param_types,
+    })
 }
 
 /// Bind ('B'). Parameter values stay as slices of the message body.
@@ -218,7 +244,13 @@ pub fn decode_bind(body: &Bytes) -> PgResult<BindMsg> {
             format!("bind message has {nf} parameter formats but {np} parameters"),
         ));
     }
-    Ok(BindMsg { portal, statement, param_formats, params, result_formats })
+    Ok(BindMsg {
+        portal,
+        statement,
+        param_formats,
+        params,
+        result_formats,
+    })
 }
 
 /// Describe ('D') and Close ('C'): a kind byte ('S' statement or 'P' portal) and a name.
@@ -369,7 +401,10 @@ pub fn write_report(buf: &mut BytesMut, tag: u8, err: &PgError) {
 }
 
 pub fn write_notice(buf: &mut BytesMut, message: &str) {
-    let notice = PgError { severity: "NOTICE", ..PgError::new("00000", message) };
+    let notice = PgError {
+        severity: "NOTICE",
+        ..PgError::new("00000", message)
+    };
     write_report(buf, b'N', &notice);
 }
 
@@ -387,7 +422,15 @@ pub struct FieldDesc {
 
 impl FieldDesc {
     pub fn computed(name: &str, type_oid: u32, type_len: i16, format: i16) -> FieldDesc {
-        FieldDesc { name: name.into(), table_oid: 0, column: 0, type_oid, type_len, type_mod: -1, format }
+        FieldDesc {
+            name: name.into(),
+            table_oid: 0,
+            column: 0,
+            type_oid,
+            type_len,
+            type_mod: -1,
+            format,
+        }
     }
 }
 
@@ -476,7 +519,9 @@ pub fn write_parameter_description(buf: &mut BytesMut, types: &[u32]) {
 pub fn decode_parameter_description(body: &[u8]) -> PgResult<Vec<u32>> {
     let mut b = body;
     let n = read_i16(&mut b, "ParameterDescription")?;
-    (0..n.max(0)).map(|_| read_i32(&mut b, "ParameterDescription").map(|v| v as u32)).collect()
+    (0..n.max(0))
+        .map(|_| read_i32(&mut b, "ParameterDescription").map(|v| v as u32))
+        .collect()
 }
 
 // ---- frontend-side encoders (pgshard as a client of backends) -----------
@@ -587,13 +632,22 @@ mod tests {
         assert_eq!(decode_query(b"select 1").unwrap_err().code, "08P01");
         assert_eq!(decode_frame(&mut buf, MAX_MESSAGE_LEN).unwrap(), None);
         buf.extend_from_slice(&[0, 4]);
-        assert_eq!(decode_frame(&mut buf, MAX_MESSAGE_LEN).unwrap().unwrap().tag, b'S');
+        assert_eq!(
+            decode_frame(&mut buf, MAX_MESSAGE_LEN)
+                .unwrap()
+                .unwrap()
+                .tag,
+            b'S'
+        );
     }
 
     #[test]
     fn lying_and_huge_lengths_are_refused() {
         let mut buf = BytesMut::from(&[b'Q', 0, 0, 0, 2][..]);
-        assert_eq!(decode_frame(&mut buf, MAX_MESSAGE_LEN).unwrap_err().code, "08P01");
+        assert_eq!(
+            decode_frame(&mut buf, MAX_MESSAGE_LEN).unwrap_err().code,
+            "08P01"
+        );
         let mut buf = BytesMut::from(&[b'Q', 0x7f, 0xff, 0xff, 0xff][..]);
         assert!(decode_frame(&mut buf, MAX_MESSAGE_LEN).is_err());
     }
@@ -603,7 +657,10 @@ mod tests {
         let mut b = BytesMut::new();
         b.put_i32(8);
         b.put_i32(SSL_REQUEST);
-        assert_eq!(decode_startup(&mut b).unwrap(), Some(StartupPacket::SslRequest));
+        assert_eq!(
+            decode_startup(&mut b).unwrap(),
+            Some(StartupPacket::SslRequest)
+        );
         let mut b = BytesMut::new();
         b.put_i32(16);
         b.put_i32(CANCEL_REQUEST);
@@ -611,7 +668,10 @@ mod tests {
         b.put_i32(9);
         assert_eq!(
             decode_startup(&mut b).unwrap(),
-            Some(StartupPacket::Cancel { process_id: 7, secret_key: 9 })
+            Some(StartupPacket::Cancel {
+                process_id: 7,
+                secret_key: 9
+            })
         );
         let body = b"user\0bob\0database\0db\0\0";
         let mut b = BytesMut::new();
@@ -620,7 +680,13 @@ mod tests {
         b.put_slice(body);
         match decode_startup(&mut b).unwrap().unwrap() {
             StartupPacket::Startup { params } => {
-                assert_eq!(params, vec![("user".into(), "bob".into()), ("database".into(), "db".into())])
+                assert_eq!(
+                    params,
+                    vec![
+                        ("user".into(), "bob".into()),
+                        ("database".into(), "db".into())
+                    ]
+                )
             }
             other => panic!("{other:?}"),
         }
@@ -640,7 +706,10 @@ mod tests {
         write_parse(&mut b, "s1", "select $1", &[23]);
         let f = decode_frame(&mut b, MAX_MESSAGE_LEN).unwrap().unwrap();
         let p = decode_parse(&f.body).unwrap();
-        assert_eq!((p.name.as_str(), p.query.as_str(), p.param_types), ("s1", "select $1", vec![23]));
+        assert_eq!(
+            (p.name.as_str(), p.query.as_str(), p.param_types),
+            ("s1", "select $1", vec![23])
+        );
 
         let mut b = BytesMut::new();
         let params = vec![Some(Bytes::from_static(b"42")), None];
@@ -655,7 +724,14 @@ mod tests {
     #[test]
     fn truncated_bind_is_an_error_not_a_panic() {
         let mut b = BytesMut::new();
-        write_bind(&mut b, "", "s", &[], &[Some(Bytes::from_static(b"hello"))], &[]);
+        write_bind(
+            &mut b,
+            "",
+            "s",
+            &[],
+            &[Some(Bytes::from_static(b"hello"))],
+            &[],
+        );
         let f = decode_frame(&mut b, MAX_MESSAGE_LEN).unwrap().unwrap();
         for cut in 0..f.body.len() {
             let _ = decode_bind(&f.body.slice(..cut));

@@ -20,11 +20,19 @@ use tokio::sync::Semaphore;
 /// Runs the coordinator until the process ends.
 pub async fn serve(cfg: Config) -> anyhow::Result<()> {
     let cfg = Arc::new(cfg);
-    let catalog = CatalogCache::start(cfg.clone()).await.map_err(|e| anyhow::anyhow!("catalog: {e}"))?;
+    let catalog = CatalogCache::start(cfg.clone())
+        .await
+        .map_err(|e| anyhow::anyhow!("catalog: {e}"))?;
     check_workers(&catalog).await;
-    let shared = Shared::new(cfg.clone(), catalog).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let shared = Shared::new(cfg.clone(), catalog)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let listener = TcpListener::bind((cfg.listen_host.as_str(), cfg.listen_port)).await?;
-    tracing::info!("pgshard listening on {}:{}", cfg.listen_host, cfg.listen_port);
+    tracing::info!(
+        "pgshard listening on {}:{}",
+        cfg.listen_host,
+        cfg.listen_port
+    );
     let slots = Arc::new(Semaphore::new(cfg.max_client_connections));
     loop {
         let (stream, _) = match listener.accept().await {
@@ -47,7 +55,13 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
                 Err(_) => {
                     let mut stream = stream;
                     let mut out = BytesMut::new();
-                    msg::write_error(&mut out, &PgError::fatal(sqlstate::TOO_MANY_CONNECTIONS, "sorry, too many clients already"));
+                    msg::write_error(
+                        &mut out,
+                        &PgError::fatal(
+                            sqlstate::TOO_MANY_CONNECTIONS,
+                            "sorry, too many clients already",
+                        ),
+                    );
                     let _ = stream.write_all(&out).await;
                 }
             }
@@ -61,7 +75,13 @@ async fn check_workers(catalog: &Arc<CatalogCache>) {
     for w in &snapshot.workers {
         match crate::backend::control::connect(catalog.config(), &w.host, w.port).await {
             Ok(c) => {
-                if let Ok(row) = c.query_one("SELECT current_setting('max_prepared_transactions')::int", &[]).await {
+                if let Ok(row) = c
+                    .query_one(
+                        "SELECT current_setting('max_prepared_transactions')::int",
+                        &[],
+                    )
+                    .await
+                {
                     let n: i32 = row.get(0);
                     if n == 0 {
                         tracing::warn!(
@@ -114,7 +134,13 @@ async fn send(stream: &mut tokio::net::tcp::OwnedWriteHalf, out: &mut BytesMut) 
 
 async fn fatal(wr: &mut tokio::net::tcp::OwnedWriteHalf, e: PgError) -> PgResult<()> {
     let mut out = BytesMut::new();
-    msg::write_error(&mut out, &PgError { severity: "FATAL", ..e.clone() });
+    msg::write_error(
+        &mut out,
+        &PgError {
+            severity: "FATAL",
+            ..e.clone()
+        },
+    );
     let _ = send(wr, &mut out).await;
     Err(e)
 }
@@ -122,7 +148,10 @@ async fn fatal(wr: &mut tokio::net::tcp::OwnedWriteHalf, e: PgError) -> PgResult
 async fn handle_client(shared: Arc<Shared>, stream: TcpStream) -> PgResult<()> {
     let _ = stream.set_nodelay(true);
     let (rd, mut wr) = stream.into_split();
-    let mut reader = ClientReader { rd, buf: BytesMut::with_capacity(8192) };
+    let mut reader = ClientReader {
+        rd,
+        buf: BytesMut::with_capacity(8192),
+    };
     // Startup: SSL/GSS requests are answered 'N' and the client goes on in clear.
     let params = loop {
         let packet = loop {
@@ -138,9 +167,14 @@ async fn handle_client(shared: Arc<Shared>, stream: TcpStream) -> PgResult<()> {
         };
         match packet {
             StartupPacket::SslRequest | StartupPacket::GssEncRequest => {
-                wr.write_all(b"N").await.map_err(|e| PgError::new(sqlstate::CONNECTION_FAILURE, e.to_string()))?;
+                wr.write_all(b"N")
+                    .await
+                    .map_err(|e| PgError::new(sqlstate::CONNECTION_FAILURE, e.to_string()))?;
             }
-            StartupPacket::Cancel { process_id, secret_key } => {
+            StartupPacket::Cancel {
+                process_id,
+                secret_key,
+            } => {
                 cancel(&shared, process_id, secret_key).await;
                 return Ok(());
             }
@@ -149,11 +183,22 @@ async fn handle_client(shared: Arc<Shared>, stream: TcpStream) -> PgResult<()> {
     };
     let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     let Some(user) = get("user") else {
-        return fatal(&mut wr, PgError::new(sqlstate::INVALID_AUTHORIZATION, "no PostgreSQL user name specified in startup packet")).await;
+        return fatal(
+            &mut wr,
+            PgError::new(
+                sqlstate::INVALID_AUTHORIZATION,
+                "no PostgreSQL user name specified in startup packet",
+            ),
+        )
+        .await;
     };
     let database = get("database").unwrap_or_else(|| user.clone());
     if database != shared.cfg.database {
-        return fatal(&mut wr, PgError::new("3D000", format!("database \"{database}\" does not exist"))).await;
+        return fatal(
+            &mut wr,
+            PgError::new("3D000", format!("database \"{database}\" does not exist")),
+        )
+        .await;
     }
     let mut out = BytesMut::new();
     if shared.cfg.auth == AuthMethod::ScramSha256 {
@@ -163,10 +208,19 @@ async fn handle_client(shared: Arc<Shared>, stream: TcpStream) -> PgResult<()> {
     }
     msg::write_auth_ok(&mut out);
     for (k, v) in &shared.server_params {
-        let client_value = get(k).filter(|_| matches!(k.as_str(), "client_encoding" | "DateStyle" | "TimeZone" | "IntervalStyle"));
+        let client_value = get(k).filter(|_| {
+            matches!(
+                k.as_str(),
+                "client_encoding" | "DateStyle" | "TimeZone" | "IntervalStyle"
+            )
+        });
         msg::write_parameter_status(&mut out, k, client_value.as_deref().unwrap_or(v));
     }
-    msg::write_parameter_status(&mut out, "application_name", &get("application_name").unwrap_or_default());
+    msg::write_parameter_status(
+        &mut out,
+        "application_name",
+        &get("application_name").unwrap_or_default(),
+    );
     msg::write_parameter_status(&mut out, "session_authorization", &user);
     msg::write_parameter_status(&mut out, "is_superuser", "on");
     let (pid, key) = loop {
@@ -182,7 +236,13 @@ async fn handle_client(shared: Arc<Shared>, stream: TcpStream) -> PgResult<()> {
     msg::write_backend_key_data(&mut out, pid, key);
     msg::write_ready_for_query(&mut out, b'I');
     send(&mut wr, &mut out).await?;
-    let running = shared.cancel_keys.lock().unwrap().get(&(pid, key)).cloned().unwrap();
+    let running = shared
+        .cancel_keys
+        .lock()
+        .unwrap()
+        .get(&(pid, key))
+        .cloned()
+        .unwrap();
     let mut session = Session::new(shared.clone(), wr, reader, &params, running);
     let result = client_loop(&mut session).await;
     session.close();
@@ -212,7 +272,12 @@ async fn client_loop(session: &mut Session) -> PgResult<()> {
 }
 
 async fn cancel(shared: &Shared, process_id: i32, secret_key: i32) {
-    let running = shared.cancel_keys.lock().unwrap().get(&(process_id, secret_key)).cloned();
+    let running = shared
+        .cancel_keys
+        .lock()
+        .unwrap()
+        .get(&(process_id, secret_key))
+        .cloned();
     if let Some(r) = running {
         let targets = r.lock().unwrap().clone();
         for (addr, pid, key) in targets {
@@ -223,7 +288,12 @@ async fn cancel(shared: &Shared, process_id: i32, secret_key: i32) {
 
 /// The stored SCRAM verifier of a role, read from the coordinator node.
 async fn verifier_of(shared: &Shared, user: &str) -> Option<ScramVerifier> {
-    let mut conn = shared.pools.node(&shared.coordinator).acquire().await.ok()?;
+    let mut conn = shared
+        .pools
+        .node(&shared.coordinator)
+        .acquire()
+        .await
+        .ok()?;
     let sql = format!(
         "SELECT rolpassword FROM pg_catalog.pg_authid WHERE rolname = {} AND rolcanlogin AND (rolvaliduntil IS NULL OR rolvaliduntil > now())",
         quote_literal(user)
@@ -236,7 +306,11 @@ async fn verifier_of(shared: &Shared, user: &str) -> Option<ScramVerifier> {
         match f.tag {
             b'D' => {
                 if let Ok(vals) = msg::decode_data_row(&f.body) {
-                    found = vals.into_iter().next().flatten().map(|b| String::from_utf8_lossy(&b).into_owned());
+                    found = vals
+                        .into_iter()
+                        .next()
+                        .flatten()
+                        .map(|b| String::from_utf8_lossy(&b).into_owned());
                 }
             }
             b'Z' => break,
@@ -252,8 +326,15 @@ async fn authenticate(
     reader: &mut ClientReader,
     wr: &mut tokio::net::tcp::OwnedWriteHalf,
 ) -> PgResult<()> {
-    let failed = || PgError::fatal(sqlstate::INVALID_PASSWORD, format!("password authentication failed for user \"{user}\""));
-    let verifier = verifier_of(shared, user).await.unwrap_or_else(|| auth::mock_verifier(user));
+    let failed = || {
+        PgError::fatal(
+            sqlstate::INVALID_PASSWORD,
+            format!("password authentication failed for user \"{user}\""),
+        )
+    };
+    let verifier = verifier_of(shared, user)
+        .await
+        .unwrap_or_else(|| auth::mock_verifier(user));
     let mut server = ScramServer::new(verifier);
     let mut out = BytesMut::new();
     msg::write_auth(&mut out, &auth::sasl_mechanisms_body());
@@ -265,18 +346,28 @@ async fn authenticate(
             PgError::fatal(e.sqlstate(), e.to_string())
         }
     };
-    let Some(f) = reader.frame().await? else { return Err(failed()) };
+    let Some(f) = reader.frame().await? else {
+        return Err(failed());
+    };
     if f.tag != b'p' {
-        return Err(PgError::fatal(sqlstate::PROTOCOL_VIOLATION, "expected SASL response"));
+        return Err(PgError::fatal(
+            sqlstate::PROTOCOL_VIOLATION,
+            "expected SASL response",
+        ));
     }
     let (mechanism, data) = auth::parse_sasl_initial_response(&f.body).map_err(map)?;
     auth::check_mechanism(&mechanism).map_err(map)?;
     let server_first = server.client_first(&data).map_err(map)?;
     msg::write_auth(&mut out, &auth::sasl_continue_body(&server_first));
     send(wr, &mut out).await?;
-    let Some(f) = reader.frame().await? else { return Err(failed()) };
+    let Some(f) = reader.frame().await? else {
+        return Err(failed());
+    };
     if f.tag != b'p' {
-        return Err(PgError::fatal(sqlstate::PROTOCOL_VIOLATION, "expected SASL response"));
+        return Err(PgError::fatal(
+            sqlstate::PROTOCOL_VIOLATION,
+            "expected SASL response",
+        ));
     }
     let server_final = server.client_final(&f.body).map_err(map)?;
     msg::write_auth(&mut out, &auth::sasl_final_body(&server_final));

@@ -24,7 +24,18 @@ pub enum ValueSource {
 /// Types whose text input pgshard's hash module reads exactly as PostgreSQL does, so
 /// that a value it refuses is a value PostgreSQL refuses too.
 fn input_is_exact(t: Oid) -> bool {
-    matches!(t, oid::INT2 | oid::INT4 | oid::INT8 | oid::TEXT | oid::VARCHAR | oid::BPCHAR | oid::UUID | oid::BOOL | oid::NUMERIC)
+    matches!(
+        t,
+        oid::INT2
+            | oid::INT4
+            | oid::INT8
+            | oid::TEXT
+            | oid::VARCHAR
+            | oid::BPCHAR
+            | oid::UUID
+            | oid::BOOL
+            | oid::NUMERIC
+    )
 }
 
 /// The type a cast names, for the types pgshard hashes itself.
@@ -71,7 +82,9 @@ pub fn value_source(expr: &protobuf::Node, col: &DistColumn) -> Option<ValueSour
         N::AConst(c) => match const_hash(c.val.as_ref()?, col.type_oid) {
             Some(h) => Some(ValueSource::Hash(h)),
             // An untyped string literal the column's type refuses: PostgreSQL errors.
-            None if matches!(c.val, Some(Val::Sval(_))) && input_is_exact(col.type_oid) => Some(ValueSource::Invalid),
+            None if matches!(c.val, Some(Val::Sval(_))) && input_is_exact(col.type_oid) => {
+                Some(ValueSource::Invalid)
+            }
             None => None,
         },
         N::TypeCast(tc) => {
@@ -82,7 +95,9 @@ pub fn value_source(expr: &protobuf::Node, col: &DistColumn) -> Option<ValueSour
             }
             match tc.arg.as_ref()?.node.as_ref()? {
                 // `$1::int4`: the parameter's type is then the cast's, checked at Bind.
-                N::ParamRef(p) if t == col.type_oid && p.number >= 1 => Some(ValueSource::Param(p.number as usize - 1)),
+                N::ParamRef(p) if t == col.type_oid && p.number >= 1 => {
+                    Some(ValueSource::Param(p.number as usize - 1))
+                }
                 N::AConst(c) if c.isnull => Some(ValueSource::Null),
                 N::AConst(c) => {
                     // The literal is first read as the cast type, then compared as the column
@@ -107,7 +122,9 @@ fn const_hash(v: &Val, t: Oid) -> Option<i32> {
         Val::Ival(i) => {
             let i = i.ival as i64;
             if is_int(t) {
-                int_fits(t, i).then(|| hash::hash_text_value(t, &i.to_string())).flatten()
+                int_fits(t, i)
+                    .then(|| hash::hash_text_value(t, &i.to_string()))
+                    .flatten()
             } else if t == oid::NUMERIC {
                 hash::hash_text_value(t, &i.to_string())
             } else {
@@ -117,7 +134,9 @@ fn const_hash(v: &Val, t: Oid) -> Option<i32> {
         Val::Fval(f) => {
             if is_int(t) {
                 let i: i64 = f.fval.parse().ok()?;
-                int_fits(t, i).then(|| hash::hash_text_value(t, &i.to_string())).flatten()
+                int_fits(t, i)
+                    .then(|| hash::hash_text_value(t, &i.to_string()))
+                    .flatten()
             } else if t == oid::NUMERIC {
                 hash::hash_text_value(t, &f.fval)
             } else {
@@ -126,7 +145,9 @@ fn const_hash(v: &Val, t: Oid) -> Option<i32> {
         }
         // An untyped string literal takes the column's type: PostgreSQL's input rules.
         Val::Sval(s) => hash::hash_text_value(t, &s.sval),
-        Val::Boolval(b) if t == oid::BOOL => hash::hash_text_value(t, if b.boolval { "t" } else { "f" }),
+        Val::Boolval(b) if t == oid::BOOL => {
+            hash::hash_text_value(t, if b.boolval { "t" } else { "f" })
+        }
         _ => None,
     }
 }
@@ -158,7 +179,9 @@ pub fn hash_param(col_type: Oid, param_type: Oid, format: i16, bytes: &[u8]) -> 
                 _ => return None,
             }
         };
-        return int_fits(col_type, v).then(|| hash::hash_text_value(col_type, &v.to_string())).flatten();
+        return int_fits(col_type, v)
+            .then(|| hash::hash_text_value(col_type, &v.to_string()))
+            .flatten();
     }
     None
 }
@@ -173,9 +196,10 @@ pub fn find_equality<'a>(
 ) -> Option<(ValueSource, &'a protobuf::Node)> {
     let node = where_clause?.node.as_ref()?;
     match node {
-        N::BoolExpr(b) if b.boolop == BoolExprType::AndExpr as i32 => {
-            b.args.iter().find_map(|a| find_equality(Some(a), col, names_table))
-        }
+        N::BoolExpr(b) if b.boolop == BoolExprType::AndExpr as i32 => b
+            .args
+            .iter()
+            .find_map(|a| find_equality(Some(a), col, names_table)),
         N::AExpr(e) if e.kind == AExprKind::AexprOp as i32 && is_equals(&e.name) => {
             let (l, r) = (e.lexpr.as_deref()?, e.rexpr.as_deref()?);
             if is_column(l, col, names_table) {
@@ -207,8 +231,14 @@ fn is_equals(name: &[protobuf::Node]) -> bool {
 }
 
 /// Whether an expression is a reference to the distribution column.
-pub fn is_column(expr: &protobuf::Node, col: &DistColumn, names_table: &dyn Fn(&str) -> bool) -> bool {
-    let Some(N::ColumnRef(cr)) = expr.node.as_ref() else { return false };
+pub fn is_column(
+    expr: &protobuf::Node,
+    col: &DistColumn,
+    names_table: &dyn Fn(&str) -> bool,
+) -> bool {
+    let Some(N::ColumnRef(cr)) = expr.node.as_ref() else {
+        return false;
+    };
     let names: Vec<&str> = cr
         .fields
         .iter()

@@ -26,7 +26,9 @@ pub struct Scanned {
 }
 
 fn is_constant(t: &ScanToken) -> bool {
-    t.token == Token::Iconst as i32 || t.token == Token::Fconst as i32 || t.token == Token::Sconst as i32
+    t.token == Token::Iconst as i32
+        || t.token == Token::Fconst as i32
+        || t.token == Token::Sconst as i32
 }
 
 /// Scans one statement; None for several statements or text the scanner refuses.
@@ -53,7 +55,9 @@ pub fn scan(sql: &str) -> Option<Scanned> {
 #[derive(Debug)]
 pub enum Shape {
     /// Runs on the coordinator node unchanged.
-    Local { write: bool },
+    Local {
+        write: bool,
+    },
     Router(RouterShape),
 }
 
@@ -71,8 +75,15 @@ pub struct RouterShape {
 
 /// A cached shape applied to a statement.
 pub enum FastPlan {
-    Local { write: bool },
-    Router { table: Arc<DistTable>, hash: i32, shard_sql: Box<dyn Fn(i64) -> String + Send + Sync>, read_only: bool },
+    Local {
+        write: bool,
+    },
+    Router {
+        table: Arc<DistTable>,
+        hash: i32,
+        shard_sql: Box<dyn Fn(i64) -> String + Send + Sync>,
+        read_only: bool,
+    },
 }
 
 #[derive(Default)]
@@ -82,7 +93,12 @@ pub struct ShapeCache {
 }
 
 impl ShapeCache {
-    pub fn lookup(&mut self, catalog_version: i64, scanned: &Scanned, sql: &str) -> Option<FastPlan> {
+    pub fn lookup(
+        &mut self,
+        catalog_version: i64,
+        scanned: &Scanned,
+        sql: &str,
+    ) -> Option<FastPlan> {
         if catalog_version != self.catalog_version {
             self.shapes.clear();
             self.catalog_version = catalog_version;
@@ -96,7 +112,14 @@ impl ShapeCache {
 
     /// Remembers the shape of a statement just planned the full way, when its plan
     /// is one a shape can reproduce.
-    pub fn remember(&mut self, catalog_version: i64, scanned: Scanned, node: &N, plan: &Plan, write: bool) {
+    pub fn remember(
+        &mut self,
+        catalog_version: i64,
+        scanned: Scanned,
+        node: &N,
+        plan: &Plan,
+        write: bool,
+    ) {
         if catalog_version != self.catalog_version {
             self.shapes.clear();
             self.catalog_version = catalog_version;
@@ -104,7 +127,10 @@ impl ShapeCache {
         if self.shapes.len() >= MAX_SHAPES {
             self.shapes.clear();
         }
-        let dml = matches!(node, N::SelectStmt(_) | N::InsertStmt(_) | N::UpdateStmt(_) | N::DeleteStmt(_));
+        let dml = matches!(
+            node,
+            N::SelectStmt(_) | N::InsertStmt(_) | N::UpdateStmt(_) | N::DeleteStmt(_)
+        );
         let shape = match plan {
             Plan::Local if dml => Shape::Local { write },
             Plan::Router(r) => match router_shape(r, &scanned.tokens) {
@@ -123,7 +149,9 @@ fn token_at(tokens: &[ScanToken], location: usize) -> Option<usize> {
 
 fn router_shape(r: &RouterPlan, tokens: &[ScanToken]) -> Option<RouterShape> {
     // One value, from one constant (not a parameter, not a negated or folded literal).
-    let [ValueSource::Hash(_)] = r.values.as_slice() else { return None };
+    let [ValueSource::Hash(_)] = r.values.as_slice() else {
+        return None;
+    };
     let (value, location) = r.value_exprs.first()?.clone();
     let value_token = token_at(tokens, location)?;
     if !is_constant(&tokens[value_token]) {
@@ -149,17 +177,24 @@ fn constant_of(t: &ScanToken, sql: &str) -> Option<Val> {
         let v: i32 = text.parse().ok()?;
         Some(Val::Ival(protobuf::Integer { ival: v }))
     } else if t.token == Token::Fconst as i32 {
-        if !text.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-')) {
+        if !text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'))
+        {
             return None;
         }
-        Some(Val::Fval(protobuf::Float { fval: text.to_string() }))
+        Some(Val::Fval(protobuf::Float {
+            fval: text.to_string(),
+        }))
     } else {
         // Only plain 'quoted' strings: escapes and continuations take the full path.
         let inner = text.strip_prefix('\'')?.strip_suffix('\'')?;
         if inner.contains('\\') || inner.replace("''", "").contains('\'') {
             return None;
         }
-        Some(Val::Sval(protobuf::String { sval: inner.replace("''", "'") }))
+        Some(Val::Sval(protobuf::String {
+            sval: inner.replace("''", "'"),
+        }))
     }
 }
 
@@ -185,19 +220,30 @@ fn apply_router(r: &RouterShape, tokens: &[ScanToken], sql: &str) -> Option<Fast
     let col = r.table.dist_column.as_ref()?;
     let val = constant_of(tokens.get(r.value_token)?, sql)?;
     let expr = with_constant(&r.value, val)?;
-    let ValueSource::Hash(hash) = value_source(&expr, col)? else { return None };
+    let ValueSource::Hash(hash) = value_source(&expr, col)? else {
+        return None;
+    };
     let start = tokens.get(r.relation.0)?.start as usize;
     let end = tokens.get(r.relation.1)?.end as usize;
     let before = sql.get(..start)?.to_string();
     let after = sql.get(end..)?.to_string();
     let schema = r.table.schema.clone();
     let name = r.table.name.clone();
-    let alias = if r.add_alias { format!(" AS {}", quote_ident(&name)) } else { String::new() };
+    let alias = if r.add_alias {
+        format!(" AS {}", quote_ident(&name))
+    } else {
+        String::new()
+    };
     let shard_sql = move |shard_id: i64| {
         format!(
             "{before}{}{alias}{after}",
             quote_qualified(&schema, &crate::catalog::shard_table_name(&name, shard_id))
         )
     };
-    Some(FastPlan::Router { table: r.table.clone(), hash, shard_sql: Box::new(shard_sql), read_only: r.read_only })
+    Some(FastPlan::Router {
+        table: r.table.clone(),
+        hash,
+        shard_sql: Box::new(shard_sql),
+        read_only: r.read_only,
+    })
 }

@@ -6,8 +6,8 @@
 
 pub mod distvalue;
 pub mod fastpath;
-pub mod router;
 pub mod multishard;
+pub mod router;
 pub mod template;
 
 use crate::catalog::{Catalog, DistTable};
@@ -29,11 +29,16 @@ mod tests;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TxnCommand {
     /// BEGIN / START TRANSACTION; the text is replayed on every node the block uses.
-    Begin { text: String },
+    Begin {
+        text: String,
+    },
     Commit,
     Rollback,
     /// SAVEPOINT, RELEASE, ROLLBACK TO, PREPARE TRANSACTION and the like.
-    Other { text: String, kind: i32 },
+    Other {
+        text: String,
+        kind: i32,
+    },
 }
 
 /// An argument of a Citus function call.
@@ -59,20 +64,36 @@ pub enum Plan {
     Empty,
     Transaction(TxnCommand),
     /// `SET citus.x = v` / `RESET citus.x` (value None).
-    SetCitus { name: String, value: Option<String> },
-    ShowCitus { name: String },
+    SetCitus {
+        name: String,
+        value: Option<String>,
+    },
+    ShowCitus {
+        name: String,
+    },
     /// A Citus function call: positional args (named ones placed by the executor).
-    Utility { name: String, args: Vec<(Option<String>, UtilityArg)> },
+    Utility {
+        name: String,
+        args: Vec<(Option<String>, UtilityArg)>,
+    },
     /// Citus functions called inside a larger expression (`pg_size_pretty(citus_table_size('t'))`):
     /// each is computed first and its value put in its place, then the statement runs
     /// on the coordinator node.
-    UtilityInline { calls: Vec<InlineCall> },
+    UtilityInline {
+        calls: Vec<InlineCall>,
+    },
     Router(Arc<RouterPlan>),
     MultiShard(Arc<MultiShardPlan>),
     /// DROP TABLE naming distributed tables.
-    DropTables { tables: Vec<Arc<DistTable>> },
+    DropTables {
+        tables: Vec<Arc<DistTable>>,
+    },
     /// TRUNCATE / VACUUM / ANALYZE of distributed tables, statement applied to each shard.
-    Propagate { tables: Vec<Arc<DistTable>>, verb: String, in_transaction: bool },
+    Propagate {
+        tables: Vec<Arc<DistTable>>,
+        verb: String,
+        in_transaction: bool,
+    },
     Unsupported(PgError),
 }
 
@@ -86,20 +107,38 @@ pub const CITUS_SETTINGS: &[&str] = &[
 ];
 
 /// Plans one parsed statement against a catalog snapshot.
-pub fn plan(stmt: &Statement, catalog: &Catalog, is_utility_function: &dyn Fn(&str) -> bool) -> PgResult<Plan> {
-    let Some(node) = &stmt.node else { return Ok(Plan::Empty) };
+pub fn plan(
+    stmt: &Statement,
+    catalog: &Catalog,
+    is_utility_function: &dyn Fn(&str) -> bool,
+) -> PgResult<Plan> {
+    let Some(node) = &stmt.node else {
+        return Ok(Plan::Empty);
+    };
     match node {
         N::TransactionStmt(t) => return Ok(Plan::Transaction(txn_command(t, &stmt.text))),
         N::VariableSetStmt(v) if v.name.starts_with("citus.") => {
             let value = match VariableSetKind::try_from(v.kind) {
-                Ok(VariableSetKind::VarSetValue) => Some(const_text(v.args.first()).ok_or_else(|| {
-                    PgError::new(crate::error::sqlstate::INVALID_PARAMETER_VALUE, format!("invalid value for {}", v.name))
-                })?),
+                Ok(VariableSetKind::VarSetValue) => {
+                    Some(const_text(v.args.first()).ok_or_else(|| {
+                        PgError::new(
+                            crate::error::sqlstate::INVALID_PARAMETER_VALUE,
+                            format!("invalid value for {}", v.name),
+                        )
+                    })?)
+                }
                 _ => None,
             };
-            return Ok(Plan::SetCitus { name: v.name.clone(), value });
+            return Ok(Plan::SetCitus {
+                name: v.name.clone(),
+                value,
+            });
         }
-        N::VariableShowStmt(v) if v.name.starts_with("citus.") => return Ok(Plan::ShowCitus { name: v.name.clone() }),
+        N::VariableShowStmt(v) if v.name.starts_with("citus.") => {
+            return Ok(Plan::ShowCitus {
+                name: v.name.clone(),
+            })
+        }
         N::SelectStmt(s) => {
             if let Some(u) = utility_call(s, is_utility_function) {
                 return Ok(u);
@@ -119,14 +158,27 @@ pub fn plan(stmt: &Statement, catalog: &Catalog, is_utility_function: &dyn Fn(&s
         }
     }
     let rels = relations(stmt, catalog.tables_by_name.keys().map(String::as_str));
-    let dist: Vec<(&RelRef, Arc<DistTable>)> =
-        rels.iter().filter_map(|r| catalog.resolve(r.schema.as_deref(), &r.name).map(|t| (r, t.clone()))).collect();
+    let dist: Vec<(&RelRef, Arc<DistTable>)> = rels
+        .iter()
+        .filter_map(|r| {
+            catalog
+                .resolve(r.schema.as_deref(), &r.name)
+                .map(|t| (r, t.clone()))
+        })
+        .collect();
     if dist.is_empty() {
-        let is_dml = matches!(node, N::SelectStmt(_) | N::InsertStmt(_) | N::UpdateStmt(_) | N::DeleteStmt(_));
+        let is_dml = matches!(
+            node,
+            N::SelectStmt(_) | N::InsertStmt(_) | N::UpdateStmt(_) | N::DeleteStmt(_)
+        );
         // Other statements may name tables outside RangeVars (lists of names, function
         // bodies): one that mentions a distributed table is refused, not run on its shell.
         if !is_dml {
-            if let Some(name) = catalog.tables_by_name.keys().find(|n| crate::sql::parse::count_mentions(&stmt.text, n) > 0) {
+            if let Some(name) = catalog
+                .tables_by_name
+                .keys()
+                .find(|n| crate::sql::parse::count_mentions(&stmt.text, n) > 0)
+            {
                 return Ok(Plan::Unsupported(PgError::not_supported(format!(
                     "pgshard does not support this statement when it involves the distributed table \"{name}\" yet"
                 ))));
@@ -146,7 +198,12 @@ pub fn plan(stmt: &Statement, catalog: &Catalog, is_utility_function: &dyn Fn(&s
             router::plan_dml(node, &stmt.text, rel, table)
         }
         N::TruncateStmt(_) => Ok(propagate(&rels, dist, "TRUNCATE", true)),
-        N::VacuumStmt(v) => Ok(propagate(&rels, dist, if v.is_vacuumcmd { "VACUUM" } else { "ANALYZE" }, false)),
+        N::VacuumStmt(v) => Ok(propagate(
+            &rels,
+            dist,
+            if v.is_vacuumcmd { "VACUUM" } else { "ANALYZE" },
+            false,
+        )),
         _ => Ok(Plan::Unsupported(PgError::not_supported(format!(
             "pgshard does not support this statement on the distributed table \"{}\" yet",
             dist[0].1.name
@@ -159,7 +216,9 @@ fn plan_drop_tables(d: &protobuf::DropStmt, catalog: &Catalog) -> Plan {
     let mut tables: Vec<Arc<DistTable>> = Vec::new();
     let mut local = 0;
     for o in &d.objects {
-        let Some(N::List(l)) = o.node.as_ref() else { continue };
+        let Some(N::List(l)) = o.node.as_ref() else {
+            continue;
+        };
         let parts: Vec<&str> = l
             .items
             .iter()
@@ -201,23 +260,37 @@ fn dedup(dist: Vec<(&RelRef, Arc<DistTable>)>) -> Vec<Arc<DistTable>> {
     out
 }
 
-fn propagate(rels: &[RelRef], dist: Vec<(&RelRef, Arc<DistTable>)>, verb: &str, in_transaction: bool) -> Plan {
+fn propagate(
+    rels: &[RelRef],
+    dist: Vec<(&RelRef, Arc<DistTable>)>,
+    verb: &str,
+    in_transaction: bool,
+) -> Plan {
     if dist.len() != rels.len() {
         return Plan::Unsupported(PgError::not_supported(format!(
             "{verb} mixing distributed and local tables is not supported yet: name them in separate statements"
         )));
     }
-    Plan::Propagate { tables: dedup(dist), verb: verb.to_string(), in_transaction }
+    Plan::Propagate {
+        tables: dedup(dist),
+        verb: verb.to_string(),
+        in_transaction,
+    }
 }
 
 fn txn_command(t: &protobuf::TransactionStmt, text: &str) -> TxnCommand {
     match TransactionStmtKind::try_from(t.kind) {
         Ok(TransactionStmtKind::TransStmtBegin) | Ok(TransactionStmtKind::TransStmtStart) => {
-            TxnCommand::Begin { text: text.trim().to_string() }
+            TxnCommand::Begin {
+                text: text.trim().to_string(),
+            }
         }
         Ok(TransactionStmtKind::TransStmtCommit) if !t.chain => TxnCommand::Commit,
         Ok(TransactionStmtKind::TransStmtRollback) if !t.chain => TxnCommand::Rollback,
-        _ => TxnCommand::Other { text: text.trim().to_string(), kind: t.kind },
+        _ => TxnCommand::Other {
+            text: text.trim().to_string(),
+            kind: t.kind,
+        },
     }
 }
 
@@ -229,7 +302,11 @@ pub fn const_text(node: Option<&protobuf::Node>) -> Option<String> {
             Val::Ival(i) => Some(i.ival.to_string()),
             Val::Fval(f) => Some(f.fval.clone()),
             Val::Sval(s) => Some(s.sval.clone()),
-            Val::Boolval(b) => Some(if b.boolval { "true".into() } else { "false".into() }),
+            Val::Boolval(b) => Some(if b.boolval {
+                "true".into()
+            } else {
+                "false".into()
+            }),
             Val::Bsval(b) => Some(b.bsval.clone()),
         },
         N::TypeCast(tc) => const_text(tc.arg.as_deref()),
@@ -240,21 +317,32 @@ pub fn const_text(node: Option<&protobuf::Node>) -> Option<String> {
 
 /// `SELECT citus_function(args)` with nothing else in the statement.
 /// Citus function calls nested in expressions, found only when the text names one.
-fn inline_utility_calls(node: &N, text: &str, is_utility_function: &dyn Fn(&str) -> bool) -> Option<Plan> {
+fn inline_utility_calls(
+    node: &N,
+    text: &str,
+    is_utility_function: &dyn Fn(&str) -> bool,
+) -> Option<Plan> {
     let lower = text.to_ascii_lowercase();
-    if !["citus_", "master_", "distribut", "shard", "undistribute"].iter().any(|k| lower.contains(k)) {
+    if !["citus_", "master_", "distribut", "shard", "undistribute"]
+        .iter()
+        .any(|k| lower.contains(k))
+    {
         return None;
     }
     let mut calls = Vec::new();
     for (n, _, _, _) in node.nodes() {
-        let pg_query::NodeRef::FuncCall(fc) = n else { continue };
+        let pg_query::NodeRef::FuncCall(fc) = n else {
+            continue;
+        };
         let Some(name) = func_name(fc) else { continue };
         if !is_utility_function(&name) {
             continue;
         }
         let start = fc.location.max(0) as usize;
         let Some(end) = call_end(text, start) else {
-            return Some(Plan::Unsupported(PgError::not_supported(format!("pgshard could not read the call of {name}()"))));
+            return Some(Plan::Unsupported(PgError::not_supported(format!(
+                "pgshard could not read the call of {name}()"
+            ))));
         };
         let mut args = Vec::new();
         for a in &fc.args {
@@ -271,14 +359,21 @@ fn inline_utility_calls(node: &N, text: &str, is_utility_function: &dyn Fn(&str)
                 }
             }
         }
-        calls.push(InlineCall { start, end, name, args });
+        calls.push(InlineCall {
+            start,
+            end,
+            name,
+            args,
+        });
     }
     if calls.is_empty() {
         return None;
     }
     calls.sort_by_key(|c| c.start);
     if calls.windows(2).any(|w| w[1].start < w[0].end) {
-        return Some(Plan::Unsupported(PgError::not_supported("nested Citus function calls are not supported")));
+        return Some(Plan::Unsupported(PgError::not_supported(
+            "nested Citus function calls are not supported",
+        )));
     }
     Some(Plan::UtilityInline { calls })
 }
@@ -319,12 +414,19 @@ fn call_end(text: &str, start: usize) -> Option<usize> {
     None
 }
 
-fn utility_call(s: &protobuf::SelectStmt, is_utility_function: &dyn Fn(&str) -> bool) -> Option<Plan> {
+fn utility_call(
+    s: &protobuf::SelectStmt,
+    is_utility_function: &dyn Fn(&str) -> bool,
+) -> Option<Plan> {
     if s.target_list.len() != 1 || !s.from_clause.is_empty() || s.where_clause.is_some() {
         return None;
     }
-    let N::ResTarget(rt) = s.target_list[0].node.as_ref()? else { return None };
-    let N::FuncCall(fc) = rt.val.as_ref()?.node.as_ref()? else { return None };
+    let N::ResTarget(rt) = s.target_list[0].node.as_ref()? else {
+        return None;
+    };
+    let N::FuncCall(fc) = rt.val.as_ref()?.node.as_ref()? else {
+        return None;
+    };
     let name = func_name(fc)?;
     if !is_utility_function(&name) {
         return None;
@@ -338,8 +440,15 @@ fn utility_call(s: &protobuf::SelectStmt, is_utility_function: &dyn Fn(&str) -> 
         let arg = match value.and_then(|v| v.node.as_ref()) {
             Some(N::ParamRef(p)) => UtilityArg::Param(p.number as usize - 1),
             Some(N::AConst(c)) if c.isnull => UtilityArg::Const(None),
-            Some(N::TypeCast(tc)) if matches!(tc.arg.as_ref().and_then(|x| x.node.as_ref()), Some(N::ParamRef(_))) => {
-                let Some(N::ParamRef(p)) = tc.arg.as_ref().and_then(|x| x.node.as_ref()) else { return None };
+            Some(N::TypeCast(tc))
+                if matches!(
+                    tc.arg.as_ref().and_then(|x| x.node.as_ref()),
+                    Some(N::ParamRef(_))
+                ) =>
+            {
+                let Some(N::ParamRef(p)) = tc.arg.as_ref().and_then(|x| x.node.as_ref()) else {
+                    return None;
+                };
                 UtilityArg::Param(p.number as usize - 1)
             }
             _ => match const_text(value) {

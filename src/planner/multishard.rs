@@ -25,7 +25,10 @@ pub enum MultiShardShape {
     /// Rows of every shard concatenated.
     Plain,
     /// One row: each column an aggregate combined over the shards' partial values.
-    Aggregate { aggs: Vec<AggKind>, names: Vec<String> },
+    Aggregate {
+        aggs: Vec<AggKind>,
+        names: Vec<String>,
+    },
 }
 
 /// LIMIT / OFFSET as the coordinator re-applies them.
@@ -54,7 +57,12 @@ fn refuse(what: &str) -> PgResult<Plan> {
     ))))
 }
 
-pub fn plan_select(s: &protobuf::SelectStmt, text: &str, rel_edit: Edit, table: Arc<DistTable>) -> PgResult<Plan> {
+pub fn plan_select(
+    s: &protobuf::SelectStmt,
+    text: &str,
+    rel_edit: Edit,
+    table: Arc<DistTable>,
+) -> PgResult<Plan> {
     if s.op != SetOperation::SetopNone as i32 {
         return refuse("UNION / INTERSECT / EXCEPT");
     }
@@ -87,12 +95,20 @@ pub fn plan_select(s: &protobuf::SelectStmt, text: &str, rel_edit: Edit, table: 
     let mut names = Vec::new();
     let mut plain_columns = 0;
     for t in &s.target_list {
-        let Some(N::ResTarget(rt)) = t.node.as_ref() else { return refuse("this target list") };
-        let Some(val) = rt.val.as_deref() else { return refuse("this target list") };
+        let Some(N::ResTarget(rt)) = t.node.as_ref() else {
+            return refuse("this target list");
+        };
+        let Some(val) = rt.val.as_deref() else {
+            return refuse("this target list");
+        };
         match aggregate_of(val) {
             Some(Ok(kind)) => {
                 aggs.push(kind);
-                names.push(if rt.name.is_empty() { agg_name(kind).to_string() } else { rt.name.clone() });
+                names.push(if rt.name.is_empty() {
+                    agg_name(kind).to_string()
+                } else {
+                    rt.name.clone()
+                });
             }
             Some(Err(what)) => return refuse(what),
             None => {
@@ -118,9 +134,11 @@ pub fn plan_select(s: &protobuf::SelectStmt, text: &str, rel_edit: Edit, table: 
         if let (Some(off), true) = (s.limit_offset.as_deref(), offset > 0) {
             edits.push(Edit::number(text, const_location(off), "0".into())?);
             match (limit, s.limit_count.as_deref()) {
-                (Bound::Const(n), Some(lc)) => {
-                    edits.push(Edit::number(text, const_location(lc), n.saturating_add(offset).to_string())?)
-                }
+                (Bound::Const(n), Some(lc)) => edits.push(Edit::number(
+                    text,
+                    const_location(lc),
+                    n.saturating_add(offset).to_string(),
+                )?),
                 (Bound::None, _) => {}
                 _ => return refuse("LIMIT given as a parameter together with OFFSET"),
             }
@@ -129,7 +147,9 @@ pub fn plan_select(s: &protobuf::SelectStmt, text: &str, rel_edit: Edit, table: 
     } else {
         MultiShardShape::Aggregate { aggs, names }
     };
-    if !matches!(shape, MultiShardShape::Plain) && (s.limit_count.is_some() || s.limit_offset.is_some()) {
+    if !matches!(shape, MultiShardShape::Plain)
+        && (s.limit_count.is_some() || s.limit_offset.is_some())
+    {
         // The shards keep the aggregate's single partial row: take LIMIT/OFFSET out of
         // their query's effect by applying them only on the coordinator.
         if offset > 0 || matches!(limit, Bound::Const(0) | Bound::Param(_)) {
@@ -174,18 +194,26 @@ fn bound(n: Option<&protobuf::Node>) -> PgResult<Bound> {
                 .ok()
                 .filter(|v| *v >= 0)
                 .map(Bound::Const)
-                .ok_or_else(|| PgError::not_supported("LIMIT/OFFSET must be a non-negative integer here")),
-            _ => Err(PgError::not_supported("LIMIT/OFFSET must be a non-negative integer here")),
+                .ok_or_else(|| {
+                    PgError::not_supported("LIMIT/OFFSET must be a non-negative integer here")
+                }),
+            _ => Err(PgError::not_supported(
+                "LIMIT/OFFSET must be a non-negative integer here",
+            )),
         },
         Some(N::ParamRef(p)) if p.number >= 1 => Ok(Bound::Param(p.number as usize - 1)),
-        _ => Err(PgError::not_supported("pgshard supports only constant LIMIT/OFFSET across shards")),
+        _ => Err(PgError::not_supported(
+            "pgshard supports only constant LIMIT/OFFSET across shards",
+        )),
     }
 }
 
 /// `Some(Ok(kind))` for an aggregate pgshard combines, `Some(Err)` for one it
 /// cannot, `None` for anything that is not an aggregate call at the top.
 fn aggregate_of(val: &protobuf::Node) -> Option<Result<AggKind, &'static str>> {
-    let Some(N::FuncCall(fc)) = val.node.as_ref() else { return None };
+    let Some(N::FuncCall(fc)) = val.node.as_ref() else {
+        return None;
+    };
     let name = func_name(fc)?;
     let kind = match name.as_str() {
         "count" => AggKind::Count,
@@ -197,10 +225,15 @@ fn aggregate_of(val: &protobuf::Node) -> Option<Result<AggKind, &'static str>> {
     if fc.over.is_some() {
         return Some(Err("window functions"));
     }
-    if fc.agg_distinct || fc.agg_filter.is_some() || !fc.agg_order.is_empty() || fc.agg_within_group {
+    if fc.agg_distinct || fc.agg_filter.is_some() || !fc.agg_order.is_empty() || fc.agg_within_group
+    {
         return Some(Err("DISTINCT, FILTER or ORDER BY inside aggregates"));
     }
-    let arity_ok = if kind == AggKind::Count { fc.agg_star || fc.args.len() == 1 } else { fc.args.len() == 1 };
+    let arity_ok = if kind == AggKind::Count {
+        fc.agg_star || fc.args.len() == 1
+    } else {
+        fc.args.len() == 1
+    };
     if !arity_ok {
         return Some(Err("this aggregate call"));
     }
@@ -211,10 +244,41 @@ fn aggregate_of(val: &protobuf::Node) -> Option<Result<AggKind, &'static str>> {
 }
 
 const KNOWN_AGGREGATES: &[&str] = &[
-    "count", "sum", "min", "max", "avg", "array_agg", "string_agg", "bool_and", "bool_or", "every", "stddev",
-    "stddev_pop", "stddev_samp", "variance", "var_pop", "var_samp", "bit_and", "bit_or", "bit_xor", "json_agg",
-    "jsonb_agg", "json_object_agg", "jsonb_object_agg", "xmlagg", "corr", "covar_pop", "covar_samp", "regr_count",
-    "percentile_cont", "percentile_disc", "mode", "rank", "dense_rank", "row_number", "range_agg",
+    "count",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "array_agg",
+    "string_agg",
+    "bool_and",
+    "bool_or",
+    "every",
+    "stddev",
+    "stddev_pop",
+    "stddev_samp",
+    "variance",
+    "var_pop",
+    "var_samp",
+    "bit_and",
+    "bit_or",
+    "bit_xor",
+    "json_agg",
+    "jsonb_agg",
+    "json_object_agg",
+    "jsonb_object_agg",
+    "xmlagg",
+    "corr",
+    "covar_pop",
+    "covar_samp",
+    "regr_count",
+    "percentile_cont",
+    "percentile_disc",
+    "mode",
+    "rank",
+    "dense_rank",
+    "row_number",
+    "range_agg",
 ];
 
 fn contains_aggregate(n: &protobuf::Node) -> bool {
@@ -225,11 +289,22 @@ fn contains_aggregate(n: &protobuf::Node) -> bool {
 /// Whether an expression is safe to compute row by row on each shard. Function names
 /// are collected so the executor can rule out user-defined aggregates.
 fn plain_expression(n: &protobuf::Node, functions: &mut Vec<String>) -> bool {
-    let Some(node) = n.node.as_ref() else { return true };
-    let all = |nodes: &[protobuf::Node], f: &mut Vec<String>| nodes.iter().all(|x| plain_expression(x, f));
-    let opt = |x: &Option<Box<protobuf::Node>>, f: &mut Vec<String>| x.as_deref().map_or(true, |x| plain_expression(x, f));
+    let Some(node) = n.node.as_ref() else {
+        return true;
+    };
+    let all = |nodes: &[protobuf::Node], f: &mut Vec<String>| {
+        nodes.iter().all(|x| plain_expression(x, f))
+    };
+    let opt = |x: &Option<Box<protobuf::Node>>, f: &mut Vec<String>| {
+        x.as_deref().map_or(true, |x| plain_expression(x, f))
+    };
     match node {
-        N::ColumnRef(_) | N::AConst(_) | N::ParamRef(_) | N::SqlvalueFunction(_) | N::AStar(_) | N::String(_) => true,
+        N::ColumnRef(_)
+        | N::AConst(_)
+        | N::ParamRef(_)
+        | N::SqlvalueFunction(_)
+        | N::AStar(_)
+        | N::String(_) => true,
         N::AExpr(e) => opt(&e.lexpr, functions) && opt(&e.rexpr, functions),
         N::BoolExpr(b) => all(&b.args, functions),
         N::TypeCast(t) => opt(&t.arg, functions),
@@ -243,10 +318,17 @@ fn plain_expression(n: &protobuf::Node, functions: &mut Vec<String>) -> bool {
         N::RowExpr(r) => all(&r.args, functions),
         N::AIndirection(i) => opt(&i.arg, functions) && all(&i.indirection, functions),
         N::AIndices(i) => opt(&i.lidx, functions) && opt(&i.uidx, functions),
-        N::CaseExpr(c) => opt(&c.arg, functions) && all(&c.args, functions) && opt(&c.defresult, functions),
+        N::CaseExpr(c) => {
+            opt(&c.arg, functions) && all(&c.args, functions) && opt(&c.defresult, functions)
+        }
         N::CaseWhen(w) => opt(&w.expr, functions) && opt(&w.result, functions),
         N::FuncCall(fc) => {
-            if fc.over.is_some() || fc.agg_star || fc.agg_distinct || fc.agg_filter.is_some() || !fc.agg_order.is_empty() {
+            if fc.over.is_some()
+                || fc.agg_star
+                || fc.agg_distinct
+                || fc.agg_filter.is_some()
+                || !fc.agg_order.is_empty()
+            {
                 return false;
             }
             match func_name(fc) {

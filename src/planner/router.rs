@@ -2,8 +2,8 @@
 //! fixed to one value run whole on the one shard that holds it.
 
 use super::distvalue::{constant_location, find_equality, value_source, ValueSource};
-use super::template::EditWith;
 use super::multishard;
+use super::template::EditWith;
 use super::template::{Edit, ShardSqlTemplate};
 use super::Plan;
 use crate::catalog::{DistTable, PartitionMethod};
@@ -39,10 +39,16 @@ fn unsupported(msg: String) -> PgResult<Plan> {
 
 pub fn plan_dml(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> PgResult<Plan> {
     if table.method == PartitionMethod::Reference {
-        return unsupported(format!("pgshard does not support queries on the reference table \"{}\" yet", table.name));
+        return unsupported(format!(
+            "pgshard does not support queries on the reference table \"{}\" yet",
+            table.name
+        ));
     }
     let Some(col) = table.dist_column.clone() else {
-        return unsupported(format!("table \"{}\" has no distribution column", table.name));
+        return unsupported(format!(
+            "table \"{}\" has no distribution column",
+            table.name
+        ));
     };
     let alias = rel.alias.clone();
     let tname = table.name.clone();
@@ -54,7 +60,9 @@ pub fn plan_dml(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> Pg
     match node {
         N::SelectStmt(s) => {
             if s.with_clause.is_some() {
-                return unsupported("pgshard does not support WITH queries on distributed tables yet".into());
+                return unsupported(
+                    "pgshard does not support WITH queries on distributed tables yet".into(),
+                );
             }
             match find_equality(s.where_clause.as_deref(), &col, &names_table) {
                 Some((v, expr)) if s.op == pg_query::protobuf::SetOperation::SetopNone as i32 => {
@@ -66,7 +74,10 @@ pub fn plan_dml(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> Pg
         }
         N::UpdateStmt(u) => {
             if u.with_clause.is_some() || !u.from_clause.is_empty() {
-                return unsupported("pgshard does not support UPDATE with WITH or FROM on distributed tables yet".into());
+                return unsupported(
+                    "pgshard does not support UPDATE with WITH or FROM on distributed tables yet"
+                        .into(),
+                );
             }
             for t in &u.target_list {
                 if let Some(N::ResTarget(rt)) = t.node.as_ref() {
@@ -88,7 +99,10 @@ pub fn plan_dml(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> Pg
         }
         N::DeleteStmt(d) => {
             if d.with_clause.is_some() || !d.using_clause.is_empty() {
-                return unsupported("pgshard does not support DELETE with WITH or USING on distributed tables yet".into());
+                return unsupported(
+                    "pgshard does not support DELETE with WITH or USING on distributed tables yet"
+                        .into(),
+                );
             }
             match find_equality(d.where_clause.as_deref(), &col, &names_table) {
                 Some((v, expr)) => Ok(routed(text, table, edit, v, expr, false)),
@@ -99,12 +113,23 @@ pub fn plan_dml(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> Pg
             }
         }
         N::InsertStmt(i) => plan_insert(i, text, table, edit),
-        _ => unsupported("pgshard does not support this statement on distributed tables yet".into()),
+        _ => {
+            unsupported("pgshard does not support this statement on distributed tables yet".into())
+        }
     }
 }
 
-fn routed(text: &str, table: Arc<DistTable>, edit: Edit, v: ValueSource, expr: &pg_query::protobuf::Node, read_only: bool) -> Plan {
-    let value_exprs = constant_location(expr).map(|l| vec![(expr.clone(), l)]).unwrap_or_default();
+fn routed(
+    text: &str,
+    table: Arc<DistTable>,
+    edit: Edit,
+    v: ValueSource,
+    expr: &pg_query::protobuf::Node,
+    read_only: bool,
+) -> Plan {
+    let value_exprs = constant_location(expr)
+        .map(|l| vec![(expr.clone(), l)])
+        .unwrap_or_default();
     let add_alias = matches!(edit.with, EditWith::Relation { add_alias: true });
     Plan::Router(Arc::new(RouterPlan {
         relation_span: Some((edit.start, edit.end)),
@@ -118,37 +143,59 @@ fn routed(text: &str, table: Arc<DistTable>, edit: Edit, v: ValueSource, expr: &
     }))
 }
 
-fn plan_insert(i: &pg_query::protobuf::InsertStmt, text: &str, table: Arc<DistTable>, edit: Edit) -> PgResult<Plan> {
+fn plan_insert(
+    i: &pg_query::protobuf::InsertStmt,
+    text: &str,
+    table: Arc<DistTable>,
+    edit: Edit,
+) -> PgResult<Plan> {
     let col = table.dist_column.clone().expect("hash table has a column");
     if i.with_clause.is_some() {
-        return unsupported("pgshard does not support INSERT with WITH on distributed tables yet".into());
+        return unsupported(
+            "pgshard does not support INSERT with WITH on distributed tables yet".into(),
+        );
     }
     // Position of the distribution column among the inserted columns.
     let position = if i.cols.is_empty() {
         table.columns.iter().position(|c| *c == col.name)
     } else {
-        i.cols.iter().position(|c| matches!(c.node.as_ref(), Some(N::ResTarget(rt)) if rt.name == col.name))
+        i.cols
+            .iter()
+            .position(|c| matches!(c.node.as_ref(), Some(N::ResTarget(rt)) if rt.name == col.name))
     };
     let no_value = || {
         Ok(Plan::Unsupported(PgError::new(
             sqlstate::NOT_NULL_VIOLATION,
-            format!("cannot perform an INSERT without a partition column value (column \"{}\")", col.name),
+            format!(
+                "cannot perform an INSERT without a partition column value (column \"{}\")",
+                col.name
+            ),
         )))
     };
-    let Some(select) = i.select_stmt.as_deref().and_then(|s| s.node.as_ref()) else { return no_value() };
-    let N::SelectStmt(sel) = select else { return unsupported("pgshard does not support this INSERT form yet".into()) };
+    let Some(select) = i.select_stmt.as_deref().and_then(|s| s.node.as_ref()) else {
+        return no_value();
+    };
+    let N::SelectStmt(sel) = select else {
+        return unsupported("pgshard does not support this INSERT form yet".into());
+    };
     if sel.values_lists.is_empty() {
         return unsupported(format!(
             "pgshard does not support INSERT ... SELECT into the distributed table \"{}\" yet",
             table.name
         ));
     }
-    let Some(position) = position else { return no_value() };
+    let Some(position) = position else {
+        return no_value();
+    };
     let mut values = Vec::with_capacity(sel.values_lists.len());
     let mut value_exprs = Vec::new();
     for row in &sel.values_lists {
-        let Some(N::List(items)) = row.node.as_ref() else { return unsupported("unexpected VALUES shape".into()) };
-        let Some(item) = items.items.get(position) else { return no_value() };
+        let Some(N::List(items)) = row.node.as_ref() else {
+            return unsupported("unexpected VALUES shape".into());
+        };
+        let Some(item) = items.items.get(position) else {
+            return no_value();
+        };
         if matches!(item.node.as_ref(), Some(N::SetToDefault(_))) {
             return no_value();
         }
@@ -156,7 +203,10 @@ fn plan_insert(i: &pg_query::protobuf::InsertStmt, text: &str, table: Arc<DistTa
             Some(ValueSource::Null) => {
                 return Ok(Plan::Unsupported(PgError::new(
                     sqlstate::NOT_NULL_VIOLATION,
-                    format!("cannot perform an INSERT with NULL in the partition column \"{}\"", col.name),
+                    format!(
+                        "cannot perform an INSERT with NULL in the partition column \"{}\"",
+                        col.name
+                    ),
                 )))
             }
             Some(v) => {
@@ -175,7 +225,11 @@ fn plan_insert(i: &pg_query::protobuf::InsertStmt, text: &str, table: Arc<DistTa
     }
     let add_alias = matches!(edit.with, EditWith::Relation { add_alias: true });
     // The shape cache reproduces single-row inserts only.
-    let value_exprs = if values.len() == 1 { value_exprs } else { Vec::new() };
+    let value_exprs = if values.len() == 1 {
+        value_exprs
+    } else {
+        Vec::new()
+    };
     Ok(Plan::Router(Arc::new(RouterPlan {
         relation_span: Some((edit.start, edit.end)),
         add_alias,

@@ -35,22 +35,35 @@ pub enum EditWith {
     Text(String),
     /// The relation reference: shard name, plus an alias equal to the table's name
     /// when the query had none, so `table.column` references keep working.
-    Relation { add_alias: bool },
+    Relation {
+        add_alias: bool,
+    },
 }
 
 impl Edit {
     /// The edit replacing a table reference by its shard.
     pub fn relation(text: &str, rel: &RelRef) -> PgResult<Edit> {
-        let (start, end) = qualified_name_span(text, rel.location)
-            .ok_or_else(|| PgError::not_supported("pgshard could not locate the table name in the statement text"))?;
-        Ok(Edit { start, end, with: EditWith::Relation { add_alias: rel.alias.is_none() } })
+        let (start, end) = qualified_name_span(text, rel.location).ok_or_else(|| {
+            PgError::not_supported("pgshard could not locate the table name in the statement text")
+        })?;
+        Ok(Edit {
+            start,
+            end,
+            with: EditWith::Relation {
+                add_alias: rel.alias.is_none(),
+            },
+        })
     }
 
     /// The edit replacing a numeric constant at `location`.
     pub fn number(text: &str, location: usize, with: String) -> PgResult<Edit> {
-        let (start, end) =
-            number_span(text, location).ok_or_else(|| PgError::not_supported("pgshard could not rewrite LIMIT/OFFSET"))?;
-        Ok(Edit { start, end, with: EditWith::Text(with) })
+        let (start, end) = number_span(text, location)
+            .ok_or_else(|| PgError::not_supported("pgshard could not rewrite LIMIT/OFFSET"))?;
+        Ok(Edit {
+            start,
+            end,
+            with: EditWith::Text(with),
+        })
     }
 }
 
@@ -73,16 +86,28 @@ impl ShardSqlTemplate {
             at = e.end;
         }
         pieces.push(Piece::Text(text[at..].to_string()));
-        ShardSqlTemplate { pieces, schema: table.schema.clone(), table: table.name.clone() }
+        ShardSqlTemplate {
+            pieces,
+            schema: table.schema.clone(),
+            table: table.name.clone(),
+        }
     }
 
     /// The statement text for one shard.
     pub fn for_shard(&self, shard_id: ShardId) -> String {
-        let name = quote_qualified(&self.schema, &crate::catalog::shard_table_name(&self.table, shard_id));
-        let mut out = String::with_capacity(self.pieces.iter().map(|p| match p {
-            Piece::Text(t) => t.len(),
-            Piece::ShardName => name.len(),
-        }).sum());
+        let name = quote_qualified(
+            &self.schema,
+            &crate::catalog::shard_table_name(&self.table, shard_id),
+        );
+        let mut out = String::with_capacity(
+            self.pieces
+                .iter()
+                .map(|p| match p {
+                    Piece::Text(t) => t.len(),
+                    Piece::ShardName => name.len(),
+                })
+                .sum(),
+        );
         for p in &self.pieces {
             match p {
                 Piece::Text(t) => out.push_str(t),

@@ -12,7 +12,12 @@ fn catalog() -> Catalog {
     let shards: Vec<ShardInterval> = all_ranges(4)
         .into_iter()
         .enumerate()
-        .map(|(i, (min, max))| ShardInterval { shard_id: 102008 + i as i64, min, max, placement_groups: vec![1 + (i as i32 % 2)] })
+        .map(|(i, (min, max))| ShardInterval {
+            shard_id: 102008 + i as i64,
+            min,
+            max,
+            placement_groups: vec![1 + (i as i32 % 2)],
+        })
         .collect();
     let mut c = Catalog::default();
     c.add_table(DistTable {
@@ -20,7 +25,12 @@ fn catalog() -> Catalog {
         schema: "public".into(),
         name: "t".into(),
         method: PartitionMethod::Hash,
-        dist_column: Some(DistColumn { name: "k".into(), attnum: 1, type_oid: oid::INT4, collation: 0 }),
+        dist_column: Some(DistColumn {
+            name: "k".into(),
+            attnum: 1,
+            type_oid: oid::INT4,
+            collation: 0,
+        }),
         colocation_id: 1,
         indexer: ShardIndexer::for_intervals(&shards),
         shards,
@@ -31,7 +41,10 @@ fn catalog() -> Catalog {
 
 fn plan_of(sql: &str) -> Plan {
     let stmt = parse(sql).unwrap().remove(0);
-    plan(&stmt, &catalog(), &|n| n == "create_distributed_table" || n == "citus_table_size").unwrap()
+    plan(&stmt, &catalog(), &|n| {
+        n == "create_distributed_table" || n == "citus_table_size"
+    })
+    .unwrap()
 }
 
 fn unsupported(sql: &str) -> bool {
@@ -44,7 +57,10 @@ fn routes_fixed_distribution_values() {
         Plan::Router(r) => {
             assert_eq!(r.values, vec![ValueSource::Hash(hash_int4(5))]);
             let sql = r.template.for_shard(102009);
-            assert_eq!(sql, "select v from \"public\".\"t_102009\" AS \"t\" where k = 5 and v <> 'x'");
+            assert_eq!(
+                sql,
+                "select v from \"public\".\"t_102009\" AS \"t\" where k = 5 and v <> 'x'"
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -65,15 +81,29 @@ fn routes_fixed_distribution_values() {
 #[test]
 fn never_routes_what_it_cannot_prove() {
     // OR, an out-of-range literal, a different column: all shards or refusal, never one shard.
-    assert!(matches!(plan_of("select * from t where k = 1 or k = 2"), Plan::MultiShard(_)));
-    assert!(matches!(plan_of("select * from t where k = 5000000000"), Plan::MultiShard(_)));
-    assert!(matches!(plan_of("select * from t where v = '1'"), Plan::MultiShard(_)));
-    assert!(matches!(plan_of("select * from t where k in (1, 2)"), Plan::MultiShard(_)));
+    assert!(matches!(
+        plan_of("select * from t where k = 1 or k = 2"),
+        Plan::MultiShard(_)
+    ));
+    assert!(matches!(
+        plan_of("select * from t where k = 5000000000"),
+        Plan::MultiShard(_)
+    ));
+    assert!(matches!(
+        plan_of("select * from t where v = '1'"),
+        Plan::MultiShard(_)
+    ));
+    assert!(matches!(
+        plan_of("select * from t where k in (1, 2)"),
+        Plan::MultiShard(_)
+    ));
     assert!(unsupported("update t set v = 'x'"));
     assert!(unsupported("update t set k = 2 where k = 1"));
     assert!(unsupported("delete from t where v = 'x'"));
     assert!(unsupported("insert into t select * from t"));
-    assert!(matches!(plan_of("insert into t values (null, 'x')"), Plan::Unsupported(e) if e.code == "23502"));
+    assert!(
+        matches!(plan_of("insert into t values (null, 'x')"), Plan::Unsupported(e) if e.code == "23502")
+    );
 }
 
 #[test]
@@ -93,7 +123,10 @@ fn multi_shard_shapes() {
     match plan_of("select k, upper(v) from t limit 10 offset 5") {
         Plan::MultiShard(m) => {
             assert_eq!(m.offset, 5);
-            assert_eq!(m.template.for_shard(1), "select k, upper(v) from \"public\".\"t_1\" AS \"t\" limit 15 offset 0");
+            assert_eq!(
+                m.template.for_shard(1),
+                "select k, upper(v) from \"public\".\"t_1\" AS \"t\" limit 15 offset 0"
+            );
             assert_eq!(m.functions, vec!["upper".to_string()]);
         }
         other => panic!("{other:?}"),
@@ -117,17 +150,29 @@ fn multi_shard_shapes() {
 fn local_and_utility() {
     assert!(matches!(plan_of("select * from other_table"), Plan::Local));
     assert!(matches!(plan_of("select 't'"), Plan::Local));
-    assert!(matches!(plan_of("select create_distributed_table('t', 'k')"), Plan::Utility { .. }));
+    assert!(matches!(
+        plan_of("select create_distributed_table('t', 'k')"),
+        Plan::Utility { .. }
+    ));
     match plan_of("select pg_size_pretty(citus_table_size('t'))") {
         Plan::UtilityInline { calls } => assert_eq!(calls[0].name, "citus_table_size"),
         other => panic!("{other:?}"),
     }
-    assert!(matches!(plan_of("begin isolation level serializable"), Plan::Transaction(TxnCommand::Begin { .. })));
-    assert!(matches!(plan_of("set citus.shard_count = 8"), Plan::SetCitus { .. }));
+    assert!(matches!(
+        plan_of("begin isolation level serializable"),
+        Plan::Transaction(TxnCommand::Begin { .. })
+    ));
+    assert!(matches!(
+        plan_of("set citus.shard_count = 8"),
+        Plan::SetCitus { .. }
+    ));
     // A view over a distributed table would read the empty shell: refused.
     assert!(unsupported("create view v as select * from t"));
     assert!(unsupported("comment on table t is 'x'"));
-    assert!(matches!(plan_of("drop table if exists t"), Plan::DropTables { .. }));
+    assert!(matches!(
+        plan_of("drop table if exists t"),
+        Plan::DropTables { .. }
+    ));
     assert!(matches!(plan_of("drop table if exists other"), Plan::Local));
     assert!(unsupported("drop table t, other"));
 }
@@ -151,7 +196,13 @@ fn shape_cache_agrees_with_full_plans() {
         let p = full(sql);
         let write = !matches!(st.node, Some(N::SelectStmt(_)));
         cache.lookup(cat.version, &scan(sql).unwrap(), sql);
-        cache.remember(cat.version, scan(sql).unwrap(), st.node.as_ref().unwrap(), &p, write);
+        cache.remember(
+            cat.version,
+            scan(sql).unwrap(),
+            st.node.as_ref().unwrap(),
+            &p,
+            write,
+        );
     }
     let cases = [
         "SELECT v FROM t WHERE k = 77;",
@@ -166,12 +217,23 @@ fn shape_cache_agrees_with_full_plans() {
     ];
     let mut hits = 0;
     for sql in cases {
-        let Some(fast) = cache.lookup(cat.version, &scan(sql).unwrap(), sql) else { continue };
+        let Some(fast) = cache.lookup(cat.version, &scan(sql).unwrap(), sql) else {
+            continue;
+        };
         hits += 1;
         match (fast, full(sql)) {
-            (FastPlan::Router { hash, shard_sql, .. }, Plan::Router(r)) => {
+            (
+                FastPlan::Router {
+                    hash, shard_sql, ..
+                },
+                Plan::Router(r),
+            ) => {
                 assert_eq!(r.values, vec![ValueSource::Hash(hash)], "{sql}");
-                assert_eq!(shard_sql(102010).trim_end_matches(';'), r.template.for_shard(102010), "{sql}");
+                assert_eq!(
+                    shard_sql(102010).trim_end_matches(';'),
+                    r.template.for_shard(102010),
+                    "{sql}"
+                );
             }
             (FastPlan::Local { .. }, Plan::Local) => {}
             (_, other) => panic!("{sql}: the cache answered, the full plan says {other:?}"),
@@ -180,7 +242,9 @@ fn shape_cache_agrees_with_full_plans() {
     assert!(hits >= 5, "only {hits} hits");
     // A different catalog version empties the cache.
     let sql = "SELECT v FROM t WHERE k = 77;";
-    assert!(cache.lookup(cat.version + 1, &scan(sql).unwrap(), sql).is_none());
+    assert!(cache
+        .lookup(cat.version + 1, &scan(sql).unwrap(), sql)
+        .is_none());
 }
 
 #[test]

@@ -17,7 +17,9 @@ pub fn shard_range(index: u32, shard_count: u32) -> (i32, i32) {
 
 /// All ranges of a table with `shard_count` shards, in order.
 pub fn all_ranges(shard_count: u32) -> Vec<(i32, i32)> {
-    (0..shard_count).map(|i| shard_range(i, shard_count)).collect()
+    (0..shard_count)
+        .map(|i| shard_range(i, shard_count))
+        .collect()
 }
 
 /// Index of the shard holding `hash` among `shard_count` uniform ranges.
@@ -50,7 +52,12 @@ impl ShardIndexer {
     /// Chooses the indexer for intervals sorted by min.
     pub fn for_intervals<T: HashBounds>(sorted: &[T]) -> ShardIndexer {
         let n = sorted.len() as u32;
-        if n > 0 && sorted.iter().enumerate().all(|(i, s)| s.bounds() == shard_range(i as u32, n)) {
+        if n > 0
+            && sorted
+                .iter()
+                .enumerate()
+                .all(|(i, s)| s.bounds() == shard_range(i as u32, n))
+        {
             ShardIndexer::Uniform { shard_count: n }
         } else {
             ShardIndexer::Search
@@ -59,7 +66,9 @@ impl ShardIndexer {
 
     pub fn find<'a, T: HashBounds>(&self, sorted: &'a [T], hash: i32) -> Option<&'a T> {
         match *self {
-            ShardIndexer::Uniform { shard_count } => sorted.get(uniform_index(hash, shard_count) as usize),
+            ShardIndexer::Uniform { shard_count } => {
+                sorted.get(uniform_index(hash, shard_count) as usize)
+            }
             ShardIndexer::Search => {
                 let pos = sorted.partition_point(|s| s.bounds().1 < hash);
                 sorted.get(pos).filter(|s| s.bounds().0 <= hash)
@@ -98,16 +107,33 @@ mod tests {
         assert_eq!(shard_range(16, 32), (0, 134217727));
         assert_eq!(shard_range(31, 32), (2013265920, 2147483647));
         // Non power of two: last shard absorbs the remainder.
-        assert_eq!(shard_range(2, 3), ((-2147483648i64 + 2 * 1431655765) as i32, 2147483647));
+        assert_eq!(
+            shard_range(2, 3),
+            ((-2147483648i64 + 2 * 1431655765) as i32, 2147483647)
+        );
     }
 
     #[test]
     fn uniform_lookup_matches_search() {
         for n in [1u32, 3, 32, 100] {
             let shards: Vec<B> = all_ranges(n).into_iter().map(|(a, b)| B(a, b)).collect();
-            assert_eq!(ShardIndexer::for_intervals(&shards), ShardIndexer::Uniform { shard_count: n });
-            for h in [i32::MIN, -1, 0, 1, 12345, i32::MAX, -2013265921, -2013265920] {
-                let u = ShardIndexer::Uniform { shard_count: n }.find(&shards, h).unwrap();
+            assert_eq!(
+                ShardIndexer::for_intervals(&shards),
+                ShardIndexer::Uniform { shard_count: n }
+            );
+            for h in [
+                i32::MIN,
+                -1,
+                0,
+                1,
+                12345,
+                i32::MAX,
+                -2013265921,
+                -2013265920,
+            ] {
+                let u = ShardIndexer::Uniform { shard_count: n }
+                    .find(&shards, h)
+                    .unwrap();
                 let s = ShardIndexer::Search.find(&shards, h).unwrap();
                 assert_eq!(u.bounds(), s.bounds());
                 assert!(u.0 <= h && h <= u.1);

@@ -32,15 +32,26 @@ pub fn parse(sql: &str) -> PgResult<Vec<Statement>> {
         out.push(statement_of(sql, raw));
     }
     if out.is_empty() {
-        out.push(Statement { text: String::new(), node: None });
+        out.push(Statement {
+            text: String::new(),
+            node: None,
+        });
     }
     Ok(out)
 }
 
 fn statement_of(sql: &str, raw: RawStmt) -> Statement {
     let start = raw.stmt_location.max(0) as usize;
-    let end = if raw.stmt_len == 0 { sql.len() } else { (start + raw.stmt_len as usize).min(sql.len()) };
-    let text = sql.get(start..end).unwrap_or(sql).trim_start_matches(';').to_string();
+    let end = if raw.stmt_len == 0 {
+        sql.len()
+    } else {
+        (start + raw.stmt_len as usize).min(sql.len())
+    };
+    let text = sql
+        .get(start..end)
+        .unwrap_or(sql)
+        .trim_start_matches(';')
+        .to_string();
     // Locations in the tree are relative to the whole string: re-parse the slice alone
     // when the string held several statements, so locations match `text`.
     let node = raw.stmt.and_then(|n| n.node);
@@ -49,7 +60,13 @@ fn statement_of(sql: &str, raw: RawStmt) -> Statement {
     }
     match pg_query::parse(&text, 0) {
         Ok(r) => {
-            let node = r.protobuf.stmts.into_iter().next().and_then(|s| s.stmt).and_then(|n| n.node);
+            let node = r
+                .protobuf
+                .stmts
+                .into_iter()
+                .next()
+                .and_then(|s| s.stmt)
+                .and_then(|n| n.node);
             Statement { text, node }
         }
         Err(_) => Statement { text, node },
@@ -69,11 +86,19 @@ fn syntax_error(e: &pg_query::Error) -> PgError {
 /// tables' names) more often than that walker found it, the full serialised tree is
 /// searched instead, so no reference to a distributed table is missed.
 pub fn relations<'a>(stmt: &Statement, watched: impl Iterator<Item = &'a str>) -> Vec<RelRef> {
-    let Some(node) = &stmt.node else { return Vec::new() };
+    let Some(node) = &stmt.node else {
+        return Vec::new();
+    };
     let fast = fast_relations(node);
     for name in watched {
         let mentioned = count_mentions(&stmt.text, name);
-        if mentioned > 0 && mentioned > fast.iter().filter(|r| r.name.eq_ignore_ascii_case(name)).count() {
+        if mentioned > 0
+            && mentioned
+                > fast
+                    .iter()
+                    .filter(|r| r.name.eq_ignore_ascii_case(name))
+                    .count()
+        {
             return full_relations(node);
         }
     }
@@ -92,7 +117,11 @@ fn fast_relations(node: &N) -> Vec<RelRef> {
 
 fn rel_ref(rv: &protobuf::RangeVar) -> RelRef {
     RelRef {
-        schema: if rv.schemaname.is_empty() { None } else { Some(rv.schemaname.clone()) },
+        schema: if rv.schemaname.is_empty() {
+            None
+        } else {
+            Some(rv.schemaname.clone())
+        },
         name: rv.relname.clone(),
         location: rv.location.max(0) as usize,
         alias: rv.alias.as_ref().map(|a| a.aliasname.clone()),
@@ -112,7 +141,12 @@ fn walk_json(v: &serde_json::Value, out: &mut Vec<RelRef>) {
     match v {
         serde_json::Value::Object(map) => {
             if map.contains_key("relname") && map.contains_key("relpersistence") {
-                let s = |k: &str| map.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
+                let s = |k: &str| {
+                    map.get(k)
+                        .and_then(|x| x.as_str())
+                        .unwrap_or("")
+                        .to_string()
+                };
                 let schema = s("schemaname");
                 let alias = map
                     .get("alias")
@@ -120,9 +154,17 @@ fn walk_json(v: &serde_json::Value, out: &mut Vec<RelRef>) {
                     .and_then(|a| a.as_str())
                     .map(str::to_string);
                 out.push(RelRef {
-                    schema: if schema.is_empty() { None } else { Some(schema) },
+                    schema: if schema.is_empty() {
+                        None
+                    } else {
+                        Some(schema)
+                    },
                     name: s("relname"),
-                    location: map.get("location").and_then(|l| l.as_i64()).unwrap_or(0).max(0) as usize,
+                    location: map
+                        .get("location")
+                        .and_then(|l| l.as_i64())
+                        .unwrap_or(0)
+                        .max(0) as usize,
                     alias,
                 });
             }
@@ -198,7 +240,9 @@ fn ident_end(b: &[u8], start: usize) -> Option<usize> {
         None
     } else if first.is_ascii_alphabetic() || first == b'_' || first >= 0x80 {
         let mut i = start + 1;
-        while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b'$' || b[i] >= 0x80) {
+        while i < b.len()
+            && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b'$' || b[i] >= 0x80)
+        {
             i += 1;
         }
         Some(i)
@@ -250,9 +294,18 @@ mod tests {
 
     #[test]
     fn full_walk_finds_tables_the_fast_walker_may_skip() {
-        let s = parse("create view v as select * from t join u using (k)").unwrap().remove(0);
-        let names: Vec<String> = full_relations(s.node.as_ref().unwrap()).into_iter().map(|r| r.name).collect();
-        assert!(names.contains(&"t".to_string()) && names.contains(&"u".to_string()) && names.contains(&"v".to_string()));
+        let s = parse("create view v as select * from t join u using (k)")
+            .unwrap()
+            .remove(0);
+        let names: Vec<String> = full_relations(s.node.as_ref().unwrap())
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert!(
+            names.contains(&"t".to_string())
+                && names.contains(&"u".to_string())
+                && names.contains(&"v".to_string())
+        );
     }
 
     #[test]
@@ -266,8 +319,14 @@ mod tests {
 
     #[test]
     fn mentions_are_whole_identifiers() {
-        assert_eq!(count_mentions("select * from t_1 join t on x.t = 1", "t"), 2);
-        assert_eq!(count_mentions("pgbench_accounts_pkey", "pgbench_accounts"), 0);
+        assert_eq!(
+            count_mentions("select * from t_1 join t on x.t = 1", "t"),
+            2
+        );
+        assert_eq!(
+            count_mentions("pgbench_accounts_pkey", "pgbench_accounts"),
+            0
+        );
         assert_eq!(count_mentions("FROM \"Test\"", "test"), 1);
     }
 

@@ -46,7 +46,10 @@ mod tests {
     fn quotes_hostile_identifiers() {
         assert_eq!(quote_ident("t"), "\"t\"");
         assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
-        assert_eq!(quote_ident("x\"; drop table y; --"), "\"x\"\"; drop table y; --\"");
+        assert_eq!(
+            quote_ident("x\"; drop table y; --"),
+            "\"x\"\"; drop table y; --\""
+        );
         assert_eq!(quote_qualified("public", "T"), "\"public\".\"T\"");
     }
 

@@ -412,9 +412,9 @@ def create_distributed_table_through_extended_protocol():
 
 @known_bug
 def executemany_in_autocommit():
-    """psycopg's executemany pipelines INSERTs up to one Sync: one implicit transaction
-    that PostgreSQL runs fine; pgshard refuses it with 0A000 when the rows land on
-    several workers."""
+    """psycopg's executemany pipelines INSERTs up to one Sync: one implicit transaction,
+    which pgshard turns into a two-phase-committed block when it writes on several
+    workers."""
     with connect() as conn:
         with conn.cursor() as cur:
             cur.executemany(
@@ -423,7 +423,20 @@ def executemany_in_autocommit():
             )
         got = conn.execute(f"select count(*) from {TABLE} where k between 4001 and 4020").fetchone()
         expect(got, (20,), "rows inserted")
-        conn.execute(f"delete from {TABLE} where k between 4001 and 4020")
+        with conn.cursor() as cur:
+            cur.executemany(f"delete from {TABLE} where k = %s", [(k,) for k in range(4001, 4021)])
+        got = conn.execute(f"select count(*) from {TABLE} where k between 4001 and 4020").fetchone()
+        expect(got, (0,), "rows deleted")
+        # All or nothing: a duplicate key in the last row leaves none of the batch.
+        rows = [(k, "atomic") for k in range(4101, 4111)] + [(4101, "duplicate")]
+        try:
+            with conn.cursor() as cur:
+                cur.executemany(f"insert into {TABLE} (k, v) values (%s, %s)", rows)
+            raise AssertionError("the duplicate key was accepted")
+        except psycopg.errors.UniqueViolation:
+            pass
+        got = conn.execute(f"select count(*) from {TABLE} where k between 4101 and 4110").fetchone()
+        expect(got, (0,), "nothing of a failed batch stays")
 
 
 def main():
