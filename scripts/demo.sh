@@ -31,8 +31,12 @@ SELECT create_distributed_table('pgbench_tellers', 'tid');
 SELECT create_distributed_table('pgbench_history', 'aid');
 SELECT pg_size_pretty(citus_total_relation_size('pgbench_accounts'));
 SQL
-echo "== pgbench -S -T 10 (select-only through pgshard) =="
-pgbench -S -T 10 -c 4 -j 2 -P 5
+echo "== pgbench -M prepared -S -T 10 (select-only through pgshard) =="
+pgbench -M prepared -S -T 10 -c 4 -j 2 -P 5
+echo "== pgshard bench --quick: the same workloads against one plain PostgreSQL (about a minute) =="
+bench_dir="${PGSHARD_BENCH_DIR:-$(dirname "$dir")/pgshard-bench}"
+$pgshard bench --quick --out "$bench_dir"
+echo "(full report: $bench_dir/bench.md, chart: $bench_dir/bench.svg; a full run: $pgshard bench)"
 
 echo
 echo "The cluster keeps running. Connect with:"

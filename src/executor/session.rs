@@ -215,49 +215,10 @@ impl Session {
                 let status = self.status_byte();
                 msg::write_ready_for_query(&mut self.out, status);
             }
-            b'P' => {
+            b'P' | b'B' | b'D' | b'E' | b'C' => {
+                // After an error, everything up to Sync is skipped.
                 if !self.skipping {
-                    let p = msg::decode_parse(&frame.body);
-                    let r = match p {
-                        Ok(p) => self.parse_message(p).await,
-                        Err(e) => Err(e),
-                    };
-                    self.on_extended_result(r).await;
-                }
-            }
-            b'B' => {
-                if !self.skipping {
-                    let r = match msg::decode_bind(&frame.body) {
-                        Ok(b) => self.bind_message(b).await,
-                        Err(e) => Err(e),
-                    };
-                    self.on_extended_result(r).await;
-                }
-            }
-            b'D' => {
-                if !self.skipping {
-                    let r = match msg::decode_target(&frame.body, "Describe") {
-                        Ok((k, n)) => self.describe_message(k, &n).await,
-                        Err(e) => Err(e),
-                    };
-                    self.on_extended_result(r).await;
-                }
-            }
-            b'E' => {
-                if !self.skipping {
-                    let r = match msg::decode_execute(&frame.body) {
-                        Ok((p, n)) => self.execute_message(&p, n).await,
-                        Err(e) => Err(e),
-                    };
-                    self.on_extended_result(r).await;
-                }
-            }
-            b'C' => {
-                if !self.skipping {
-                    let r = match msg::decode_target(&frame.body, "Close") {
-                        Ok((k, n)) => self.close_message(k, &n).await,
-                        Err(e) => Err(e),
-                    };
+                    let r = self.extended_message(&frame).await;
                     self.on_extended_result(r).await;
                 }
             }
@@ -288,6 +249,25 @@ impl Session {
             self.flush_client().await?;
         }
         Ok(true)
+    }
+
+    async fn extended_message(&mut self, frame: &Frame) -> PgResult<()> {
+        match frame.tag {
+            b'P' => self.parse_message(msg::decode_parse(&frame.body)?).await,
+            b'B' => self.bind_message(msg::decode_bind(&frame.body)?).await,
+            b'D' => {
+                let (kind, name) = msg::decode_target(&frame.body, "Describe")?;
+                self.describe_message(kind, &name).await
+            }
+            b'E' => {
+                let (portal, max_rows) = msg::decode_execute(&frame.body)?;
+                self.execute_message(&portal, max_rows).await
+            }
+            _ => {
+                let (kind, name) = msg::decode_target(&frame.body, "Close")?;
+                self.close_message(kind, &name).await
+            }
+        }
     }
 
     /// An error in the extended protocol: reported in order, then everything up to Sync is skipped.

@@ -346,20 +346,23 @@ async fn authenticate(
             PgError::fatal(e.sqlstate(), e.to_string())
         }
     };
-    let Some(f) = reader.frame().await? else {
-        return Err(failed());
-    };
-    if f.tag != b'p' {
-        return Err(PgError::fatal(
-            sqlstate::PROTOCOL_VIOLATION,
-            "expected SASL response",
-        ));
-    }
+    let f = sasl_response(reader, failed).await?;
     let (mechanism, data) = auth::parse_sasl_initial_response(&f.body).map_err(map)?;
     auth::check_mechanism(&mechanism).map_err(map)?;
     let server_first = server.client_first(&data).map_err(map)?;
     msg::write_auth(&mut out, &auth::sasl_continue_body(&server_first));
     send(wr, &mut out).await?;
+    let f = sasl_response(reader, failed).await?;
+    let server_final = server.client_final(&f.body).map_err(map)?;
+    msg::write_auth(&mut out, &auth::sasl_final_body(&server_final));
+    send(wr, &mut out).await
+}
+
+/// The client's next SASL message ('p').
+async fn sasl_response(
+    reader: &mut ClientReader,
+    failed: impl Fn() -> PgError,
+) -> PgResult<msg::Frame> {
     let Some(f) = reader.frame().await? else {
         return Err(failed());
     };
@@ -369,7 +372,5 @@ async fn authenticate(
             "expected SASL response",
         ));
     }
-    let server_final = server.client_final(&f.body).map_err(map)?;
-    msg::write_auth(&mut out, &auth::sasl_final_body(&server_final));
-    send(wr, &mut out).await
+    Ok(f)
 }
