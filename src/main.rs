@@ -77,7 +77,7 @@ fn main() -> anyhow::Result<()> {
             let cores = std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(2);
-            let threads = cfg.worker_threads.unwrap_or((cores / 2).max(1));
+            let threads = cfg.worker_threads.unwrap_or(cores);
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(threads)
                 .enable_all()

@@ -12,7 +12,7 @@ use super::combine;
 use super::shared::{RunningBackends, Shared};
 use super::statements::{backend_name, MAX_PREPARED_PER_CONNECTION};
 use crate::backend::{NodeAddr, PooledConn};
-use crate::catalog::{Catalog, DistTable, ShardId, ShardInterval};
+use crate::catalog::{Catalog, ShardId, ShardInterval};
 use crate::commands::{self, CitusSettings};
 use crate::error::{sqlstate, PgError, PgResult};
 use crate::frontend::messages::{self as msg, BindMsg, FieldDesc, Frame};
@@ -65,7 +65,7 @@ enum PortalTarget {
     /// Bound on a backend: Describe/Execute/Close go there.
     Backend(NodeAddr),
     /// Executed by pgshard itself.
-    Virtual { result: Option<Vec<Frame>> },
+    Virtual,
 }
 
 struct Portal {
@@ -737,7 +737,7 @@ impl Session {
                 let mut b = BytesMut::new();
                 msg::write_bind_complete(&mut b);
                 self.pending.push_back(Expect::Local(b.freeze()));
-                PortalTarget::Virtual { result: None }
+                PortalTarget::Virtual
             }
         };
         self.portals
@@ -812,7 +812,7 @@ impl Session {
                 h.dirty = true;
                 self.pending.push_back(Expect::One(addr));
             }
-            PortalTarget::Virtual { .. } => {
+            PortalTarget::Virtual => {
                 let fields = portal.stmt.meta.fields.clone();
                 let formats = portal.bind.result_formats.clone();
                 let mut b = BytesMut::new();
@@ -848,16 +848,7 @@ impl Session {
                 self.pending.push_back(Expect::Execute(addr));
                 Ok(())
             }
-            PortalTarget::Virtual { result } => {
-                if let Some(frames) = result.take() {
-                    self.drain_all().await?;
-                    for f in frames {
-                        if f.tag != b'T' {
-                            msg::write_raw(&mut self.out, f.tag, &f.body);
-                        }
-                    }
-                    return Ok(());
-                }
+            PortalTarget::Virtual => {
                 self.drain_all().await?;
                 let frames = self.run_virtual(name, false).await?;
                 for f in frames {
@@ -2173,11 +2164,4 @@ impl ResultSink {
     }
 }
 
-#[allow(dead_code)]
-fn table_of(plan: &Plan) -> Option<&Arc<DistTable>> {
-    match plan {
-        Plan::Router(r) => Some(&r.table),
-        Plan::MultiShard(m) => Some(&m.table),
-        _ => None,
-    }
-}
+
