@@ -1,6 +1,7 @@
 //! `pgshard bench --quick` end to end: it starts a plain PostgreSQL and a pgshard
-//! cluster, loads W1, runs every workload once for 5 s against both, writes bench.json
-//! and bench.svg, and stops everything it started.
+//! cluster, loads W1, runs every W1 workload once for 5 s against both, loads W4's table
+//! (100,000 rows) and times its two queries on both, writes bench.json and bench.svg,
+//! and stops everything it started.
 
 mod common;
 
@@ -116,6 +117,15 @@ fn bench_quick_runs_both_targets() {
         "pgshard bench --quick failed ({status}):\n{stdout}\n{stderr}"
     );
     assert!(stdout.contains("w1-select-prepared"), "table:\n{stdout}");
+    assert!(stdout.contains("w4-count"), "table:\n{stdout}");
+    assert!(
+        stdout.contains("plain time / pgshard time (>1: pgshard faster)"),
+        "table:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("W4 load of 100,000 rows"),
+        "table:\n{stdout}"
+    );
 
     // bench.json: one entry per workload, both targets measured.
     let text = std::fs::read_to_string(out.join("bench.json")).expect("bench.json");
@@ -127,10 +137,16 @@ fn bench_quick_runs_both_targets() {
         .collect();
     assert_eq!(
         names,
-        ["w1-select-prepared", "w1-select-simple", "w1-tpcb"],
+        [
+            "w1-select-prepared",
+            "w1-select-simple",
+            "w1-tpcb",
+            "w4-count",
+            "w4-groupby"
+        ],
         "{text}"
     );
-    for w in workloads {
+    for w in workloads.iter().filter(|w| w["kind"] == "pgbench") {
         let name = w["name"].as_str().unwrap();
         match w["status"].as_str().unwrap() {
             "ok" => {
@@ -159,6 +175,69 @@ fn bench_quick_runs_both_targets() {
             other => panic!("{name}: status {other}\n{w:#}"),
         }
     }
+
+    // W4: loaded on both sides; count(*) measured on both with the same answer; the GROUP
+    // BY measured, or skipped with pgshard's reason.
+    let load = &doc["load"]["w4"];
+    assert_eq!(load["rows"], 100_000, "{load:#}");
+    for key in [
+        "plain_s",
+        "pgshard_insert_s",
+        "pgshard_distribute_s",
+        "pgshard_s",
+    ] {
+        assert!(
+            load[key].as_f64().is_some_and(|v| v > 0.0),
+            "{key}: {load:#}"
+        );
+    }
+    assert!(load["error"].is_null(), "{load:#}");
+    let w4 = |name: &str| {
+        workloads
+            .iter()
+            .find(|w| w["name"] == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    let count = w4("w4-count");
+    assert_eq!(count["kind"], "query", "{count:#}");
+    assert_eq!(count["status"], "ok", "{count:#}");
+    let q = &count["query"];
+    for target in ["plain", "pgshard"] {
+        let ms = q[target]["median_ms"].as_f64().unwrap_or(0.0);
+        assert!(ms > 0.0, "w4-count {target}: {ms} ms\n{count:#}");
+        let run = q["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["target"] == target)
+            .unwrap_or_else(|| panic!("w4-count: no {target} run"));
+        assert_eq!(run["times_ms"].as_array().unwrap().len(), 3, "{run:#}");
+        assert_eq!(run["warmup_ms"].as_array().unwrap().len(), 1, "{run:#}");
+        assert_eq!(run["answer"], serde_json::json!([["100000"]]), "{run:#}");
+    }
+    assert_eq!(q["answers_equal"], true, "{count:#}");
+    assert!(count["ratio"].as_f64().unwrap() > 0.0, "{count:#}");
+    let groupby = w4("w4-groupby");
+    match groupby["status"].as_str().unwrap() {
+        "ok" => {
+            let q = &groupby["query"];
+            for target in ["plain", "pgshard"] {
+                assert!(
+                    q[target]["median_ms"].as_f64().unwrap_or(0.0) > 0.0,
+                    "{q:#}"
+                );
+            }
+            assert_eq!(q["answers_equal"], true, "{groupby:#}");
+            assert_eq!(q["answer"].as_array().unwrap().len(), 10, "{groupby:#}");
+        }
+        "skipped" => {
+            let reason = groupby["reason"].as_str().unwrap_or("");
+            assert!(reason.contains("0A000"), "{groupby:#}");
+            assert!(stdout.contains(reason), "table:\n{stdout}");
+        }
+        other => panic!("w4-groupby: status {other}\n{groupby:#}"),
+    }
+
     assert!(doc["machine"]["nproc"].as_u64().unwrap() > 0);
     assert!(doc["machine"]["mem_total_kb"].as_u64().unwrap() > 0);
     assert!(
@@ -169,6 +248,7 @@ fn bench_quick_runs_both_targets() {
         "{:#}",
         doc["postgresql"]
     );
+    assert_eq!(doc["options"]["w4_rows"], 100_000);
     assert_eq!(
         doc["postgresql"]["plain_settings"]["synchronous_commit"],
         "off"

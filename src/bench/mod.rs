@@ -6,12 +6,16 @@
 //! 1. starts a plain PostgreSQL 15 in `OUT/plain` (the cluster workers' settings, no
 //!    test shortcuts) and a local pgshard cluster in `OUT/cluster` (`cluster_up`), on
 //!    free ports;
-//! 2. loads W1: `pgbench -i -s S` into the plain server, and through pgshard followed by
-//!    `SET citus.shard_count = 32` and the four `create_distributed_table` calls in one
-//!    psql session;
+//! 2. loads W1 (when a W1 workload is selected): `pgbench -i -s S` into the plain
+//!    server, and through pgshard followed by `SET citus.shard_count = 32` and the four
+//!    `create_distributed_table` calls in one psql session;
 //! 3. runs every workload R times, pgshard and plain alternating, and records pgbench's
 //!    figures, latency percentiles (sampled per-transaction log) and the CPU time of
 //!    pgshard and of every PostgreSQL server (from /proc);
+//!    before the first W4 workload it loads W4's table `test` (ROWS rows: on the plain
+//!    server directly; through pgshard as a local table, then `create_distributed_table`),
+//!    and a W4 workload times one query (warm-up, then timed executions, median) and
+//!    checks that both targets answer the same;
 //! 4. prints a table, writes `OUT/bench.json` (every raw figure, the machine, versions,
 //!    settings, date and command) and `OUT/bench.svg` (the ratios);
 //! 5. stops everything it started (also on error and Ctrl-C) and deletes the data
@@ -28,7 +32,9 @@ use crate::cluster::node::{self, Node, Settings};
 use crate::cluster::{cluster_down, cluster_up, ClusterInfo, ClusterOptions};
 use anyhow::{anyhow, bail, Context, Result};
 use pgbench::Env;
-use report::{Reference, Run, ServerCpu, Status, Target, WorkloadResult};
+use report::{
+    QueryFigures, QueryLoad, QueryRun, Reference, Run, ServerCpu, Status, Target, WorkloadResult,
+};
 use serde_json::json;
 use std::fs;
 use std::net::TcpListener;
@@ -38,7 +44,8 @@ use std::time::{Duration, Instant};
 /// Command-line arguments of `pgshard bench`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
-    /// Workloads to run (default: all): w1-select-prepared, w1-select-simple, w1-tpcb.
+    /// Workloads to run (default: all): w1-select-prepared, w1-select-simple, w1-tpcb,
+    /// w4-count, w4-groupby.
     pub workloads: Vec<String>,
     /// pgbench scale factor (100,000 accounts each) [default: 10; --quick: 1].
     #[arg(long)]
@@ -55,10 +62,14 @@ pub struct BenchArgs {
     /// Runs per workload and target [default: 3; --quick: 1].
     #[arg(long)]
     pub repeat: Option<u32>,
+    /// Rows of W4's table `test` [default: 10,000,000; --quick: 100,000].
+    #[arg(long)]
+    pub w4_rows: Option<u64>,
     /// Directory for the servers, logs and results.
     #[arg(long, default_value = "pgshard-bench")]
     pub out: PathBuf,
-    /// A short smoke run: scale 1, 5 s, one repetition (explicit options still win).
+    /// A short smoke run: scale 1, 5 s, one repetition, 100,000 W4 rows (explicit options
+    /// still win).
     #[arg(long)]
     pub quick: bool,
     /// First port to try: the plain server and the cluster take WORKERS+3 consecutive
@@ -71,29 +82,60 @@ pub struct BenchArgs {
     pub keep: bool,
 }
 
-/// One benchmark workload: a pgbench mode against the W1 tables.
+/// What a workload runs.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// pgbench against the W1 tables, with these options besides -c/-j/-T and logging.
+    Pgbench(&'static [&'static str]),
+    /// One query against W4's table `test`, timed.
+    Query { sql: &'static str, compare: Compare },
+}
+
+/// How the two targets' answers to a query must agree.
+#[derive(Clone, Copy)]
+enum Compare {
+    /// Every row, in order.
+    Rows,
+    /// The last column's values, sorted: ties at a LIMIT may keep different groups
+    /// with the same counts.
+    LastColumn,
+}
+
+/// One benchmark workload.
 struct Workload {
     name: &'static str,
     description: &'static str,
-    /// pgbench options besides -c/-j/-T and logging.
-    args: &'static [&'static str],
+    kind: Kind,
+    /// (Citus / one PostgreSQL, pgshard's goal), as ratios where above 1 is faster than
+    /// one PostgreSQL.
     reference: (Option<f64>, Option<f64>),
 }
 
-/// Citus ratios and pgshard goals from workloads.md (this machine, scale 10, 16 clients).
+impl Workload {
+    fn pgbench_options(&self) -> &'static [&'static str] {
+        match self.kind {
+            Kind::Pgbench(args) => args,
+            Kind::Query { .. } => &[],
+        }
+    }
+}
+
+/// Citus ratios and pgshard goals from workloads.md (this machine, scale 10, 16 clients;
+/// W4: 10 M rows, Citus 423 ms vs 243 ms for count(*) and 761 ms vs 540 ms for the GROUP
+/// BY; goal: no slower than one PostgreSQL).
 const WORKLOADS: &[Workload] = &[
     Workload {
         name: "w1-select-prepared",
         description: "W1 select-only: one primary-key lookup in pgbench_accounts per \
                       transaction (pgbench -S), extended protocol with prepared statements",
-        args: &["-M", "prepared", "-S"],
+        kind: Kind::Pgbench(&["-M", "prepared", "-S"]),
         reference: (Some(0.15), Some(0.8)),
     },
     Workload {
         name: "w1-select-simple",
         description: "W1 select-only (pgbench -S) over the simple query protocol: every \
                       statement parsed and planned again",
-        args: &["-M", "simple", "-S"],
+        kind: Kind::Pgbench(&["-M", "simple", "-S"]),
         reference: (Some(0.19), Some(0.8)),
     },
     Workload {
@@ -101,10 +143,49 @@ const WORKLOADS: &[Workload] = &[
         description: "W1 TPC-B read-write: BEGIN; UPDATE accounts; SELECT accounts; UPDATE \
                       tellers; UPDATE branches; INSERT history; END (prepared); the rows of \
                       one transaction live on different shards",
-        args: &["-M", "prepared"],
+        kind: Kind::Pgbench(&["-M", "prepared"]),
         reference: (Some(0.12), Some(0.6)),
     },
+    Workload {
+        name: "w4-count",
+        description: "W4 analytics: count(*) over the whole distributed table test (a \
+                      scan of every shard, partial counts summed by pgshard); time of one \
+                      query",
+        kind: Kind::Query {
+            sql: "select count(*) from test",
+            compare: Compare::Rows,
+        },
+        reference: (Some(0.57), Some(1.0)),
+    },
+    Workload {
+        name: "w4-groupby",
+        description: "W4 analytics: the ten most frequent values of c1 (GROUP BY, ORDER BY \
+                      count, LIMIT across all shards); time of one query",
+        kind: Kind::Query {
+            sql: "select c1, count(*) from test group by c1 order by count(*) desc limit 10",
+            compare: Compare::LastColumn,
+        },
+        reference: (Some(0.71), Some(1.0)),
+    },
 ];
+
+/// W4's table, and its rows (`setseed` first, in the same transaction, so that both
+/// targets get the same data and answer the same).
+const W4_CREATE: &str =
+    "create table test (id int, c1 int, c2 int, c3 int, info text, crt_time timestamp)";
+const W4_SEED: &str = "select setseed(0.4)";
+fn w4_insert(rows: u64) -> String {
+    format!(
+        "insert into test select id, random()*100, random()*100, random()*100, \
+         md5(random()::text), clock_timestamp() from generate_series(1, {rows}) t(id)"
+    )
+}
+/// Executions of a W4 query per run: untimed, then timed (the median is the run's time).
+const QUERY_WARMUP: u32 = 1;
+const QUERY_TIMED: u32 = 3;
+/// Longest a W4 query or load statement may take.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(600);
+const LOAD_TIMEOUT: Duration = Duration::from_secs(3 * 3600);
 
 const THREADS: u32 = 2;
 const SHARD_COUNT: u32 = 32;
@@ -126,6 +207,7 @@ struct Options {
     duration: u32,
     workers: usize,
     repeat: u32,
+    w4_rows: u64,
     out: PathBuf,
     port: u16,
     keep: bool,
@@ -161,12 +243,28 @@ impl Options {
             duration: a.duration.unwrap_or(if q { 5 } else { 30 }),
             workers: a.workers,
             repeat: a.repeat.unwrap_or(if q { 1 } else { 3 }),
+            w4_rows: a.w4_rows.unwrap_or(if q { 100_000 } else { 10_000_000 }),
             out: a.out,
             port: a.port,
             keep: a.keep,
         };
-        if o.scale == 0 || o.clients == 0 || o.duration == 0 || o.repeat == 0 || o.workers == 0 {
-            bail!("--scale, --clients, --duration, --repeat and --workers must be at least 1");
+        if o.scale == 0
+            || o.clients == 0
+            || o.duration == 0
+            || o.repeat == 0
+            || o.workers == 0
+            || o.w4_rows == 0
+        {
+            bail!(
+                "--scale, --clients, --duration, --repeat, --workers and --w4-rows must be at \
+                 least 1"
+            );
+        }
+        if o.w4_rows > i32::MAX as u64 {
+            bail!(
+                "--w4-rows must fit W4's int column id (at most {})",
+                i32::MAX
+            );
         }
         Ok(o)
     }
@@ -296,28 +394,32 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
     let pgshard_env: Env = cluster.pg_env();
     progress.say("servers and pgshard are up");
 
-    // Load W1.
+    // Load W1 (W4 is loaded before its first workload).
     let mut load = serde_json::Map::new();
-    let t = Instant::now();
-    progress.say(format!(
-        "pgbench -i -s {} into the plain PostgreSQL",
-        opts.scale
-    ));
-    pgbench_init(opts, &plain_env, "load-plain").await?;
-    load.insert("plain_init_s".into(), json!(t.elapsed().as_secs_f64()));
-    let t = Instant::now();
-    progress.say(format!("pgbench -i -s {} through pgshard", opts.scale));
-    pgbench_init(opts, &pgshard_env, "load-pgshard").await?;
-    load.insert("pgshard_init_s".into(), json!(t.elapsed().as_secs_f64()));
-    let t = Instant::now();
-    progress.say(format!(
-        "distributing the W1 tables through pgshard ({SHARD_COUNT} shards)"
-    ));
-    distribute(opts, &pgshard_env).await?;
-    load.insert("distribute_s".into(), json!(t.elapsed().as_secs_f64()));
-    progress.say("checkpoint on every server");
-    for env in node_envs(&cluster).into_iter().chain([plain_env.clone()]) {
-        pgbench::psql(&env, &["-c", "checkpoint"]).await?;
+    let w1 = opts
+        .workloads
+        .iter()
+        .any(|w| matches!(w.kind, Kind::Pgbench(_)));
+    if w1 {
+        let t = Instant::now();
+        progress.say(format!(
+            "pgbench -i -s {} into the plain PostgreSQL",
+            opts.scale
+        ));
+        pgbench_init(opts, &plain_env, "load-plain").await?;
+        load.insert("plain_init_s".into(), json!(t.elapsed().as_secs_f64()));
+        let t = Instant::now();
+        progress.say(format!("pgbench -i -s {} through pgshard", opts.scale));
+        pgbench_init(opts, &pgshard_env, "load-pgshard").await?;
+        load.insert("pgshard_init_s".into(), json!(t.elapsed().as_secs_f64()));
+        let t = Instant::now();
+        progress.say(format!(
+            "distributing the W1 tables through pgshard ({SHARD_COUNT} shards)"
+        ));
+        distribute(opts, &pgshard_env).await?;
+        load.insert("distribute_s".into(), json!(t.elapsed().as_secs_f64()));
+        progress.say("checkpoint on every server");
+        checkpoint_all(&cluster, &plain_env).await?;
     }
     let postgres = server_settings(opts, &plain_env, &cluster).await;
 
@@ -356,7 +458,28 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
     // The runs.
     let mut results = Vec::new();
     let mut seq = 0;
+    let mut w4_load: Option<QueryLoad> = None;
     for w in &opts.workloads {
+        if let Kind::Query { sql, compare } = w.kind {
+            if w4_load.is_none() {
+                w4_load =
+                    Some(load_w4(opts, progress, &plain_target, &pgshard_target, &cluster).await?);
+            }
+            let w4 = w4_load.as_ref().expect("loaded above");
+            results.push(
+                run_query_workload(
+                    opts,
+                    progress,
+                    w,
+                    (sql, compare),
+                    w4,
+                    [&plain_target, &pgshard_target],
+                    &mut seq,
+                )
+                .await,
+            );
+            continue;
+        }
         let mut runs: Vec<Run> = Vec::new();
         let mut status = Status::Ok;
         let mut reason = None;
@@ -377,7 +500,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
                     rep,
                     opts.repeat,
                     t.target.name(),
-                    w.args.join(" "),
+                    w.pgbench_options().join(" "),
                     opts.clients,
                     opts.threads,
                     opts.duration
@@ -420,6 +543,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         results.push(WorkloadResult {
             name: w.name.into(),
             description: w.description.into(),
+            kind: report::Kind::Pgbench,
             pgbench_args: pgbench_args(opts, w)
                 .into_iter()
                 .chain(["--log".into(), format!("--sampling-rate={SAMPLING_RATE}")])
@@ -435,18 +559,36 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
                 goal_ratio: w.reference.1,
             },
             runs,
+            query: None,
         });
     }
 
     // The report.
-    let table = report::table(&results);
+    if let Some(l) = &w4_load {
+        load.insert("w4".into(), serde_json::to_value(l)?);
+    }
+    let table = report::table(&results, w4_load.as_ref());
     let interference = report::interference(&results);
-    let subtitle = format!(
-        "pgbench scale {}, {} clients, -j {}, {} s x {}, {} workers, {SHARD_COUNT} shards; {}",
-        opts.scale, opts.clients, opts.threads, opts.duration, opts.repeat, opts.workers, date
-    );
+    let mut subtitle = String::new();
+    if w1 {
+        subtitle.push_str(&format!(
+            "pgbench scale {}, {} clients, -j {}, {} s x {}, ",
+            opts.scale, opts.clients, opts.threads, opts.duration, opts.repeat
+        ));
+    }
+    if w4_load.is_some() {
+        subtitle.push_str(&format!(
+            "W4 {} rows, {QUERY_WARMUP}+{QUERY_TIMED} executions x {}, ",
+            report::thousands(opts.w4_rows as f64),
+            opts.repeat
+        ));
+    }
+    subtitle.push_str(&format!(
+        "{} workers, {SHARD_COUNT} shards; {}",
+        opts.workers, date
+    ));
     let doc = json!({
-        "pgshard_bench_format": 1,
+        "pgshard_bench_format": 2,
         "date": date,
         "command": command,
         "pgshard": revision,
@@ -458,6 +600,9 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
             "threads": opts.threads,
             "duration_s": opts.duration,
             "repeat": opts.repeat,
+            "w4_rows": opts.w4_rows,
+            "w4_warmup_executions": QUERY_WARMUP,
+            "w4_timed_executions": QUERY_TIMED,
             "workers": opts.workers,
             "shard_count": SHARD_COUNT,
             "latency_sampling_rate": SAMPLING_RATE,
@@ -471,7 +616,9 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
             "pgbench runs with -n; before each run the bench does what pgbench would: vacuum pgbench_branches, vacuum pgbench_tellers, truncate pgbench_history",
             "pgshard_cpu_us_per_txn: utime+stime of the pgshard process over the run / transactions processed",
             "server_cpu_us_per_txn: CPU of every PostgreSQL process of the target (plain: one server; pgshard: coordinator node + workers), same denominator",
-            "ratio: median pgshard TPS / median plain TPS",
+            "ratio: median pgshard TPS / median plain TPS; for query workloads (kind query) median plain time / median pgshard time; either way above 1 means pgshard was faster",
+            "query workloads: per run (target, repetition) one connection, warm-up executions, then timed ones (client wall clock, query sent to last row received); the run's time is the median of the timed ones, a target's the median over its runs",
+            "W4 load: plain = create table + insert ... select; pgshard = the same as a local table on the coordinator node + create_distributed_table (rows moved to the shards); then vacuum analyze (not counted) and a checkpoint on every server",
             "pgbench_cpu_s: getrusage(RUSAGE_CHILDREN) around the run; machine_irq_s: interrupt + softirq time (/proc/stat), mostly loopback TCP; other_cpu_fraction: machine busy time not spent by the target, pgshard, pgbench or interrupts, over all CPU time of the run",
         ],
         "load": load,
@@ -485,7 +632,10 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
     let svg_path = opts.out.join("bench.svg");
     fs::write(&svg_path, report::svg(&results, &subtitle))
         .with_context(|| format!("writing {}", svg_path.display()))?;
-    let mut md = format!("{subtitle}\n\n{}", report::markdown_table(&results));
+    let mut md = format!(
+        "{subtitle}\n\n{}",
+        report::markdown_table(&results, w4_load.as_ref())
+    );
     if let Some(note) = &interference {
         md.push_str(&format!("\n{note}\n"));
     }
@@ -512,7 +662,7 @@ struct TargetCtx {
 }
 
 fn pgbench_args(opts: &Options, w: &Workload) -> Vec<String> {
-    let mut a: Vec<String> = w.args.iter().map(|s| s.to_string()).collect();
+    let mut a: Vec<String> = w.pgbench_options().iter().map(|s| s.to_string()).collect();
     a.extend([
         "-n".into(),
         "-c".into(),
@@ -691,6 +841,462 @@ async fn distribute(opts: &Options, env: &Env) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `CHECKPOINT` on every server of both targets.
+async fn checkpoint_all(cluster: &ClusterInfo, plain: &Env) -> Result<()> {
+    for env in node_envs(cluster).into_iter().chain([plain.clone()]) {
+        pgbench::psql(&env, &["-c", "checkpoint"]).await?;
+    }
+    Ok(())
+}
+
+/// A connection (simple query protocol, no TLS) with a target's libpq settings.
+async fn connect(env: &Env) -> Result<tokio_postgres::Client> {
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host(get("PGHOST").unwrap_or("127.0.0.1"))
+        .port(get("PGPORT").and_then(|p| p.parse().ok()).unwrap_or(5432))
+        .user(get("PGUSER").unwrap_or("postgres"))
+        .dbname(get("PGDATABASE").unwrap_or("postgres"))
+        .application_name("pgshard bench")
+        .connect_timeout(Duration::from_secs(30));
+    if let Some(pw) = get("PGPASSWORD") {
+        config.password(pw);
+    }
+    let (client, connection) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .with_context(|| {
+            format!(
+                "connecting to {}:{}",
+                get("PGHOST").unwrap_or("?"),
+                get("PGPORT").unwrap_or("?")
+            )
+        })?;
+    // Drive the connection, dropping the server's notices (create_distributed_table's
+    // progress): awaited as a future, tokio-postgres would log every one of them.
+    let mut connection = connection;
+    tokio::spawn(async move {
+        use futures_util::StreamExt;
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(_)) = messages.next().await {}
+    });
+    Ok(client)
+}
+
+/// A statement that failed: the server's message and SQLSTATE, or the client's error.
+#[derive(Debug, Clone)]
+struct SqlError {
+    message: String,
+    sqlstate: Option<String>,
+}
+
+impl SqlError {
+    fn client(message: String) -> SqlError {
+        SqlError {
+            message,
+            sqlstate: None,
+        }
+    }
+
+    /// The message prefixed with (the start of) the statement.
+    fn during(self, sql: &str) -> SqlError {
+        let short: String = sql.chars().take(60).collect();
+        let ellipsis = if short.len() < sql.len() { "..." } else { "" };
+        SqlError {
+            message: format!("{short}{ellipsis}: {}", self.message),
+            sqlstate: self.sqlstate,
+        }
+    }
+}
+
+fn sql_error(e: &tokio_postgres::Error) -> SqlError {
+    if let Some(db) = e.as_db_error() {
+        return SqlError {
+            message: format!("ERROR {}: {}", db.code().code(), db.message()),
+            sqlstate: Some(db.code().code().to_string()),
+        };
+    }
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        message.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    SqlError::client(message)
+}
+
+/// Rows of a query's answer, as text.
+type Answer = Vec<Vec<Option<String>>>;
+
+/// Runs `sql` over the simple query protocol; the rows of its answer.
+async fn simple(
+    client: &tokio_postgres::Client,
+    sql: &str,
+    timeout: Duration,
+) -> Result<Answer, SqlError> {
+    use tokio_postgres::SimpleQueryMessage;
+    match tokio::time::timeout(timeout, client.simple_query(sql)).await {
+        Err(_) => Err(SqlError::client(format!(
+            "no answer after {} s",
+            timeout.as_secs()
+        ))),
+        Ok(Err(e)) => Err(sql_error(&e)),
+        Ok(Ok(messages)) => Ok(messages
+            .iter()
+            .filter_map(|m| match m {
+                SimpleQueryMessage::Row(r) => {
+                    Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+                }
+                _ => None,
+            })
+            .collect()),
+    }
+}
+
+/// Loads W4's table `test` on both targets, one after the other, then `vacuum analyze`
+/// (the plain table; the shards on the workers) and a checkpoint on every server. A
+/// failure on the plain server fails the bench; one through pgshard is recorded and the
+/// W4 workloads report it.
+async fn load_w4(
+    opts: &Options,
+    progress: &Progress,
+    plain: &TargetCtx,
+    pgshard: &TargetCtx,
+    cluster: &ClusterInfo,
+) -> Result<QueryLoad> {
+    let rows = opts.w4_rows;
+    let insert = w4_insert(rows);
+    let mut load = QueryLoad {
+        rows,
+        ..Default::default()
+    };
+    let n = report::thousands(rows as f64);
+
+    progress.say(format!("W4: loading {n} rows into the plain PostgreSQL"));
+    let client = connect(&plain.env).await?;
+    let t = Instant::now();
+    for sql in [W4_CREATE, "begin", W4_SEED, insert.as_str(), "commit"] {
+        simple(&client, sql, LOAD_TIMEOUT)
+            .await
+            .map_err(|e| anyhow!("W4 load on the plain PostgreSQL: {}", e.during(sql).message))?;
+    }
+    let plain_s = t.elapsed().as_secs_f64();
+    load.plain_s = Some(plain_s);
+    let t = Instant::now();
+    simple(&client, "vacuum analyze test", LOAD_TIMEOUT)
+        .await
+        .map_err(|e| anyhow!("vacuum analyze test on the plain PostgreSQL: {}", e.message))?;
+    load.plain_vacuum_s = Some(t.elapsed().as_secs_f64());
+    drop(client);
+    progress.say(format!("  loaded in {plain_s:.1} s"));
+
+    progress.say(format!(
+        "W4: loading {n} rows through pgshard as a local table, then \
+         create_distributed_table('test', 'id') ({SHARD_COUNT} shards)"
+    ));
+    match load_w4_pgshard(&pgshard.env, &insert, &mut load).await {
+        Ok(()) => {
+            progress.say(format!(
+                "  loaded in {:.1} s (local insert {:.1} s + create_distributed_table {:.1} s)",
+                load.pgshard_s.unwrap_or(0.0),
+                load.pgshard_insert_s.unwrap_or(0.0),
+                load.pgshard_distribute_s.unwrap_or(0.0)
+            ));
+            let t = Instant::now();
+            vacuum_shards(cluster, "test").await?;
+            load.pgshard_vacuum_s = Some(t.elapsed().as_secs_f64());
+        }
+        Err(e) => {
+            progress.say(format!("  failed: {}", e.message));
+            load.error = Some(e.message);
+            load.sqlstate = e.sqlstate;
+        }
+    }
+    progress.say("checkpoint on every server");
+    checkpoint_all(cluster, &plain.env).await?;
+    Ok(load)
+}
+
+/// W4's load through pgshard: local table on the coordinator node, then distributed.
+async fn load_w4_pgshard(env: &Env, insert: &str, load: &mut QueryLoad) -> Result<(), SqlError> {
+    let client = connect(env)
+        .await
+        .map_err(|e| SqlError::client(format!("{e:#}")))?;
+    let t = Instant::now();
+    for sql in [W4_CREATE, "begin", W4_SEED, insert, "commit"] {
+        simple(&client, sql, LOAD_TIMEOUT)
+            .await
+            .map_err(|e| e.during(sql))?;
+    }
+    let insert_s = t.elapsed().as_secs_f64();
+    load.pgshard_insert_s = Some(insert_s);
+    let t = Instant::now();
+    for sql in [
+        format!("SET citus.shard_count = {SHARD_COUNT}"),
+        "SELECT create_distributed_table('test', 'id')".to_string(),
+    ] {
+        simple(&client, &sql, LOAD_TIMEOUT)
+            .await
+            .map_err(|e| e.during(&sql))?;
+    }
+    let distribute_s = t.elapsed().as_secs_f64();
+    load.pgshard_distribute_s = Some(distribute_s);
+    load.pgshard_s = Some(insert_s + distribute_s);
+    Ok(())
+}
+
+/// `vacuum analyze` of the shards of `table` (`table_<shardid>`) on every worker.
+async fn vacuum_shards(cluster: &ClusterInfo, table: &str) -> Result<()> {
+    let query = format!(
+        "select string_agg(format('%I.%I', n.nspname, c.relname), ', ') \
+         from pg_class c join pg_namespace n on n.oid = c.relnamespace \
+         where c.relkind = 'r' and c.relname ~ '^{table}_[0-9]+$'"
+    );
+    for env in node_envs(cluster).into_iter().skip(1) {
+        let shards = pgbench::psql(&env, &["-c", &query]).await?;
+        if !shards.is_empty() {
+            pgbench::psql(&env, &["-c", &format!("vacuum analyze {shards}")]).await?;
+        }
+    }
+    Ok(())
+}
+
+/// An answer as the comparison sees it.
+fn comparable(compare: Compare, answer: &Answer) -> Answer {
+    match compare {
+        Compare::Rows => answer.clone(),
+        Compare::LastColumn => {
+            let mut v: Answer = answer
+                .iter()
+                .map(|r| vec![r.last().cloned().flatten()])
+                .collect();
+            v.sort();
+            v
+        }
+    }
+}
+
+/// An answer on one line (shortened).
+fn answer_text(answer: &Answer) -> String {
+    let s = answer
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|v| v.as_deref().unwrap_or("NULL"))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let short: String = s.chars().take(200).collect();
+    if short.len() < s.len() {
+        format!("[{short}...]")
+    } else {
+        format!("[{short}]")
+    }
+}
+
+/// A query workload of W4: R repetitions, pgshard and plain alternating as for pgbench;
+/// its answers compared in every repetition.
+async fn run_query_workload(
+    opts: &Options,
+    progress: &Progress,
+    w: &Workload,
+    (sql, compare): (&'static str, Compare),
+    load: &QueryLoad,
+    [plain_target, pgshard_target]: [&TargetCtx; 2],
+    seq: &mut u32,
+) -> WorkloadResult {
+    let mut runs: Vec<QueryRun> = Vec::new();
+    let mut status = Status::Ok;
+    let mut reason = None;
+    let mut answers_equal = None;
+    let not_supported = |code: &Option<String>| {
+        code.as_deref() == Some(crate::error::sqlstate::FEATURE_NOT_SUPPORTED)
+    };
+    if let Some(e) = &load.error {
+        status = if not_supported(&load.sqlstate) {
+            Status::Skipped
+        } else {
+            Status::Error
+        };
+        let r = format!("loading W4 through pgshard: {e}");
+        progress.say(format!("{}: {r}", w.name));
+        reason = Some(r);
+    } else {
+        'repeats: for rep in 1..=opts.repeat {
+            // As for pgbench: pgshard first in odd repetitions; the first run is
+            // pgshard's, so a query it refuses is skipped at once.
+            let order = if rep % 2 == 1 {
+                [pgshard_target, plain_target]
+            } else {
+                [plain_target, pgshard_target]
+            };
+            for t in order {
+                *seq += 1;
+                progress.say(format!(
+                    "{} {}/{} {}: {sql} ({QUERY_WARMUP} warm-up + {QUERY_TIMED} timed)",
+                    w.name,
+                    rep,
+                    opts.repeat,
+                    t.target.name(),
+                ));
+                let run = run_query(t, sql, rep, *seq).await;
+                match (&run.error, run.median_ms) {
+                    (None, Some(ms)) => progress.say(format!(
+                        "  median {ms:.1} ms (timed: {})",
+                        run.times_ms
+                            .iter()
+                            .map(|v| format!("{v:.1}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )),
+                    (e, _) => {
+                        progress.say(format!("  failed: {}", e.as_deref().unwrap_or("no time")))
+                    }
+                }
+                let failed = (!run.ok).then(|| {
+                    (
+                        run.error.clone().unwrap_or_else(|| "no time".into()),
+                        run.sqlstate.clone(),
+                    )
+                });
+                runs.push(run);
+                if let Some((e, code)) = failed {
+                    (status, reason) = match t.target {
+                        Target::Pgshard if not_supported(&code) => {
+                            (Status::Skipped, Some(format!("through pgshard: {e}")))
+                        }
+                        Target::Pgshard => (Status::Error, Some(format!("through pgshard: {e}"))),
+                        Target::Plain => (Status::Error, Some(format!("plain PostgreSQL: {e}"))),
+                    };
+                    break 'repeats;
+                }
+            }
+            let answer = |target: Target| {
+                runs.iter()
+                    .find(|r| r.repeat == rep && r.target == target)
+                    .map(|r| r.answer.clone())
+                    .unwrap_or_default()
+            };
+            let (a, b) = (answer(Target::Plain), answer(Target::Pgshard));
+            if comparable(compare, &a) != comparable(compare, &b) {
+                answers_equal = Some(false);
+                status = Status::Error;
+                let r = format!(
+                    "the answers differ (repetition {rep}): plain {} vs pgshard {}",
+                    answer_text(&a),
+                    answer_text(&b)
+                );
+                progress.say(format!("  {r}"));
+                reason = Some(r);
+                break 'repeats;
+            }
+            answers_equal = Some(true);
+        }
+    }
+    let ok = status == Status::Ok;
+    let plain = report::summarize_queries(&runs, Target::Plain).filter(|_| ok);
+    let pgshard = report::summarize_queries(&runs, Target::Pgshard).filter(|_| ok);
+    let ratio = match (&plain, &pgshard) {
+        (Some(p), Some(s)) if s.median_ms > 0.0 => Some(p.median_ms / s.median_ms),
+        _ => None,
+    };
+    WorkloadResult {
+        name: w.name.into(),
+        description: w.description.into(),
+        kind: report::Kind::Query,
+        pgbench_args: vec![],
+        status,
+        reason,
+        plain: None,
+        pgshard: None,
+        ratio,
+        ratio_per_repeat: report::query_ratios_per_repeat(&runs),
+        reference: Reference {
+            citus_ratio: w.reference.0,
+            goal_ratio: w.reference.1,
+        },
+        runs: vec![],
+        query: Some(QueryFigures {
+            sql: sql.into(),
+            table_rows: load.rows,
+            warmup: QUERY_WARMUP,
+            timed: QUERY_TIMED,
+            plain,
+            pgshard,
+            answers_equal,
+            answer: runs
+                .iter()
+                .find(|r| r.target == Target::Plain && r.ok)
+                .map(|r| r.answer.clone()),
+            runs,
+        }),
+    }
+}
+
+/// One run of a query against one target, on a new connection: QUERY_WARMUP untimed
+/// executions, then QUERY_TIMED timed ones with CPU snapshots around them.
+async fn run_query(t: &TargetCtx, sql: &str, repeat: u32, seq: u32) -> QueryRun {
+    let mut run = QueryRun {
+        target: t.target,
+        repeat,
+        sequence: seq,
+        ok: false,
+        error: None,
+        sqlstate: None,
+        warmup_ms: vec![],
+        times_ms: vec![],
+        median_ms: None,
+        answer: vec![],
+        pgshard_cpu_ms_per_query: None,
+        server_cpu_ms_per_query: None,
+    };
+    let client = match connect(&t.env).await {
+        Ok(c) => c,
+        Err(e) => {
+            run.error = Some(format!("{e:#}"));
+            return run;
+        }
+    };
+    let mut before = None;
+    for i in 0..QUERY_WARMUP + QUERY_TIMED {
+        if i == QUERY_WARMUP {
+            before = Some(t.probe.snapshot());
+        }
+        let start = Instant::now();
+        match simple(&client, sql, QUERY_TIMEOUT).await {
+            Ok(rows) => {
+                let ms = start.elapsed().as_secs_f64() * 1e3;
+                if i < QUERY_WARMUP {
+                    run.warmup_ms.push(ms);
+                } else {
+                    run.times_ms.push(ms);
+                }
+                run.answer = rows;
+            }
+            Err(e) => {
+                run.error = Some(e.message);
+                run.sqlstate = e.sqlstate;
+                return run;
+            }
+        }
+    }
+    // Let parallel workers exit and be reaped into the postmaster's cutime.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    if let Some(before) = before {
+        let usage = cpu::usage(&t.probe, &before, &t.probe.snapshot());
+        let n = QUERY_TIMED as f64;
+        run.pgshard_cpu_ms_per_query = usage.pgshard_s.map(|s| s * 1e3 / n);
+        run.server_cpu_ms_per_query =
+            Some(usage.servers_s.iter().map(|(_, s)| s).sum::<f64>() * 1e3 / n);
+    }
+    run.median_ms = report::median(&run.times_ms);
+    run.ok = run.median_ms.is_some();
+    run
 }
 
 /// libpq environments of the cluster's PostgreSQL servers (coordinator node, workers).

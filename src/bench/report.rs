@@ -1,5 +1,9 @@
 //! The results of a benchmark: raw runs, per-target summaries (medians and spread), the
 //! terminal table and the SVG bar chart of the pgshard / plain PostgreSQL ratios.
+//!
+//! Two kinds of workloads: pgbench ones (W1: throughput, ratio = pgshard TPS / plain
+//! TPS) and single queries (W4: time of one query, ratio = plain time / pgshard time).
+//! Either way a ratio above 1 means pgshard was faster.
 
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -91,10 +95,101 @@ pub struct TargetSummary {
 pub enum Status {
     /// Measured on both targets.
     Ok,
-    /// pgshard cannot run it (yet): `reason` holds pgbench's message.
+    /// pgshard cannot run it (yet): `reason` holds pgbench's message, or for a query
+    /// pgshard's error (SQLSTATE 0A000, feature not supported).
     Skipped,
-    /// The plain PostgreSQL failed: something is wrong with the setup.
+    /// The plain PostgreSQL failed (something is wrong with the setup), or a query
+    /// failed through pgshard with another error, or the two targets' answers differ.
     Error,
+}
+
+/// What a workload measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// pgbench runs: throughput and latency (`plain`, `pgshard`, `runs`).
+    Pgbench,
+    /// One query executed a few times: its time (`query`).
+    Query,
+}
+
+/// A query workload's executions against one target in one repetition, on one
+/// connection: the warm-up executions, then the timed ones.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueryRun {
+    pub target: Target,
+    /// 1-based repetition.
+    pub repeat: u32,
+    /// 1-based position of this run among all runs of the benchmark.
+    pub sequence: u32,
+    pub ok: bool,
+    pub error: Option<String>,
+    /// SQLSTATE of the error, when the server sent one.
+    pub sqlstate: Option<String>,
+    /// Wall-clock times on the client, query sent to last row received.
+    pub warmup_ms: Vec<f64>,
+    pub times_ms: Vec<f64>,
+    /// Median of `times_ms`.
+    pub median_ms: Option<f64>,
+    /// The rows of the last execution, as text.
+    pub answer: Vec<Vec<Option<String>>>,
+    /// CPU of pgshard's process / of the target's PostgreSQL servers over the timed
+    /// executions, per execution.
+    pub pgshard_cpu_ms_per_query: Option<f64>,
+    pub server_cpu_ms_per_query: Option<f64>,
+}
+
+/// Medians over the successful query runs of one target.
+#[derive(Debug, Clone, Serialize)]
+pub struct QuerySummary {
+    pub runs: usize,
+    /// Median of the runs' medians, and their min-max.
+    pub median_ms: f64,
+    pub min_ms: f64,
+    pub max_ms: f64,
+    pub pgshard_cpu_ms_per_query_median: Option<f64>,
+    pub server_cpu_ms_per_query_median: Option<f64>,
+}
+
+/// The figures of a query workload.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueryFigures {
+    pub sql: String,
+    /// Rows in the queried table.
+    pub table_rows: u64,
+    /// Executions per run: untimed first, then timed.
+    pub warmup: u32,
+    pub timed: u32,
+    pub plain: Option<QuerySummary>,
+    pub pgshard: Option<QuerySummary>,
+    /// Whether both targets gave the same answer in every repetition both answered
+    /// (None: no repetition had both).
+    pub answers_equal: Option<bool>,
+    /// The plain server's answer.
+    pub answer: Option<Vec<Vec<Option<String>>>>,
+    pub runs: Vec<QueryRun>,
+}
+
+/// Loading W4's table `test` on both targets (seconds).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct QueryLoad {
+    pub rows: u64,
+    /// `create table` + `insert ... select` on the plain server.
+    pub plain_s: Option<f64>,
+    /// The same through pgshard, as a local table on the coordinator node.
+    pub pgshard_insert_s: Option<f64>,
+    /// `create_distributed_table('test', 'id')` through pgshard: the rows moved to the
+    /// shards.
+    pub pgshard_distribute_s: Option<f64>,
+    /// `pgshard_insert_s + pgshard_distribute_s`.
+    pub pgshard_s: Option<f64>,
+    /// `vacuum analyze` of the table (plain) / of its shards (on the workers), after
+    /// the load and not counted in it.
+    pub plain_vacuum_s: Option<f64>,
+    pub pgshard_vacuum_s: Option<f64>,
+    /// Why loading through pgshard failed.
+    pub error: Option<String>,
+    pub sqlstate: Option<String>,
 }
 
 /// The figures of workloads.md for this machine, to put beside ours.
@@ -110,17 +205,25 @@ pub struct Reference {
 pub struct WorkloadResult {
     pub name: String,
     pub description: String,
+    pub kind: Kind,
+    /// pgbench workloads only (empty for queries).
     pub pgbench_args: Vec<String>,
     pub status: Status,
     pub reason: Option<String>,
+    /// pgbench workloads only.
     pub plain: Option<TargetSummary>,
     pub pgshard: Option<TargetSummary>,
-    /// Median pgshard TPS / median plain TPS.
+    /// Above 1: pgshard faster. pgbench: median pgshard TPS / median plain TPS;
+    /// queries: median plain time / median pgshard time.
     pub ratio: Option<f64>,
-    /// pgshard / plain of each repetition that has both.
+    /// The same ratio for each repetition that has both targets.
     pub ratio_per_repeat: Vec<f64>,
     pub reference: Reference,
+    /// pgbench runs (empty for queries).
     pub runs: Vec<Run>,
+    /// Query workloads only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub query: Option<QueryFigures>,
 }
 
 pub fn median(values: &[f64]) -> Option<f64> {
@@ -177,6 +280,43 @@ pub fn ratios_per_repeat(runs: &[Run]) -> Vec<f64> {
         .collect()
 }
 
+/// Medians over the successful query runs of one target.
+pub fn summarize_queries(runs: &[QueryRun], target: Target) -> Option<QuerySummary> {
+    let ok: Vec<&QueryRun> = runs
+        .iter()
+        .filter(|r| r.target == target && r.ok && r.median_ms.is_some())
+        .collect();
+    let ms: Vec<f64> = ok.iter().filter_map(|r| r.median_ms).collect();
+    let med = |f: &dyn Fn(&QueryRun) -> Option<f64>| {
+        median(&ok.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
+    };
+    Some(QuerySummary {
+        runs: ok.len(),
+        median_ms: median(&ms)?,
+        min_ms: ms.iter().copied().fold(f64::INFINITY, f64::min),
+        max_ms: ms.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        pgshard_cpu_ms_per_query_median: med(&|r| r.pgshard_cpu_ms_per_query),
+        server_cpu_ms_per_query_median: med(&|r| r.server_cpu_ms_per_query),
+    })
+}
+
+/// plain time / pgshard time of each repetition where both succeeded.
+pub fn query_ratios_per_repeat(runs: &[QueryRun]) -> Vec<f64> {
+    let mut reps: Vec<u32> = runs.iter().map(|r| r.repeat).collect();
+    reps.dedup();
+    reps.into_iter()
+        .filter_map(|rep| {
+            let ms = |t: Target| {
+                runs.iter()
+                    .find(|r| r.repeat == rep && r.target == t && r.ok)
+                    .and_then(|r| r.median_ms)
+                    .filter(|&v| v > 0.0)
+            };
+            Some(ms(Target::Plain)? / ms(Target::Pgshard)?)
+        })
+        .collect()
+}
+
 /// How busy other users kept the machine during the runs: a sentence, or None when the
 /// runs had the machine to themselves (under 5 % at most).
 pub fn interference(results: &[WorkloadResult]) -> Option<String> {
@@ -213,8 +353,78 @@ fn opt(v: Option<f64>, decimals: usize) -> String {
     v.map_or("-".into(), |v| format!("{v:.decimals$}"))
 }
 
-/// The terminal table: one line per workload and target.
-pub fn table(results: &[WorkloadResult]) -> String {
+/// "skipped" / "error".
+fn status_word(status: Status) -> &'static str {
+    if status == Status::Skipped {
+        "skipped"
+    } else {
+        "error"
+    }
+}
+
+/// Aligned columns (text columns left, figures right); a row of two cells is a workload
+/// that was not measured: its name, then the reason on the rest of the line.
+fn render(header: &[&str], rows: &[Vec<String>], text_columns: usize) -> String {
+    let cols = header.len();
+    let mut width: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows.iter().filter(|r| r.len() == cols) {
+        for (i, c) in r.iter().enumerate() {
+            width[i] = width[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: &[String]| -> String {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            let pad = width[i].saturating_sub(c.chars().count());
+            if i < text_columns {
+                s.push_str(c);
+                s.push_str(&" ".repeat(pad));
+            } else {
+                s.push_str(&" ".repeat(pad));
+                s.push_str(c);
+            }
+            s.push_str("  ");
+        }
+        s.trim_end().to_string()
+    };
+    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    let mut out = line(&header);
+    out.push('\n');
+    for r in rows {
+        if r.len() == cols {
+            out.push_str(&line(r));
+        } else {
+            out.push_str(&r[0]);
+            out.push_str(&" ".repeat(width[0].saturating_sub(r[0].chars().count()) + 2));
+            out.push_str(&r[1]);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// W4's load times in one line.
+pub fn load_line(load: &QueryLoad) -> String {
+    let secs = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1} s"));
+    let mut s = format!(
+        "W4 load of {} rows: plain {}; pgshard {} (local insert {} + create_distributed_table {})",
+        thousands(load.rows as f64),
+        secs(load.plain_s),
+        secs(load.pgshard_s),
+        secs(load.pgshard_insert_s),
+        secs(load.pgshard_distribute_s)
+    );
+    if let Some(e) = &load.error {
+        s.push_str(&format!("; through pgshard failed: {e}"));
+    }
+    s
+}
+
+const QUERY_RATIO_HEADER: &str = "plain time / pgshard time (>1: pgshard faster)";
+
+/// The terminal table: one line per workload and target; pgbench workloads first, then
+/// the query workloads in a table of their own, followed by W4's load times.
+pub fn table(results: &[WorkloadResult], load: Option<&QueryLoad>) -> String {
     let header = [
         "workload",
         "target",
@@ -228,20 +438,41 @@ pub fn table(results: &[WorkloadResult]) -> String {
         "servers µs CPU/txn",
     ];
     let mut rows: Vec<Vec<String>> = vec![];
+    let mut query_rows: Vec<Vec<String>> = vec![];
     for w in results {
+        let rows = match w.kind {
+            Kind::Pgbench => &mut rows,
+            Kind::Query => &mut query_rows,
+        };
         if w.status != Status::Ok {
-            let what = if w.status == Status::Skipped {
-                "skipped"
-            } else {
-                "error"
-            };
             rows.push(vec![
                 w.name.clone(),
                 format!(
-                    "{what}: {}",
+                    "{}: {}",
+                    status_word(w.status),
                     w.reason.as_deref().unwrap_or("no reason recorded")
                 ),
             ]);
+            continue;
+        }
+        if let Some(q) = &w.query {
+            for (target, s) in [(Target::Plain, &q.plain), (Target::Pgshard, &q.pgshard)] {
+                let Some(s) = s else { continue };
+                let first = target == Target::Plain;
+                rows.push(vec![
+                    if first { w.name.clone() } else { String::new() },
+                    target.name().into(),
+                    format!("{:.1}", s.median_ms),
+                    format!("{:.1}-{:.1}", s.min_ms, s.max_ms),
+                    if first {
+                        String::new()
+                    } else {
+                        opt(w.ratio, 2)
+                    },
+                    opt(s.pgshard_cpu_ms_per_query_median, 1),
+                    opt(s.server_cpu_ms_per_query_median, 1),
+                ]);
+            }
             continue;
         }
         for (target, s) in [(Target::Plain, &w.plain), (Target::Pgshard, &w.pgshard)] {
@@ -265,71 +496,61 @@ pub fn table(results: &[WorkloadResult]) -> String {
             ]);
         }
     }
-    let cols = header.len();
-    let mut width = vec![0usize; cols];
-    for (i, h) in header.iter().enumerate() {
-        width[i] = h.chars().count();
+    let mut out = String::new();
+    if !rows.is_empty() {
+        out.push_str(&render(&header, &rows, 2));
     }
-    for r in rows.iter().filter(|r| r.len() == cols) {
-        for (i, c) in r.iter().enumerate() {
-            width[i] = width[i].max(c.chars().count());
+    if !query_rows.is_empty() {
+        if !out.is_empty() {
+            out.push('\n');
         }
+        out.push_str(&render(
+            &[
+                "workload",
+                "target",
+                "median ms",
+                "spread (min-max) ms",
+                QUERY_RATIO_HEADER,
+                "pgshard ms CPU/query",
+                "servers ms CPU/query",
+            ],
+            &query_rows,
+            2,
+        ));
     }
-    let line = |cells: &[String]| -> String {
-        let mut s = String::new();
-        for (i, c) in cells.iter().enumerate() {
-            let pad = width[i].saturating_sub(c.chars().count());
-            // Text columns left-aligned, figures right-aligned.
-            if i < 2 {
-                s.push_str(c);
-                s.push_str(&" ".repeat(pad));
-            } else {
-                s.push_str(&" ".repeat(pad));
-                s.push_str(c);
-            }
-            s.push_str("  ");
-        }
-        s.trim_end().to_string()
-    };
-    let mut out = line(&header.map(String::from));
-    out.push('\n');
-    for r in &rows {
-        if r.len() == cols {
-            out.push_str(&line(r));
-        } else {
-            // A skipped workload: its name, then the reason on the rest of the line.
-            out.push_str(&r[0]);
-            out.push_str(&" ".repeat(width[0].saturating_sub(r[0].chars().count()) + 2));
-            out.push_str(&r[1]);
-        }
+    if let Some(load) = load {
+        out.push_str(&load_line(load));
         out.push('\n');
     }
     out
 }
 
+fn md_reason(w: &WorkloadResult) -> String {
+    w.reason
+        .as_deref()
+        .unwrap_or("")
+        .replace('|', "\\|")
+        .replace('\n', " ")
+}
+
 /// The same table in Markdown, for docs/BENCHMARKS.md.
-pub fn markdown_table(results: &[WorkloadResult]) -> String {
-    let mut out = String::from(
-        "| workload | target | TPS median | spread (min-max) | latency avg ms | p50 ms | p95 ms \
-         | pgshard / plain | pgshard µs CPU/txn | servers µs CPU/txn |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-    );
-    for w in results {
+pub fn markdown_table(results: &[WorkloadResult], load: Option<&QueryLoad>) -> String {
+    let mut out = String::new();
+    if results.iter().any(|w| w.kind == Kind::Pgbench) {
+        out.push_str(
+            "| workload | target | TPS median | spread (min-max) | latency avg ms | p50 ms | p95 ms \
+             | pgshard / plain | pgshard µs CPU/txn | servers µs CPU/txn |\n\
+             |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+    }
+    for w in results.iter().filter(|w| w.kind == Kind::Pgbench) {
         if w.status != Status::Ok {
             let _ = writeln!(
                 out,
                 "| {} | {}: {} | | | | | | | | |",
                 w.name,
-                if w.status == Status::Skipped {
-                    "skipped"
-                } else {
-                    "error"
-                },
-                w.reason
-                    .as_deref()
-                    .unwrap_or("")
-                    .replace('|', "\\|")
-                    .replace('\n', " ")
+                status_word(w.status),
+                md_reason(w)
             );
             continue;
         }
@@ -357,6 +578,53 @@ pub fn markdown_table(results: &[WorkloadResult]) -> String {
             );
         }
     }
+    if results.iter().any(|w| w.kind == Kind::Query) {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        let _ = writeln!(
+            out,
+            "| workload | target | median ms | spread (min-max) ms | {QUERY_RATIO_HEADER} \
+             | pgshard ms CPU/query | servers ms CPU/query |\n\
+             |---|---|---:|---:|---:|---:|---:|"
+        );
+    }
+    for w in results.iter().filter(|w| w.kind == Kind::Query) {
+        let q = w.query.as_ref().filter(|_| w.status == Status::Ok);
+        let Some(q) = q else {
+            let _ = writeln!(
+                out,
+                "| {} | {}: {} | | | | | |",
+                w.name,
+                status_word(w.status),
+                md_reason(w)
+            );
+            continue;
+        };
+        for (target, s) in [(Target::Plain, &q.plain), (Target::Pgshard, &q.pgshard)] {
+            let Some(s) = s else { continue };
+            let first = target == Target::Plain;
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.1} | {:.1}-{:.1} | {} | {} | {} |",
+                if first { w.name.as_str() } else { "" },
+                target.name(),
+                s.median_ms,
+                s.min_ms,
+                s.max_ms,
+                if first {
+                    String::new()
+                } else {
+                    format!("**{}**", opt(w.ratio, 2))
+                },
+                opt(s.pgshard_cpu_ms_per_query_median, 1),
+                opt(s.server_cpu_ms_per_query_median, 1),
+            );
+        }
+    }
+    if let Some(load) = load {
+        let _ = writeln!(out, "\n{}", load_line(load));
+    }
     out
 }
 
@@ -375,7 +643,9 @@ pub fn svg(results: &[WorkloadResult], subtitle: &str) -> String {
     let n = results.len().max(1) as f64;
     let (left, right, top, bottom) = (70.0, 30.0, 70.0, 90.0);
     let group = 170.0;
-    let width = (left + right + group * n).max(640.0);
+    let queries = results.iter().any(|w| w.kind == Kind::Query);
+    // Room for the title.
+    let width = (left + right + group * n).max(if queries { 820.0 } else { 640.0 });
     let height = 400.0;
     let plot_h = height - top - bottom;
     let plot_w = width - left - right;
@@ -391,6 +661,11 @@ pub fn svg(results: &[WorkloadResult], subtitle: &str) -> String {
     }
     let ymax = ((ymax * 1.1) / 0.2).ceil() * 0.2;
     let y = |v: f64| top + plot_h * (1.0 - (v / ymax).clamp(0.0, 1.0));
+    let title = if queries {
+        "pgshard vs one PostgreSQL: TPS ratio; queries: plain time / pgshard time (higher is better)"
+    } else {
+        "pgshard / one PostgreSQL, TPS ratio (higher is better)"
+    };
 
     let mut s = String::new();
     let _ = writeln!(
@@ -403,7 +678,7 @@ pub fn svg(results: &[WorkloadResult], subtitle: &str) -> String {
     );
     let _ = writeln!(
         s,
-        r#"<text x="{:.1}" y="24" text-anchor="middle" font-size="16" font-weight="bold">pgshard / one PostgreSQL, TPS ratio (higher is better)</text>"#,
+        r#"<text x="{:.1}" y="24" text-anchor="middle" font-size="16" font-weight="bold">{title}</text>"#,
         width / 2.0
     );
     let _ = writeln!(
@@ -497,9 +772,13 @@ pub fn svg(results: &[WorkloadResult], subtitle: &str) -> String {
         match (w.status, w.ratio) {
             (Status::Ok, Some(r)) => {
                 let x = cx - 3.0 - bw;
+                let what = match w.kind {
+                    Kind::Pgbench => "pgshard TPS / PostgreSQL TPS",
+                    Kind::Query => "PostgreSQL time / pgshard time",
+                };
                 let _ = writeln!(
                     s,
-                    r##"<rect class="bar" data-workload="{name}" x="{x:.1}" y="{:.1}" width="{bw:.1}" height="{:.1}" fill="#1f77b4"><title>pgshard / PostgreSQL: {r:.3}</title></rect>"##,
+                    r##"<rect class="bar" data-workload="{name}" x="{x:.1}" y="{:.1}" width="{bw:.1}" height="{:.1}" fill="#1f77b4"><title>{what}: {r:.3}</title></rect>"##,
                     y(r),
                     top + plot_h - y(r)
                 );
@@ -579,6 +858,7 @@ mod tests {
         WorkloadResult {
             name: name.into(),
             description: String::new(),
+            kind: Kind::Pgbench,
             pgbench_args: vec![],
             status,
             reason: (status != Status::Ok).then(|| "ERROR: <boom> & more".into()),
@@ -591,6 +871,7 @@ mod tests {
                 goal_ratio: Some(0.8),
             },
             runs: vec![],
+            query: None,
         }
     }
 
@@ -610,6 +891,106 @@ mod tests {
         assert!(svg.contains("scale 1 &lt;quick&gt;"));
         assert!(svg.contains("ERROR: &lt;boom&gt; &amp; more"));
         assert!(!svg.contains("<boom>"));
+    }
+
+    fn query_run(target: Target, repeat: u32, ms: f64) -> QueryRun {
+        QueryRun {
+            target,
+            repeat,
+            sequence: repeat,
+            ok: true,
+            error: None,
+            sqlstate: None,
+            warmup_ms: vec![ms * 2.0],
+            times_ms: vec![ms, ms * 1.2, ms * 0.9],
+            median_ms: Some(ms),
+            answer: vec![vec![Some("7".into())]],
+            pgshard_cpu_ms_per_query: None,
+            server_cpu_ms_per_query: Some(1.0),
+        }
+    }
+
+    #[test]
+    fn query_workloads_have_their_own_table() {
+        let runs = vec![
+            query_run(Target::Pgshard, 1, 400.0),
+            query_run(Target::Plain, 1, 200.0),
+            query_run(Target::Plain, 2, 300.0),
+            query_run(Target::Pgshard, 2, 300.0),
+        ];
+        assert_eq!(query_ratios_per_repeat(&runs), vec![0.5, 1.0]);
+        let plain = summarize_queries(&runs, Target::Plain).unwrap();
+        assert_eq!(
+            (plain.median_ms, plain.min_ms, plain.max_ms),
+            (250.0, 200.0, 300.0)
+        );
+        let mut count = result("w4-count", Status::Ok, Some(250.0 / 350.0));
+        count.kind = Kind::Query;
+        count.query = Some(QueryFigures {
+            sql: "select count(*) from test".into(),
+            table_rows: 7,
+            warmup: 1,
+            timed: 3,
+            plain: Some(plain),
+            pgshard: summarize_queries(&runs, Target::Pgshard),
+            answers_equal: Some(true),
+            answer: Some(vec![vec![Some("7".into())]]),
+            runs,
+        });
+        let mut groupby = result("w4-groupby", Status::Skipped, None);
+        groupby.kind = Kind::Query;
+        let load = QueryLoad {
+            rows: 1_000_000,
+            plain_s: Some(1.0),
+            pgshard_insert_s: Some(1.0),
+            pgshard_distribute_s: Some(2.0),
+            pgshard_s: Some(3.0),
+            ..Default::default()
+        };
+        let mut w1 = result("w1-a", Status::Ok, Some(0.5));
+        let tps = |tps: f64| TargetSummary {
+            runs: 1,
+            tps_median: tps,
+            tps_min: tps,
+            tps_max: tps,
+            latency_avg_ms_median: None,
+            latency_p50_ms_median: None,
+            latency_p95_ms_median: None,
+            latency_p99_ms_median: None,
+            pgshard_cpu_us_per_txn_median: None,
+            server_cpu_us_per_txn_median: None,
+        };
+        w1.plain = Some(tps(2000.0));
+        w1.pgshard = Some(tps(1000.0));
+        let results = [w1, count, groupby];
+        let t = table(&results, Some(&load));
+        assert!(
+            t.starts_with("workload  target") && t.contains("TPS median"),
+            "{t}"
+        );
+        assert!(t.contains(QUERY_RATIO_HEADER), "{t}");
+        assert!(t.contains("w4-count  plain"), "{t}");
+        assert!(t.contains("0.71"), "{t}");
+        assert!(
+            t.contains("w4-groupby  skipped: ERROR: <boom> & more"),
+            "{t}"
+        );
+        assert!(
+            t.contains("W4 load of 1,000,000 rows: plain 1.0 s; pgshard 3.0 s (local insert 1.0 s"),
+            "{t}"
+        );
+        let md = markdown_table(&results, Some(&load));
+        assert!(
+            md.contains("| w4-count | plain | 250.0 | 200.0-300.0 |  |"),
+            "{md}"
+        );
+        assert!(md.contains("| **0.71** |"), "{md}");
+        assert!(
+            md.contains("| w4-groupby | skipped: ERROR: <boom> & more |"),
+            "{md}"
+        );
+        let only_queries = table(&results[1..], None);
+        assert!(!only_queries.contains("TPS median"), "{only_queries}");
     }
 
     #[test]

@@ -2163,5 +2163,3 @@ impl ResultSink {
         }
     }
 }
-
-
