@@ -1565,24 +1565,36 @@ impl Session {
                 i
             )
         };
-        // 1. Prepare every participant.
+        // 1. Prepare every participant, all nodes at once (readers just commit).
+        let gids: Vec<Option<String>> = held
+            .iter()
+            .enumerate()
+            .map(|(i, h)| h.wrote.then(|| gid_of(i)))
+            .collect();
+        let outcomes = futures_util::future::join_all(held.iter_mut().zip(gids.iter()).map(
+            |(h, gid)| async move {
+                match gid {
+                    None => {
+                        h.conn.simple("COMMIT").await.ok();
+                        Ok(false)
+                    }
+                    Some(gid) => h
+                        .conn
+                        .simple(&format!("PREPARE TRANSACTION {}", quote_literal(gid)))
+                        .await
+                        .map(|_| true),
+                }
+            },
+        ))
+        .await;
         let mut prepared = Vec::new();
         let mut failure = None;
-        for (i, h) in held.iter_mut().enumerate() {
-            if !h.wrote {
-                h.conn.simple("COMMIT").await.ok();
-                continue;
-            }
-            let gid = gid_of(i);
-            match h
-                .conn
-                .simple(&format!("PREPARE TRANSACTION {}", quote_literal(&gid)))
-                .await
-            {
-                Ok(()) => prepared.push((i, gid)),
+        for (i, outcome) in outcomes.into_iter().enumerate() {
+            match outcome {
+                Ok(true) => prepared.push((i, gids[i].clone().expect("writers have a gid"))),
+                Ok(false) => {}
                 Err(e) => {
-                    failure = Some(e);
-                    break;
+                    failure.get_or_insert(e);
                 }
             }
         }
@@ -1637,20 +1649,30 @@ impl Session {
             }
             return Err(e);
         }
-        // 3. Commit everywhere; a failure here is finished by recovery later.
-        for (i, gid) in &prepared {
-            if let Err(e) = held[*i]
-                .conn
-                .simple(&format!("COMMIT PREPARED {}", quote_literal(gid)))
-                .await
-            {
-                tracing::warn!(
-                    "COMMIT PREPARED {gid} failed on {}: {e}",
-                    held[*i].conn.addr
-                );
+        // 3. Commit everywhere, all nodes at once; a failure here is finished by recovery later.
+        let commits = held.iter_mut().enumerate().filter_map(|(i, h)| {
+            let gid = prepared.iter().find(|(j, _)| *j == i)?.1.clone();
+            Some(async move {
+                let r = h
+                    .conn
+                    .simple(&format!("COMMIT PREPARED {}", quote_literal(&gid)))
+                    .await;
+                (h.conn.addr.clone(), gid, r)
+            })
+        });
+        // Decision records stay for the prepared transactions not committed yet.
+        let mut committed = Vec::new();
+        for (addr, gid, r) in futures_util::future::join_all(commits).await {
+            if r.is_ok() {
+                committed.push(gid);
+            } else if let Err(e) = r {
+                tracing::warn!("COMMIT PREPARED {gid} failed on {addr}: {e}");
             }
         }
-        let gids: Vec<String> = prepared.iter().map(|(_, g)| quote_literal(g)).collect();
+        let gids: Vec<String> = committed.iter().map(|g| quote_literal(g)).collect();
+        if gids.is_empty() {
+            return Ok(());
+        }
         if let Ok(mut c) = self.shared.pools.node(&coord).acquire().await {
             c.simple(&format!(
                 "DELETE FROM pg_catalog.pg_dist_transaction WHERE gid IN ({})",
