@@ -277,17 +277,16 @@ impl Session {
             if !self.batch_error {
                 msg::write_error(&mut self.out, &e);
             }
-            self.fail(&e);
+            self.fail();
             self.skipping = true;
         }
     }
 
-    fn fail(&mut self, e: &PgError) {
+    fn fail(&mut self) {
         self.batch_error = true;
         if self.txn == TxnState::InBlock {
             self.txn = TxnState::Failed;
         }
-        let _ = e;
     }
 
     // ---- backend connections -------------------------------------------
@@ -437,7 +436,7 @@ impl Session {
                         if !self.batch_error {
                             msg::write_raw(&mut self.out, b'E', &f.body);
                         }
-                        self.fail(&PgError::from_server_fields(f.body));
+                        self.fail();
                         self.skipping = true;
                         break;
                     }
@@ -505,7 +504,7 @@ impl Session {
             if !self.batch_error {
                 msg::write_error(&mut self.out, &e);
             }
-            self.fail(&e);
+            self.fail();
         }
         if self.txn == TxnState::Idle {
             self.release_all();
@@ -575,7 +574,7 @@ impl Session {
         }
     }
 
-    fn meta_without_backend(plan: &Plan, declared: &[u32], stmt: &Statement) -> StatementMeta {
+    fn meta_without_backend(plan: &Plan, declared: &[u32]) -> StatementMeta {
         let mut n_params = declared.len();
         if let Plan::Utility { args, .. } = plan {
             for (_, a) in args {
@@ -591,7 +590,6 @@ impl Session {
                 *t = 25;
             }
         }
-        let _ = stmt;
         let fields = match plan {
             Plan::ShowCitus { name } => Some(vec![FieldDesc::computed(name, 25, -1, 0)]),
             Plan::Utility { name, .. } => Some(
@@ -651,7 +649,7 @@ impl Session {
             Plan::Local | Plan::Router(_) | Plan::MultiShard(_) => {
                 self.describe_on_coordinator(&sql, declared).await?
             }
-            _ => Self::meta_without_backend(&plan, declared, &stmt),
+            _ => Self::meta_without_backend(&plan, declared),
         };
         Ok(Arc::new(Prepared {
             sql,
@@ -981,7 +979,7 @@ impl Session {
             Ok(s) => s,
             Err(e) => {
                 msg::write_error(&mut self.out, &e);
-                self.fail(&e);
+                self.fail();
                 self.batch_error = false;
                 return Ok(());
             }
@@ -992,7 +990,7 @@ impl Session {
                 Ok(p) => plans.push(p),
                 Err(e) => {
                     msg::write_error(&mut self.out, &e);
-                    self.fail(&e);
+                    self.fail();
                     self.batch_error = false;
                     return Ok(());
                 }
@@ -1029,7 +1027,7 @@ impl Session {
                 msg::write_error(&mut self.out, &e);
                 break;
             }
-            let mut sink = ResultSink::direct();
+            let mut sink = ResultSink::default();
             let params = BoundParams {
                 types: &[],
                 bind: None,
@@ -1073,7 +1071,7 @@ impl Session {
             if !self.batch_error {
                 msg::write_error(&mut self.out, &e);
             }
-            self.fail(&e);
+            self.fail();
         }
         self.batch_error = false;
         for h in self.held.iter_mut() {
@@ -1125,7 +1123,7 @@ impl Session {
         }
         self.held[idx].in_batch = false;
         if let Some(e) = err {
-            self.fail(&e);
+            self.fail();
             self.batch_error = forward;
             return Err(e);
         }
@@ -1191,10 +1189,6 @@ impl Session {
         }
         if changed {
             self.settings_fp = fingerprint(&self.settings);
-            // The connection that runs the SET has it applied already.
-            if let Some(i) = self.held_index(&self.shared.coordinator.clone()) {
-                let _ = i;
-            }
         }
     }
 
@@ -2137,10 +2131,6 @@ struct ResultSink {
 }
 
 impl ResultSink {
-    fn direct() -> ResultSink {
-        ResultSink::default()
-    }
-
     fn push_frame(&mut self, tag: u8, body: Bytes) {
         self.frames.push(Frame { tag, body });
     }

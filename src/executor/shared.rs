@@ -74,11 +74,4 @@ impl Shared {
             next_transaction: std::sync::atomic::AtomicU64::new(1),
         }))
     }
-
-    pub fn worker_addr(&self, host: &str, port: u16) -> NodeAddr {
-        NodeAddr {
-            host: host.to_string(),
-            port,
-        }
-    }
 }
