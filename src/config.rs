@@ -45,9 +45,8 @@ pub struct Config {
     /// Most client connections accepted at once.
     #[serde(default = "default_max_clients")]
     pub max_client_connections: usize,
-    /// Threads serving clients; default: one per core. Fewer threads cost less CPU
-    /// per transaction (no cross-thread wake-ups) but serve fewer transactions when
-    /// pgshard shares a small machine with its servers and clients.
+    /// Threads serving clients, each with its own single-threaded runtime and its
+    /// own share of the connection pools; default: one per core.
     #[serde(default)]
     pub worker_threads: Option<usize>,
     /// Defaults of the `citus.*` settings, overridable per session with SET.
@@ -95,6 +94,17 @@ fn default_commit_protocol() -> String {
 }
 
 impl Config {
+    /// How many client-serving threads (runtimes) the process runs.
+    pub fn runtime_threads(&self) -> usize {
+        self.worker_threads
+            .unwrap_or_else(|| {
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(2)
+            })
+            .max(1)
+    }
+
     pub fn load(path: &Path) -> anyhow::Result<Config> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("cannot read config {}: {e}", path.display()))?;

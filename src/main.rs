@@ -73,17 +73,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve { config } => {
             let cfg = pgshard::config::Config::load(&config)?;
-            // The parser recurses deeply on nested expressions: big stacks for the workers.
-            let cores = std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(2);
-            let threads = cfg.worker_threads.unwrap_or(cores);
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(threads)
-                .enable_all()
-                .thread_stack_size(32 * 1024 * 1024)
-                .build()?;
-            rt.block_on(pgshard::frontend::server::serve(cfg))
+            pgshard::frontend::server::run(cfg)
         }
         Command::Bench(args) => {
             let rt = tokio::runtime::Builder::new_multi_thread()

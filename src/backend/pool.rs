@@ -68,16 +68,23 @@ impl NodePool {
     }
 
     pub async fn acquire(self: &Arc<Self>) -> PgResult<PooledConn> {
-        let permit =
-            match tokio::time::timeout(ACQUIRE_TIMEOUT, self.slots.clone().acquire_owned()).await {
-                Ok(Ok(p)) => p,
-                _ => {
-                    return Err(PgError::new(
-                        sqlstate::TOO_MANY_CONNECTIONS,
-                        format!("timed out waiting for a connection to node {}", self.addr),
-                    ))
+        // A free slot is the common case: take it without arming a timer.
+        let permit = match self.slots.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                match tokio::time::timeout(ACQUIRE_TIMEOUT, self.slots.clone().acquire_owned())
+                    .await
+                {
+                    Ok(Ok(p)) => p,
+                    _ => {
+                        return Err(PgError::new(
+                            sqlstate::TOO_MANY_CONNECTIONS,
+                            format!("timed out waiting for a connection to node {}", self.addr),
+                        ))
+                    }
                 }
-            };
+            }
+        };
         let idle = self.idle.lock().unwrap().pop();
         let conn = match idle {
             Some(c) => c,
@@ -95,40 +102,82 @@ impl NodePool {
     }
 }
 
-/// Every node's pool, created on first use.
+thread_local! {
+    /// Which of the process's single-threaded runtimes this thread runs (0 when the
+    /// process has one runtime).
+    static RUNTIME_INDEX: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Marks the current thread as running runtime `i`: its sessions use pool share `i`.
+pub fn set_runtime_index(i: usize) {
+    RUNTIME_INDEX.with(|c| c.set(i));
+}
+
+/// Every node's pool, created on first use: one share per runtime thread, because a
+/// connection's socket is registered with the runtime that opened it and waking a
+/// task on another thread costs more than the routed query itself.
 pub struct Pools {
     creds: Arc<Credentials>,
-    size: usize,
+    /// Connections per node and runtime; all shares together stay within the
+    /// configured size per node.
+    share_size: usize,
     application_name: String,
-    pools: Mutex<HashMap<NodeAddr, Arc<NodePool>>>,
+    pools: Mutex<HashMap<(NodeAddr, usize), Arc<NodePool>>>,
+}
+
+/// The part of `size` connections each of `runtimes` runtimes may open (at least 1).
+pub fn share_size(size: usize, runtimes: usize) -> usize {
+    (size / runtimes.max(1)).max(1)
 }
 
 impl Pools {
-    pub fn new(creds: Credentials, size: usize, application_name: String) -> Pools {
+    pub fn new(
+        creds: Credentials,
+        size: usize,
+        runtimes: usize,
+        application_name: String,
+    ) -> Pools {
         Pools {
             creds: Arc::new(creds),
-            size,
+            share_size: share_size(size, runtimes),
             application_name,
             pools: Mutex::new(HashMap::new()),
         }
     }
 
+    /// The pool of `addr` for the runtime running the caller.
     pub fn node(&self, addr: &NodeAddr) -> Arc<NodePool> {
+        let runtime = RUNTIME_INDEX.with(|c| c.get());
         let mut pools = self.pools.lock().unwrap();
-        if let Some(p) = pools.get(addr) {
+        // Look up by reference first: no key clone on the hot path.
+        if let Some((_, p)) = pools.iter().find(|((a, r), _)| *r == runtime && a == addr) {
             return p.clone();
         }
         let p = NodePool::new(
             addr.clone(),
             self.creds.clone(),
-            self.size,
+            self.share_size,
             self.application_name.clone(),
         );
-        pools.insert(addr.clone(), p.clone());
+        pools.insert((addr.clone(), runtime), p.clone());
         p
     }
 
     pub fn credentials(&self) -> &Credentials {
         &self.creds
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::share_size;
+
+    #[test]
+    fn shares_stay_within_the_node_limit() {
+        assert_eq!(share_size(32, 1), 32);
+        assert_eq!(share_size(32, 2), 16);
+        assert_eq!(share_size(32, 3), 10);
+        assert_eq!(share_size(1, 4), 1);
+        assert_eq!(share_size(8, 0), 8);
     }
 }

@@ -45,6 +45,7 @@ impl Shared {
         let pools = Pools::new(
             creds,
             cfg.max_connections_per_node,
+            cfg.runtime_threads(),
             format!("pgshard {instance_id}"),
         );
         let coordinator = NodeAddr {
