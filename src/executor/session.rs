@@ -32,6 +32,9 @@ use std::sync::{Arc, Mutex};
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
 
+/// COPY into/out of distributed tables and multi-row INSERTs across shards.
+mod bulk;
+
 /// Flush results to the client once this much is buffered.
 const CLIENT_FLUSH_AT: usize = 64 * 1024;
 
@@ -306,24 +309,7 @@ impl Session {
                 .iter()
                 .any(|h| h.in_batch && h.wrote && h.conn.addr != *addr);
             if other_wrote {
-                self.drain_all().await?;
-                if self.batch_error {
-                    return Err(aborted_error());
-                }
-                for h in self.held.iter_mut().filter(|h| h.in_batch) {
-                    // BEGIN inside the implicit transaction turns it into a block.
-                    msg::write_query(&mut h.conn.wbuf, "BEGIN");
-                    h.dirty = true;
-                    self.pending
-                        .push_back(Expect::SimpleSilent(h.conn.addr.clone()));
-                }
-                self.txn = TxnState::InBlock;
-                self.begin_text = "BEGIN".into();
-                self.implicit_block = true;
-                self.txn_serial = self
-                    .shared
-                    .next_transaction
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.upgrade_to_implicit_block().await?;
             }
         }
         let idx = match self.held_index(addr) {
@@ -388,6 +374,30 @@ impl Session {
             self.held[idx].wrote = true;
         }
         Ok(idx)
+    }
+
+    /// Turns the current autocommit batch into a transaction block of pgshard's own
+    /// (committed, with 2PC where several nodes wrote, when the batch or statement ends).
+    async fn upgrade_to_implicit_block(&mut self) -> PgResult<()> {
+        self.drain_all().await?;
+        if self.batch_error {
+            return Err(aborted_error());
+        }
+        for h in self.held.iter_mut().filter(|h| h.in_batch) {
+            // BEGIN inside the implicit transaction turns it into a block.
+            msg::write_query(&mut h.conn.wbuf, "BEGIN");
+            h.dirty = true;
+            self.pending
+                .push_back(Expect::SimpleSilent(h.conn.addr.clone()));
+        }
+        self.txn = TxnState::InBlock;
+        self.begin_text = "BEGIN".into();
+        self.implicit_block = true;
+        self.txn_serial = self
+            .shared
+            .next_transaction
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// Sends what is buffered (with Flush) and reads every expected reply in order.
@@ -646,7 +656,7 @@ impl Session {
             return Err(e.clone());
         }
         let meta = match &plan {
-            Plan::Local | Plan::Router(_) | Plan::MultiShard(_) => {
+            Plan::Local | Plan::Router(_) | Plan::MultiShard(_) | Plan::InsertRows(_) => {
                 self.describe_on_coordinator(&sql, declared).await?
             }
             _ => Self::meta_without_backend(&plan, declared),
@@ -1272,6 +1282,9 @@ impl Session {
                 self.simple_on_backend(&coord, &text, false, true).await
             }
             Plan::MultiShard(m) => self.multi_shard(m, params, formats, describe, sink).await,
+            Plan::InsertRows(p) => self.insert_rows(p, params, formats, describe, sink).await,
+            Plan::CopyIn(p) => self.copy_in(p, params.bind.is_some(), sink).await,
+            Plan::CopyOut(p) => self.copy_out(p, sink).await,
             Plan::DropTables { tables } => {
                 if self.txn != TxnState::Idle {
                     return Err(PgError::not_supported("DROP TABLE of a distributed table inside a transaction block is not supported yet"));

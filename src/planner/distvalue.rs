@@ -23,7 +23,7 @@ pub enum ValueSource {
 
 /// Types whose text input pgshard's hash module reads exactly as PostgreSQL does, so
 /// that a value it refuses is a value PostgreSQL refuses too.
-fn input_is_exact(t: Oid) -> bool {
+pub fn input_is_exact(t: Oid) -> bool {
     matches!(
         t,
         oid::INT2

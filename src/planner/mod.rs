@@ -4,8 +4,10 @@
 //! router (one shard) → multi-shard read → refusal with 0A000. Every decision is either
 //! proven right for the statement's shape or refused.
 
+pub mod copy;
 pub mod distvalue;
 pub mod fastpath;
+pub mod insert;
 pub mod multishard;
 pub mod router;
 pub mod template;
@@ -84,6 +86,12 @@ pub enum Plan {
     },
     Router(Arc<RouterPlan>),
     MultiShard(Arc<MultiShardPlan>),
+    /// A multi-row INSERT split per shard (or with keys computed at execution).
+    InsertRows(Arc<insert::InsertRowsPlan>),
+    /// COPY FROM STDIN into a distributed table: rows routed by pgshard.
+    CopyIn(Arc<copy::CopyInPlan>),
+    /// COPY TO STDOUT from a distributed table or a selection on one.
+    CopyOut(Arc<copy::CopyOutPlan>),
     /// DROP TABLE naming distributed tables.
     DropTables {
         tables: Vec<Arc<DistTable>>,
@@ -196,6 +204,18 @@ pub fn plan(
             }
             let (rel, table) = (dist[0].0, dist[0].1.clone());
             router::plan_dml(node, &stmt.text, rel, table)
+        }
+        N::CopyStmt(c) => {
+            if c.query.is_none() && (rels.len() != 1 || dist.len() != 1) {
+                return Ok(Plan::Unsupported(PgError::not_supported(
+                    "pgshard could not resolve the table of this COPY",
+                )));
+            }
+            let plan_query = |q: &str| -> PgResult<Plan> {
+                let mut stmts = crate::sql::parse::parse(q)?;
+                plan(&stmts.remove(0), catalog, is_utility_function)
+            };
+            copy::plan_copy(c, &stmt.text, dist[0].1.clone(), &plan_query)
         }
         N::TruncateStmt(_) => Ok(propagate(&rels, dist, "TRUNCATE", true)),
         N::VacuumStmt(v) => Ok(propagate(

@@ -187,8 +187,21 @@ fn plan_insert(
     let Some(position) = position else {
         return no_value();
     };
+    if let Some(oc) = i.on_conflict_clause.as_deref() {
+        for t in &oc.target_list {
+            if let Some(N::ResTarget(rt)) = t.node.as_ref() {
+                if rt.name == col.name {
+                    return unsupported(format!(
+                        "modifying the partition value of rows is not allowed (column \"{}\")",
+                        col.name
+                    ));
+                }
+            }
+        }
+    }
     let mut values = Vec::with_capacity(sel.values_lists.len());
     let mut value_exprs = Vec::new();
+    let mut needs_split = false;
     for row in &sel.values_lists {
         let Some(N::List(items)) = row.node.as_ref() else {
             return unsupported("unexpected VALUES shape".into());
@@ -215,13 +228,27 @@ fn plan_insert(
                 }
                 values.push(v)
             }
-            None => {
-                return unsupported(format!(
-                    "pgshard routes INSERT only when \"{}\" is a constant or a parameter",
-                    col.name
-                ))
-            }
+            None => needs_split = true,
         }
+    }
+    if !needs_split && values.len() > 1 {
+        // Constants all on one shard stay a router plan; anything else is split at execution.
+        let mut shards = values.iter().map(|v| match v {
+            ValueSource::Hash(h) => table.shard_for_hash(*h).map(|s| s.shard_id),
+            _ => None,
+        });
+        let first = shards.next().flatten();
+        needs_split = first.is_none() || shards.any(|s| s != first);
+    }
+    if needs_split {
+        // Rows on several shards, or keys that are expressions: one INSERT per shard.
+        return match super::insert::plan_rows(text, table.clone(), edit, &sel.values_lists, position) {
+            Some(p) => Ok(Plan::InsertRows(Arc::new(p))),
+            None => unsupported(format!(
+                "pgshard could not split the VALUES rows of this INSERT into the distributed table \"{}\"",
+                table.name
+            )),
+        };
     }
     let add_alias = matches!(edit.with, EditWith::Relation { add_alias: true });
     // The shape cache reproduces single-row inserts only.

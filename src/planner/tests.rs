@@ -253,6 +253,12 @@ fn invalid_distribution_values_reach_postgresql() {
         Plan::Router(r) => assert_eq!(r.values, vec![ValueSource::Invalid]),
         other => panic!("{other:?}"),
     }
-    // A numeric literal is rounded by PostgreSQL on insert: not guessed.
-    assert!(unsupported("insert into t values (5.5, 'x')"));
+    // A numeric literal is rounded by PostgreSQL on insert: evaluated there, not guessed.
+    match plan_of("insert into t values (5.5, 'x')") {
+        Plan::InsertRows(p) => assert!(matches!(
+            p.keys[0],
+            crate::planner::insert::RowKey::Evaluate { .. }
+        )),
+        other => panic!("{other:?}"),
+    }
 }

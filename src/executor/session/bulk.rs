@@ -1,0 +1,1082 @@
+//! Bulk writes and reads of distributed tables inside one client session:
+//! - COPY FROM STDIN: rows split by `sql::copy_format`, hashed, buffered per shard and
+//!   sent in chunks (`COPY shard FROM STDIN` + data + CopyDone, pipelined) over the
+//!   session's one connection per node, all in one distributed transaction;
+//! - COPY TO STDOUT: one COPY per shard, outputs concatenated (one header/trailer);
+//! - multi-row INSERT: one INSERT per shard holding its rows, run in parallel.
+//!   When the session has no transaction block and several nodes are written, pgshard
+//!   opens one of its own, committed with 2PC (or 1PC if the session chose it).
+
+use super::*;
+use crate::catalog::DistTable;
+use crate::planner::copy::{CopyInPlan, CopyOutPlan, CopyOutSource};
+use crate::planner::distvalue::{hash_param, input_is_exact, param_is_invalid};
+use crate::planner::insert::{eval_int, InsertRowsPlan, RowKey};
+use crate::sharding::hash::{self, oid};
+use crate::sql::copy_format::{self as cf, CopyFormat, KeySpec, KeyValue, Next};
+use crate::sql::quote::quote_qualified;
+
+/// Rows buffered for one shard before they are sent.
+const CHUNK_BYTES: usize = 512 * 1024;
+/// Chunks sent to one node before pgshard waits for the oldest one's answer.
+const MAX_IN_FLIGHT: usize = 3;
+/// A log line every this many rows.
+const PROGRESS_EVERY: u64 = 1_000_000;
+
+/// Rebuilds a server's ErrorResponse with `context` added to its CONTEXT field.
+pub(super) fn error_with_context(raw: &[u8], context: &str) -> PgError {
+    let mut fields: Vec<(u8, Vec<u8>)> = Vec::new();
+    let mut rest = raw;
+    while let Some((&t, tail)) = rest.split_first() {
+        if t == 0 {
+            break;
+        }
+        let end = tail.iter().position(|&b| b == 0).unwrap_or(tail.len());
+        fields.push((t, tail[..end].to_vec()));
+        rest = tail.get(end + 1..).unwrap_or(&[]);
+    }
+    match fields.iter_mut().find(|(t, _)| *t == b'W') {
+        Some((_, v)) => {
+            v.push(b'\n');
+            v.extend_from_slice(context.as_bytes());
+        }
+        None => fields.push((b'W', context.as_bytes().to_vec())),
+    }
+    let mut out = Vec::new();
+    for (t, v) in fields {
+        out.push(t);
+        out.extend_from_slice(&v);
+        out.push(0);
+    }
+    out.push(0);
+    PgError::from_server_fields(Bytes::from(out))
+}
+
+/// The SQL name of a type pgshard routes by, for casts it generates.
+fn type_sql_name(t: u32) -> Option<&'static str> {
+    Some(match t {
+        oid::INT2 => "pg_catalog.int2",
+        oid::INT4 => "pg_catalog.int4",
+        oid::INT8 => "pg_catalog.int8",
+        oid::TEXT => "pg_catalog.text",
+        oid::VARCHAR => "pg_catalog.varchar",
+        oid::BPCHAR => "pg_catalog.bpchar",
+        oid::UUID => "pg_catalog.uuid",
+        oid::BOOL => "pg_catalog.bool",
+        oid::NUMERIC => "pg_catalog.numeric",
+        oid::DATE => "pg_catalog.date",
+        oid::TIMESTAMP => "pg_catalog.timestamp",
+        _ => return None,
+    })
+}
+
+fn int_width(t: u32) -> Option<u8> {
+    match t {
+        oid::INT2 => Some(2),
+        oid::INT4 => Some(4),
+        oid::INT8 => Some(8),
+        _ => None,
+    }
+}
+
+fn null_key_error(table: &DistTable) -> PgError {
+    PgError::new(
+        sqlstate::NOT_NULL_VIOLATION,
+        format!(
+            "the partition column of table {}.{} cannot be NULL",
+            table.schema, table.name
+        ),
+    )
+}
+
+/// Whether a client encoding keeps ASCII bytes unambiguous (PostgreSQL's
+/// "encoding embeds ASCII" ones do not: a trail byte may look like `\` or `,`).
+fn encoding_is_ascii_safe(enc: &str) -> bool {
+    let e: String = enc
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect::<String>()
+        .to_ascii_uppercase();
+    !matches!(
+        e.as_str(),
+        "SJIS" | "SHIFTJIS2004" | "BIG5" | "GBK" | "UHC" | "GB18030" | "JOHAB"
+    )
+}
+
+fn encoding_is_utf8(enc: &str) -> bool {
+    let e: String = enc
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect::<String>()
+        .to_ascii_uppercase();
+    matches!(e.as_str(), "UTF8" | "UNICODE")
+}
+
+/// One shard's rows waiting to be sent.
+struct ShardBuffer {
+    data: BytesMut,
+    rows: u64,
+}
+
+struct CopyState {
+    table: Arc<DistTable>,
+    copy_sql: Vec<String>,
+    addrs: Vec<NodeAddr>,
+    buffers: Vec<ShardBuffer>,
+    /// Held-connection index per node, and the shards of its chunks in flight.
+    conns: Vec<(NodeAddr, usize, VecDeque<usize>)>,
+    copied: u64,
+    error: Option<PgError>,
+    binary: bool,
+}
+
+impl Session {
+    /// The session's client encoding (its startup parameter or last SET).
+    fn client_encoding(&self) -> String {
+        let mut enc = "UTF8".to_string();
+        for s in &self.settings {
+            let lower = s.to_ascii_lowercase();
+            if lower.contains("client_encoding") {
+                if let Some(v) = s.rsplit('\'').nth(1) {
+                    enc = v.to_string();
+                } else if let Some(v) = s.split_whitespace().last() {
+                    enc = v.trim_matches(';').to_string();
+                }
+            }
+        }
+        enc
+    }
+
+    /// The columns a COPY without a column list reads: every non-generated one.
+    async fn copy_columns(&mut self, table: &DistTable) -> PgResult<Vec<String>> {
+        let coord = self.shared.coordinator.clone();
+        let mut conn = self.shared.pools.node(&coord).acquire().await?;
+        let sql = format!(
+            "SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = {} AND attnum > 0 \
+             AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
+            table.relid
+        );
+        msg::write_query(&mut conn.wbuf, &sql);
+        conn.flush().await?;
+        let mut cols = Vec::new();
+        let mut err = None;
+        loop {
+            let f = conn.read().await?;
+            match f.tag {
+                b'D' => {
+                    if let Some(Some(v)) = msg::decode_data_row(&f.body)?.into_iter().next() {
+                        cols.push(String::from_utf8_lossy(&v).into_owned());
+                    }
+                }
+                b'E' => err = Some(PgError::from_server_fields(f.body)),
+                b'Z' => break,
+                _ => {}
+            }
+        }
+        match err {
+            Some(e) => Err(e),
+            None => Ok(cols),
+        }
+    }
+
+    /// Opens pgshard's own transaction block when the session has none.
+    async fn begin_own_block(&mut self) -> PgResult<bool> {
+        if self.txn != TxnState::Idle {
+            return Ok(false);
+        }
+        self.upgrade_to_implicit_block().await?;
+        Ok(true)
+    }
+
+    /// Ends pgshard's own block: at once in the simple protocol; at Sync in the
+    /// extended protocol (the block then ends with the client's batch).
+    async fn end_own_block(&mut self, own: bool, ok: bool, extended: bool) -> PgResult<()> {
+        if !own || extended {
+            return Ok(());
+        }
+        self.implicit_block = false;
+        self.finish_transaction(ok).await
+    }
+
+    /// The held connection to `addr` for a bulk operation, BEGIN (if any) answered.
+    async fn bulk_conn(&mut self, addr: &NodeAddr, write: bool) -> PgResult<usize> {
+        let idx = self.join(addr, write).await?;
+        self.drain_all().await?;
+        if self.batch_error {
+            return Err(aborted_error());
+        }
+        Ok(idx)
+    }
+
+    // ---- COPY FROM STDIN -------------------------------------------------
+
+    pub(super) async fn copy_in(
+        &mut self,
+        plan: &CopyInPlan,
+        extended: bool,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        let catalog = self.shared.catalog.snapshot();
+        let table = catalog
+            .tables_by_oid
+            .get(&plan.table.relid)
+            .cloned()
+            .unwrap_or_else(|| plan.table.clone());
+        let col = table.dist_column.clone().expect("planned with a column");
+        let opts = &plan.options;
+        let columns = if plan.columns.is_empty() {
+            self.copy_columns(&table).await?
+        } else {
+            for c in &plan.columns {
+                if !table.columns.contains(c) {
+                    return Err(PgError::new(
+                        sqlstate::UNDEFINED_COLUMN,
+                        format!(
+                            "column \"{c}\" of relation \"{}\" does not exist",
+                            table.name
+                        ),
+                    ));
+                }
+            }
+            plan.columns.clone()
+        };
+        let Some(key_index) = columns.iter().position(|c| *c == col.name) else {
+            return Err(null_key_error(&table));
+        };
+        let enc = opts
+            .encoding
+            .clone()
+            .unwrap_or_else(|| self.client_encoding());
+        if !encoding_is_ascii_safe(&enc) {
+            return Err(PgError::not_supported(format!(
+                "pgshard does not support COPY into distributed tables in encoding {enc}"
+            )));
+        }
+        let utf8 = encoding_is_utf8(&enc);
+        let binary = opts.format == CopyFormat::Binary;
+        let t = col.type_oid;
+        let hashable = if binary {
+            matches!(
+                t,
+                oid::INT2
+                    | oid::INT4
+                    | oid::INT8
+                    | oid::OID
+                    | oid::TEXT
+                    | oid::VARCHAR
+                    | oid::BPCHAR
+                    | oid::NAME
+                    | oid::CHAR
+                    | oid::BOOL
+                    | oid::UUID
+                    | oid::DATE
+                    | oid::TIMESTAMP
+                    | oid::TIMESTAMPTZ
+                    | oid::NUMERIC
+            )
+        } else {
+            input_is_exact(t)
+                || matches!(
+                    t,
+                    oid::DATE | oid::TIMESTAMP | oid::OID | oid::NAME | oid::CHAR
+                )
+        };
+        if !hashable {
+            return Err(PgError::not_supported(format!(
+                "pgshard cannot route COPY rows by a distribution column of type {t} yet"
+            )));
+        }
+        let key = KeySpec {
+            index: key_index,
+            force_null: opts.force_null.contains(&col.name),
+            force_not_null: opts.force_not_null.contains(&col.name),
+        };
+        let col_list: Vec<String> = columns.iter().map(|c| quote_ident(c)).collect();
+        let with = opts.shard_options(false);
+        let mut st = CopyState {
+            copy_sql: table
+                .shards
+                .iter()
+                .map(|s| {
+                    format!(
+                        "COPY {} ({}) FROM STDIN WITH {with}",
+                        quote_qualified(&table.schema, &table.shard_name(s.shard_id)),
+                        col_list.join(", ")
+                    )
+                })
+                .collect(),
+            addrs: table
+                .shards
+                .iter()
+                .map(|s| placement_addr(&catalog, s))
+                .collect::<PgResult<_>>()?,
+            buffers: table
+                .shards
+                .iter()
+                .map(|_| ShardBuffer {
+                    data: BytesMut::new(),
+                    rows: 0,
+                })
+                .collect(),
+            conns: Vec::new(),
+            copied: 0,
+            error: None,
+            binary,
+            table: table.clone(),
+        };
+        let own = self.begin_own_block().await?;
+        // CopyInResponse: the client's format for every column.
+        let mut g = BytesMut::new();
+        g.extend_from_slice(&[binary as u8]);
+        g.extend_from_slice(&(columns.len() as i16).to_be_bytes());
+        for _ in &columns {
+            g.extend_from_slice(&(binary as i16).to_be_bytes());
+        }
+        msg::write_raw(&mut self.out, b'G', &g);
+        self.flush_client().await?;
+
+        let r = self.copy_in_stream(&mut st, opts, key, utf8).await;
+        let r = match r {
+            Ok(()) => match st.error.take() {
+                Some(e) => Err(e),
+                None => Ok(()),
+            },
+            Err(e) => Err(e),
+        };
+        match r {
+            Ok(()) => {
+                self.end_own_block(own, true, extended).await?;
+                sink.complete(&format!("COPY {}", st.copied));
+                Ok(())
+            }
+            Err(e) => {
+                self.end_own_block(own, false, extended).await.ok();
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads the client's data to its end, routing rows; on failure the rest of the
+    /// data is read and dropped, then the error returned.
+    async fn copy_in_stream(
+        &mut self,
+        st: &mut CopyState,
+        opts: &cf::CopyOptions,
+        key: KeySpec,
+        utf8: bool,
+    ) -> PgResult<()> {
+        let mut pending = BytesMut::new();
+        let mut header_left = opts.header;
+        let mut binary_header = st.binary;
+        let mut ended = false;
+        let mut failure: Option<PgError> = None;
+        let mut rows: u64 = 0;
+        loop {
+            let Some(f) = self.reader.frame().await? else {
+                return Err(PgError::new(
+                    sqlstate::CONNECTION_FAILURE,
+                    "client connection lost during COPY",
+                ));
+            };
+            let eof = match f.tag {
+                b'd' => false,
+                b'c' => true,
+                b'f' => {
+                    let m = String::from_utf8_lossy(f.body.strip_suffix(&[0]).unwrap_or(&f.body))
+                        .into_owned();
+                    failure.get_or_insert(PgError::new(
+                        sqlstate::QUERY_CANCELED,
+                        format!("COPY from stdin failed: {m}"),
+                    ));
+                    break;
+                }
+                b'H' | b'S' => continue,
+                other => {
+                    failure.get_or_insert(PgError::new(
+                        sqlstate::PROTOCOL_VIOLATION,
+                        format!("unexpected message type 0x{other:02x} during COPY from stdin"),
+                    ));
+                    break;
+                }
+            };
+            if failure.is_some() || ended || st.error.is_some() {
+                if eof {
+                    break;
+                }
+                continue;
+            }
+            pending.extend_from_slice(&f.body);
+            let r = self
+                .route_rows(
+                    st,
+                    &mut pending,
+                    opts,
+                    key,
+                    utf8,
+                    eof,
+                    &mut header_left,
+                    &mut binary_header,
+                    &mut ended,
+                    &mut rows,
+                )
+                .await;
+            if let Err(e) = r {
+                failure = Some(e);
+            }
+            if eof {
+                if failure.is_none() && st.error.is_none() && binary_header && !pending.is_empty() {
+                    failure = Some(PgError::new(
+                        "22P04",
+                        "invalid COPY file header (missing flags)",
+                    ));
+                }
+                if failure.is_none() && st.error.is_none() && !pending.is_empty() && !ended {
+                    failure = Some(PgError::new("22P04", "unexpected EOF in COPY data"));
+                }
+                break;
+            }
+        }
+        if failure.is_none() && st.error.is_none() {
+            for slot in 0..st.buffers.len() {
+                if st.buffers[slot].rows > 0 {
+                    if let Err(e) = self.send_chunk(st, slot).await {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+        // Every node's answers, even after a failure (the connections stay usable).
+        for c in 0..st.conns.len() {
+            while !st.conns[c].2.is_empty() {
+                self.read_chunk_reply(st, c).await?;
+            }
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn route_rows(
+        &mut self,
+        st: &mut CopyState,
+        pending: &mut BytesMut,
+        opts: &cf::CopyOptions,
+        key: KeySpec,
+        utf8: bool,
+        eof: bool,
+        header_left: &mut bool,
+        binary_header: &mut bool,
+        ended: &mut bool,
+        rows: &mut u64,
+    ) -> PgResult<()> {
+        let mut at = 0;
+        let col_type = st
+            .table
+            .dist_column
+            .as_ref()
+            .map(|c| c.type_oid)
+            .unwrap_or(0);
+        let exact_text = input_is_exact(col_type);
+        if *binary_header {
+            match cf::binary_header_len(pending)? {
+                Some(n) => {
+                    at = n;
+                    *binary_header = false;
+                }
+                None => return Ok(()),
+            }
+        }
+        loop {
+            let buf = &pending[at..];
+            let next = match opts.format {
+                CopyFormat::Text => cf::next_text_row(buf, eof, opts, key),
+                CopyFormat::Csv => cf::next_csv_row(buf, eof, opts, key),
+                CopyFormat::Binary => cf::next_binary_row(buf, key.index)?,
+            };
+            let (len, kv) = match next {
+                Next::NeedMore => break,
+                Next::End { .. } => {
+                    *ended = true;
+                    at = pending.len();
+                    break;
+                }
+                Next::Row { len, key } => (len, key),
+            };
+            if *header_left {
+                *header_left = false;
+                at += len;
+                continue;
+            }
+            let h = match kv {
+                KeyValue::Null => return Err(null_key_error(&st.table)),
+                // Malformed rows go to any one shard: PostgreSQL reports them exactly.
+                KeyValue::Missing => i32::MIN,
+                KeyValue::Value(v) => {
+                    if !utf8 && !v.is_ascii() {
+                        return Err(PgError::not_supported(
+                            "pgshard routes COPY rows with non-ASCII distribution values only in UTF8",
+                        ));
+                    }
+                    let hashed = if st.binary {
+                        hash::hash_binary_value(col_type, &v)
+                    } else {
+                        match std::str::from_utf8(&v) {
+                            Ok(s) => hash::hash_text_value(col_type, s),
+                            Err(_) => Some(i32::MIN),
+                        }
+                    };
+                    match hashed {
+                        Some(h) => h,
+                        None if st.binary || exact_text => i32::MIN,
+                        None => return Err(PgError::not_supported(format!(
+                            "pgshard cannot compute the shard of the value \"{}\" (use ISO format)",
+                            String::from_utf8_lossy(&v)
+                        ))),
+                    }
+                }
+            };
+            let shard = st
+                .table
+                .shard_for_hash(h)
+                .ok_or_else(|| PgError::internal(format!("no shard covers hash {h}")))?;
+            let slot = st
+                .table
+                .shards
+                .iter()
+                .position(|s| s.shard_id == shard.shard_id)
+                .expect("shard of the table");
+            let b = &mut st.buffers[slot];
+            if b.data.is_empty() && st.binary {
+                b.data.extend_from_slice(cf::BINARY_SIGNATURE);
+                b.data.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0]);
+            }
+            b.data.extend_from_slice(&pending[at..at + len]);
+            b.rows += 1;
+            at += len;
+            *rows += 1;
+            if *rows % PROGRESS_EVERY == 0 {
+                tracing::info!("COPY into {}: {} rows routed", st.table.name, rows);
+            }
+            if b.data.len() >= CHUNK_BYTES {
+                // Earlier rows of `pending` are consumed before the (awaiting) send.
+                let _ = pending.split_to(at);
+                at = 0;
+                self.send_chunk(st, slot).await?;
+                if st.error.is_some() {
+                    return Ok(());
+                }
+            }
+        }
+        let _ = pending.split_to(at.min(pending.len()));
+        Ok(())
+    }
+
+    /// Sends one shard's buffered rows as a COPY on its node's connection.
+    async fn send_chunk(&mut self, st: &mut CopyState, slot: usize) -> PgResult<()> {
+        let addr = st.addrs[slot].clone();
+        let c = match st.conns.iter().position(|(a, _, _)| *a == addr) {
+            Some(c) => c,
+            None => {
+                let idx = self.bulk_conn(&addr, true).await?;
+                st.conns.push((addr.clone(), idx, VecDeque::new()));
+                st.conns.len() - 1
+            }
+        };
+        let idx = st.conns[c].1;
+        let mut data = std::mem::take(&mut st.buffers[slot].data);
+        st.buffers[slot].rows = 0;
+        if st.binary {
+            data.extend_from_slice(&[0xff, 0xff]);
+        }
+        let h = &mut self.held[idx];
+        h.wrote = true;
+        msg::write_query(&mut h.conn.wbuf, &st.copy_sql[slot]);
+        for piece in data.chunks(256 * 1024) {
+            msg::write_raw(&mut h.conn.wbuf, b'd', piece);
+        }
+        msg::write_raw(&mut h.conn.wbuf, b'c', &[]);
+        h.conn.flush().await?;
+        st.conns[c].2.push_back(slot);
+        while st.conns[c].2.len() > MAX_IN_FLIGHT {
+            self.read_chunk_reply(st, c).await?;
+        }
+        Ok(())
+    }
+
+    /// Reads the answer to the oldest chunk in flight on connection `c`.
+    async fn read_chunk_reply(&mut self, st: &mut CopyState, c: usize) -> PgResult<()> {
+        let idx = st.conns[c].1;
+        let slot = st.conns[c].2.pop_front().expect("a chunk in flight");
+        loop {
+            let f = self.held[idx].conn.read().await?;
+            match f.tag {
+                b'C' => {
+                    let tag = String::from_utf8_lossy(&f.body);
+                    let n: u64 = tag
+                        .trim_end_matches('\0')
+                        .rsplit(' ')
+                        .next()
+                        .and_then(|x| x.parse().ok())
+                        .unwrap_or(0);
+                    st.copied += n;
+                }
+                b'E' => {
+                    if st.error.is_none() {
+                        let shard = st.table.shards[slot].shard_id;
+                        st.error = Some(error_with_context(
+                            &f.body,
+                            &format!(
+                                "while copying into shard {} on node {}",
+                                st.table.shard_name(shard),
+                                st.conns[c].0
+                            ),
+                        ));
+                    }
+                }
+                b'Z' => return Ok(()),
+                _ => {}
+            }
+        }
+    }
+
+    // ---- COPY TO STDOUT ----------------------------------------------------
+
+    pub(super) async fn copy_out(
+        &mut self,
+        plan: &CopyOutPlan,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        let catalog = self.shared.catalog.snapshot();
+        let opts = &plan.options;
+        let binary = opts.format == CopyFormat::Binary;
+        // (node, COPY statement) per shard, in shard order.
+        let mut work: Vec<(NodeAddr, String)> = Vec::new();
+        let sql = |inner: String, first: bool| {
+            format!("COPY {inner} TO STDOUT WITH {}", opts.shard_options(first))
+        };
+        match &plan.source {
+            CopyOutSource::Table { table, columns } => {
+                let table = catalog
+                    .tables_by_oid
+                    .get(&table.relid)
+                    .cloned()
+                    .unwrap_or_else(|| table.clone());
+                let cols = if columns.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " ({})",
+                        columns
+                            .iter()
+                            .map(|c| quote_ident(c))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                };
+                for (i, s) in table.shards.iter().enumerate() {
+                    let name = quote_qualified(&table.schema, &table.shard_name(s.shard_id));
+                    work.push((
+                        placement_addr(&catalog, s)?,
+                        sql(format!("{name}{cols}"), i == 0),
+                    ));
+                }
+            }
+            CopyOutSource::Router(r) => {
+                let shard = route_bound(r, &[], &BindMsg::default_empty(), &catalog)?;
+                work.push((
+                    placement_addr(&catalog, shard)?,
+                    sql(format!("({})", r.template.for_shard(shard.shard_id)), true),
+                ));
+            }
+            CopyOutSource::MultiShard(m) => {
+                for (i, s) in m.table.shards.iter().enumerate() {
+                    work.push((
+                        placement_addr(&catalog, s)?,
+                        sql(format!("({})", m.template.for_shard(s.shard_id)), i == 0),
+                    ));
+                }
+            }
+        }
+        // Every node gets all its statements at once; answers are read in shard order.
+        let mut idxs = Vec::with_capacity(work.len());
+        for (addr, _) in &work {
+            idxs.push(self.bulk_conn(addr, false).await?);
+        }
+        for ((_, q), &idx) in work.iter().zip(idxs.iter()) {
+            msg::write_query(&mut self.held[idx].conn.wbuf, q);
+        }
+        for &idx in &idxs {
+            self.held[idx].conn.flush().await?;
+        }
+        let mut err: Option<PgError> = None;
+        let mut total: u64 = 0;
+        for (i, &idx) in idxs.iter().enumerate() {
+            let mut first_data = true;
+            loop {
+                let f = self.held[idx].conn.read().await?;
+                match f.tag {
+                    b'H' if i == 0 && err.is_none() => msg::write_raw(&mut self.out, b'H', &f.body),
+                    b'd' if err.is_none() => {
+                        let is_header = binary && first_data;
+                        first_data = false;
+                        if binary && &f.body[..] == [0xff, 0xff] {
+                            continue;
+                        }
+                        if is_header && i > 0 {
+                            continue;
+                        }
+                        msg::write_raw(&mut self.out, b'd', &f.body);
+                        if self.out.len() >= CLIENT_FLUSH_AT {
+                            self.flush_client().await?;
+                        }
+                    }
+                    b'C' => {
+                        let tag = String::from_utf8_lossy(&f.body);
+                        total += tag
+                            .trim_end_matches('\0')
+                            .rsplit(' ')
+                            .next()
+                            .and_then(|x| x.parse::<u64>().ok())
+                            .unwrap_or(0);
+                    }
+                    b'E' => {
+                        if err.is_none() {
+                            err = Some(error_with_context(
+                                &f.body,
+                                &format!("while copying from node {}", self.held[idx].conn.addr),
+                            ));
+                        }
+                    }
+                    b'Z' => break,
+                    _ => {}
+                }
+            }
+        }
+        for &idx in &idxs {
+            self.held[idx].in_batch = false;
+        }
+        if let Some(e) = err {
+            return Err(e);
+        }
+        if binary {
+            msg::write_raw(&mut self.out, b'd', &[0xff, 0xff]);
+        }
+        msg::write_raw(&mut self.out, b'c', &[]);
+        sink.complete(&format!("COPY {total}"));
+        Ok(())
+    }
+
+    // ---- multi-row INSERT ----------------------------------------------------
+
+    /// The hash of each row's distribution value, and the text replacing the key
+    /// expressions evaluated on the coordinator node.
+    async fn insert_row_hashes(
+        &mut self,
+        plan: &InsertRowsPlan,
+        params: &BoundParams<'_>,
+    ) -> PgResult<(Vec<i32>, Vec<(usize, String)>)> {
+        let table = &plan.table;
+        let col = table
+            .dist_column
+            .clone()
+            .expect("insert plans have a column");
+        let empty = BindMsg::default_empty();
+        let bind = params.bind.unwrap_or(&empty);
+        let mut hashes = vec![0i32; plan.keys.len()];
+        let mut evaluate: Vec<(usize, usize, usize)> = Vec::new();
+        for (r, k) in plan.keys.iter().enumerate() {
+            hashes[r] = match k {
+                RowKey::Source(ValueSource::Hash(h)) => *h,
+                RowKey::Source(ValueSource::Null) => return Err(null_key_error(table)),
+                RowKey::Source(ValueSource::Invalid) => i32::MIN,
+                RowKey::Source(ValueSource::Param(i)) => {
+                    let Some(Some(bytes)) = bind.params.get(*i) else {
+                        return Err(null_key_error(table));
+                    };
+                    let ptype = params.types.get(*i).copied().unwrap_or(0);
+                    match hash_param(col.type_oid, ptype, bind.param_format(*i), bytes) {
+                        Some(h) => h,
+                        None if param_is_invalid(col.type_oid, ptype) => i32::MIN,
+                        None => {
+                            return Err(PgError::not_supported(format!(
+                                "pgshard cannot route a parameter of type {ptype} for the distribution column \"{}\"",
+                                col.name
+                            )))
+                        }
+                    }
+                }
+                RowKey::Fold(e) => {
+                    let param = |i: usize| -> Option<(u8, i64)> {
+                        let w = int_width(params.types.get(i).copied()?)?;
+                        let bytes = bind.params.get(i)?.as_ref()?;
+                        let v = if bind.param_format(i) == 0 {
+                            std::str::from_utf8(bytes).ok()?.trim().parse().ok()?
+                        } else {
+                            match bytes.len() {
+                                2 => i16::from_be_bytes(bytes[..].try_into().ok()?) as i64,
+                                4 => i32::from_be_bytes(bytes[..].try_into().ok()?) as i64,
+                                8 => i64::from_be_bytes(bytes[..].try_into().ok()?),
+                                _ => return None,
+                            }
+                        };
+                        Some((w, v))
+                    };
+                    match eval_int(e, &param)? {
+                        Some((_, v)) => {
+                            let w = int_width(col.type_oid).expect("folded for integer columns");
+                            match hash::hash_text_value(col.type_oid, &v.to_string()) {
+                                Some(h) => h,
+                                None => return Err(crate::planner::insert::out_of_range(w)),
+                            }
+                        }
+                        None => {
+                            // Not foldable with these values (NULL, other types): evaluate.
+                            let items =
+                                crate::planner::insert::item_spans(&plan.text, plan.rows[r]);
+                            let (s, e) = items[plan.key_position];
+                            evaluate.push((r, s, e));
+                            0
+                        }
+                    }
+                }
+                RowKey::Evaluate { start, end } => {
+                    evaluate.push((r, *start, *end));
+                    0
+                }
+            };
+        }
+        let mut replace = Vec::new();
+        if evaluate.is_empty() {
+            return Ok((hashes, replace));
+        }
+        let Some(tname) = type_sql_name(col.type_oid) else {
+            return Err(PgError::not_supported(format!(
+                "pgshard cannot compute expressions for the distribution column \"{}\" of this type",
+                col.name
+            )));
+        };
+        let exprs: Vec<String> = evaluate
+            .iter()
+            .map(|(_, s, e)| format!("CAST(({}) AS {tname})", &plan.text[*s..*e]))
+            .collect();
+        let sql = format!("SELECT {}", exprs.join(", "));
+        let values = self.evaluate_on_coordinator(&sql, params).await?;
+        for ((r, _, _), v) in evaluate.iter().zip(values) {
+            let Some(v) = v else {
+                return Err(null_key_error(table));
+            };
+            hashes[*r] = hash::hash_text_value(col.type_oid, &v).ok_or_else(|| {
+                PgError::not_supported(format!(
+                    "pgshard cannot compute the shard of the value \"{v}\""
+                ))
+            })?;
+            replace.push((*r, format!("CAST({} AS {tname})", quote_literal(&v))));
+        }
+        Ok((hashes, replace))
+    }
+
+    /// Runs one row-returning statement on the coordinator node with the statement's
+    /// parameters bound, returning the first row's values as text.
+    async fn evaluate_on_coordinator(
+        &mut self,
+        sql: &str,
+        params: &BoundParams<'_>,
+    ) -> PgResult<Vec<Option<String>>> {
+        let coord = self.shared.coordinator.clone();
+        let mut conn = self.shared.pools.node(&coord).acquire().await?;
+        if conn.settings_fingerprint != self.settings_fp {
+            let mut s = String::from("RESET ALL;");
+            for x in &self.settings {
+                s.push_str(x);
+                s.push(';');
+            }
+            conn.simple(&s).await?;
+            conn.settings_fingerprint = self.settings_fp;
+        }
+        let empty = BindMsg::default_empty();
+        let bind = params.bind.unwrap_or(&empty);
+        msg::write_parse(&mut conn.wbuf, "", sql, params.types);
+        msg::write_bind(
+            &mut conn.wbuf,
+            "",
+            "",
+            &bind.param_formats,
+            &bind.params,
+            &[],
+        );
+        msg::write_execute(&mut conn.wbuf, "", 0);
+        msg::write_sync(&mut conn.wbuf);
+        conn.flush().await?;
+        let mut row = Vec::new();
+        let mut err = None;
+        loop {
+            let f = conn.read().await?;
+            match f.tag {
+                b'D' => {
+                    row = msg::decode_data_row(&f.body)?
+                        .into_iter()
+                        .map(|v| v.map(|b| String::from_utf8_lossy(&b).into_owned()))
+                        .collect()
+                }
+                b'E' => err = Some(PgError::from_server_fields(f.body)),
+                b'Z' => break,
+                _ => {}
+            }
+        }
+        match err {
+            Some(e) => Err(e),
+            None => Ok(row),
+        }
+    }
+
+    pub(super) async fn insert_rows(
+        &mut self,
+        plan: &InsertRowsPlan,
+        params: &BoundParams<'_>,
+        formats: &[i16],
+        describe: bool,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        let catalog = self.shared.catalog.snapshot();
+        let table = &plan.table;
+        let (hashes, replace) = self.insert_row_hashes(plan, params).await?;
+        // Rows per shard, in the order the shards first appear.
+        let mut groups: Vec<(&ShardInterval, Vec<usize>)> = Vec::new();
+        for (r, h) in hashes.iter().enumerate() {
+            let s = table.shard_for_hash(*h).ok_or_else(|| {
+                PgError::internal(format!("no shard of \"{}\" covers hash {h}", table.name))
+            })?;
+            match groups.iter_mut().find(|(g, _)| g.shard_id == s.shard_id) {
+                Some((_, rows)) => rows.push(r),
+                None => groups.push((s, vec![r])),
+            }
+        }
+        let mut by_node: Vec<(NodeAddr, Vec<String>)> = Vec::new();
+        for (s, rows) in &groups {
+            let sql = if groups.len() == 1 && replace.is_empty() {
+                plan.whole.for_shard(s.shard_id)
+            } else {
+                plan.shard_sql(s.shard_id, rows, &replace)
+            };
+            let addr = placement_addr(&catalog, s)?;
+            match by_node.iter_mut().find(|(a, _)| *a == addr) {
+                Some((_, v)) => v.push(sql),
+                None => by_node.push((addr, vec![sql])),
+            }
+        }
+        let extended = params.bind.is_some();
+        let own = if by_node.len() > 1 {
+            self.begin_own_block().await?
+        } else {
+            false
+        };
+        let r = self
+            .insert_on_nodes(&by_node, params, formats, describe, sink)
+            .await;
+        match r {
+            Ok(total) => {
+                self.end_own_block(own, true, extended).await?;
+                sink.complete(&format!("INSERT 0 {total}"));
+                Ok(())
+            }
+            Err(e) => {
+                self.end_own_block(own, false, extended).await.ok();
+                Err(e)
+            }
+        }
+    }
+
+    async fn insert_on_nodes(
+        &mut self,
+        by_node: &[(NodeAddr, Vec<String>)],
+        params: &BoundParams<'_>,
+        formats: &[i16],
+        describe: bool,
+        sink: &mut ResultSink,
+    ) -> PgResult<u64> {
+        let empty = BindMsg::default_empty();
+        let bind = params.bind.unwrap_or(&empty);
+        let mut idxs = Vec::new();
+        for (addr, _) in by_node {
+            idxs.push(self.bulk_conn(addr, true).await?);
+        }
+        let mut first = true;
+        for ((_, stmts), &idx) in by_node.iter().zip(idxs.iter()) {
+            let h = &mut self.held[idx];
+            for sql in stmts {
+                msg::write_parse(&mut h.conn.wbuf, "", sql, params.types);
+                msg::write_bind(
+                    &mut h.conn.wbuf,
+                    "",
+                    "",
+                    &bind.param_formats,
+                    &bind.params,
+                    formats,
+                );
+                if first && describe {
+                    msg::write_describe(&mut h.conn.wbuf, b'P', "");
+                    first = false;
+                }
+                msg::write_execute(&mut h.conn.wbuf, "", 0);
+            }
+            msg::write_sync(&mut h.conn.wbuf);
+            h.in_batch = false;
+            h.conn.flush().await?;
+        }
+        let mut err: Option<PgError> = None;
+        let mut total = 0u64;
+        for ((addr, stmts), &idx) in by_node.iter().zip(idxs.iter()) {
+            let mut n = 0;
+            loop {
+                let f = self.held[idx].conn.read().await?;
+                match f.tag {
+                    b'Z' => break,
+                    b'E' => {
+                        if err.is_none() {
+                            let stmt = stmts.get(n).map(String::as_str).unwrap_or("");
+                            err = Some(error_with_context(
+                                &f.body,
+                                &format!("while executing on node {addr}: {stmt}"),
+                            ));
+                        }
+                    }
+                    b'T' | b'D' | b'N' if err.is_none() => sink.push_frame(f.tag, f.body),
+                    b'C' => {
+                        n += 1;
+                        let tag = String::from_utf8_lossy(&f.body);
+                        total += tag
+                            .trim_end_matches('\0')
+                            .rsplit(' ')
+                            .next()
+                            .and_then(|x| x.parse::<u64>().ok())
+                            .unwrap_or(0);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        match err {
+            Some(e) => Err(e),
+            None => Ok(total),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_with_context;
+
+    #[test]
+    fn context_is_added_to_server_errors() {
+        let raw = b"SERROR\0C22P02\0Minvalid input\0WCOPY t_1, line 3\0\0";
+        let e = error_with_context(raw, "while copying into shard t_1 on node h:1");
+        assert_eq!(e.code, "22P02");
+        let text = String::from_utf8_lossy(e.raw.as_ref().unwrap()).into_owned();
+        assert!(text.contains("WCOPY t_1, line 3\nwhile copying into shard t_1 on node h:1\0"));
+        let e = error_with_context(b"SERROR\0C23505\0Mdup\0\0", "ctx");
+        assert!(String::from_utf8_lossy(e.raw.as_ref().unwrap()).contains("Wctx\0"));
+    }
+}
