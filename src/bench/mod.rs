@@ -658,10 +658,8 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
                 if matches!(script, Script::W2 { .. }) && w2_setup.is_none() {
                     w2_setup = Some(setup_w2(opts, progress, targets).await?);
                 }
-                match write_script(opts, w, script, w2_setup.as_ref(), &pgshard_target.env).await {
-                    Ok(text) => script_text = Some(text),
-                    Err(e) => not_run = Some(e),
-                }
+                (script_text, not_run) =
+                    write_script(opts, w, script, w2_setup.as_ref(), &pgshard_target.env).await;
             }
             Kind::Sysbench => {
                 if w3_setup.is_none() {
@@ -1210,8 +1208,8 @@ async fn setup_w2(
     })
 }
 
-/// Writes the pgbench script of `w`; for W2, first checks that pgshard runs its
-/// statements (in a transaction rolled back): the text of the script, or why the
+/// Writes the pgbench script of `w`; for W2, then checks that pgshard runs its
+/// statements (in a transaction rolled back): the text of the script, and why the
 /// workload is not run.
 async fn write_script(
     opts: &Options,
@@ -1219,7 +1217,8 @@ async fn write_script(
     script: Script,
     w2_setup: Option<&W2Setup>,
     pgshard: &Env,
-) -> Result<String, (Status, String)> {
+) -> (Option<String>, Option<(Status, String)>) {
+    let mut probe = None;
     let text = match script {
         Script::Tpcb { protocol } => {
             let s = opts.scale as u64;
@@ -1242,31 +1241,17 @@ async fn write_script(
         Script::W2 { spread, protocol } => {
             let setup = w2_setup.expect("W2 set up before its scripts");
             if let Some(e) = &setup.error {
-                return Err(e.clone());
+                return (None, Some(e.clone()));
             }
-            let ids = w2::choose_ids(&setup.ranges, spread).ok_or_else(|| {
-                (
-                    Status::Error,
-                    format!(
-                        "w2 has {} shards: too few for {spread:?}",
-                        setup.ranges.len()
-                    ),
-                )
-            })?;
+            let Some(ids) = w2::choose_ids(&setup.ranges, spread) else {
+                let why = format!(
+                    "w2 has {} shards: too few for {spread:?}",
+                    setup.ranges.len()
+                );
+                return (None, Some((Status::Error, why)));
+            };
             let statements = w2::statements(&ids, protocol);
-            let client = connect(pgshard)
-                .await
-                .map_err(|e| (Status::Error, format!("through pgshard: {e:#}")))?;
-            for sql in ["begin"]
-                .into_iter()
-                .chain(statements.iter().map(String::as_str))
-                .chain(["rollback"])
-            {
-                if let Err(e) = simple(&client, sql, QUERY_TIMEOUT).await {
-                    let _ = simple(&client, "rollback", QUERY_TIMEOUT).await;
-                    return Err(refusal(e.during(sql)));
-                }
-            }
+            probe = Some(statements.clone());
             format!(
                 "-- rows on {} shard(s) of {}\n{};\n",
                 w2::shards_touched(&setup.ranges, &ids),
@@ -1275,9 +1260,33 @@ async fn write_script(
             )
         }
     };
-    fs::write(script_path(opts, w), &text)
-        .map_err(|e| (Status::Error, format!("writing the script: {e}")))?;
-    Ok(text)
+    if let Err(e) = fs::write(script_path(opts, w), &text) {
+        return (
+            Some(text),
+            Some((Status::Error, format!("writing the script: {e}"))),
+        );
+    }
+    let Some(statements) = probe else {
+        return (Some(text), None);
+    };
+    let client = match connect(pgshard).await {
+        Ok(c) => c,
+        Err(e) => {
+            let why = format!("through pgshard: {e:#}");
+            return (Some(text), Some((Status::Error, why)));
+        }
+    };
+    for sql in ["begin"]
+        .into_iter()
+        .chain(statements.iter().map(String::as_str))
+        .chain(["rollback"])
+    {
+        if let Err(e) = simple(&client, sql, QUERY_TIMEOUT).await {
+            let _ = simple(&client, "rollback", QUERY_TIMEOUT).await;
+            return (Some(text), Some(refusal(e.during(sql))));
+        }
+    }
+    (Some(text), None)
 }
 
 /// W3's table on both targets: `sysbench oltp_insert ... prepare` (creates sbtest1 and
