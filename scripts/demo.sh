@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Main job: set-up, a local pgshard cluster (coordinator node + 2 workers behind the
 # pgshard listener), then a short pgbench run through pgshard on distributed tables
-# (workload W1 in miniature). Leaves the cluster running.
+# (workload W1 in miniature) and `pgshard bench --quick` (every workload, small, against
+# a plain PostgreSQL of its own). Leaves the cluster running.
 # PGSHARD_DIR (default ./pgshard-cluster) and PGSHARD_PORT (default 6432) move it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +34,7 @@ SELECT pg_size_pretty(citus_total_relation_size('pgbench_accounts'));
 SQL
 echo "== pgbench -M prepared -S -T 10 (select-only through pgshard) =="
 pgbench -M prepared -S -T 10 -c 4 -j 2 -P 5
-echo "== pgshard bench --quick: the same workloads against one plain PostgreSQL (about a minute) =="
+echo "== pgshard bench --quick: W1-W4 in miniature against one plain PostgreSQL (1.5-2 minutes) =="
 bench_dir="${PGSHARD_BENCH_DIR:-$(dirname "$dir")/pgshard-bench}"
 $pgshard bench --quick --out "$bench_dir"
 echo "(full report: $bench_dir/bench.md, chart: $bench_dir/bench.svg; a full run: $pgshard bench)"

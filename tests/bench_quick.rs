@@ -1,7 +1,8 @@
 //! `pgshard bench --quick` end to end: it starts a plain PostgreSQL and a pgshard
-//! cluster, loads W1, runs every W1 workload once for 5 s against both, loads W4's table
-//! (100,000 rows) and times its two queries on both, writes bench.json and bench.svg,
-//! and stops everything it started.
+//! cluster, loads W1, runs every W1 workload once for 3 s against both, every W2 variant
+//! and W3 (sysbench oltp_insert) the same way (or reports them skipped with pgshard's
+//! reason), loads W4's table (100,000 rows), times its two queries and its COPY on both,
+//! writes bench.json and bench.svg, and stops everything it started.
 
 mod common;
 
@@ -141,13 +142,42 @@ fn bench_quick_runs_both_targets() {
             "w1-select-prepared",
             "w1-select-simple",
             "w1-tpcb",
+            "w1-tpcb-simple",
+            "w1-tpcb-1pc",
+            "w2-9shards-2pc",
+            "w2-9shards-1pc",
+            "w2-2shards-2pc",
+            "w2-2shards-1pc",
+            "w2-1shard",
+            "w2-1row",
+            "w3-sysbench-insert",
             "w4-count",
-            "w4-groupby"
+            "w4-groupby",
+            "w4-copy",
         ],
         "{text}"
     );
-    for w in workloads.iter().filter(|w| w["kind"] == "pgbench") {
+    let throughput = |w: &&Value| w["kind"] == "pgbench" || w["kind"] == "sysbench";
+    for w in workloads.iter().filter(throughput) {
         let name = w["name"].as_str().unwrap();
+        // Every workload is in the terminal table, measured or with its reason.
+        assert!(stdout.contains(name), "no {name} in the table:\n{stdout}");
+        if name.starts_with("w3-") {
+            assert_eq!(w["kind"], "sysbench", "{w:#}");
+        }
+        if name.starts_with("w2-") {
+            // The script says where its rows land; the name says where they must.
+            let shards = match name {
+                "w2-9shards-2pc" | "w2-9shards-1pc" => 9,
+                "w2-2shards-2pc" | "w2-2shards-1pc" => 2,
+                _ => 1,
+            };
+            let script = w["script"].as_str().unwrap_or("");
+            assert!(
+                script.starts_with(&format!("-- rows on {shards} shard(s) of 32\n")),
+                "{w:#}"
+            );
+        }
         match w["status"].as_str().unwrap() {
             "ok" => {
                 for target in ["plain", "pgshard"] {
@@ -167,10 +197,20 @@ fn bench_quick_runs_both_targets() {
                 assert!(w["ratio"].as_f64().unwrap() > 0.0, "{w:#}");
                 let cpu = w["pgshard"]["pgshard_cpu_us_per_txn_median"].as_f64();
                 assert!(cpu.is_some_and(|c| c >= 0.0), "{w:#}");
+                assert!(
+                    w["plain"]["latency_p50_ms_median"].as_f64().is_some(),
+                    "{w:#}"
+                );
             }
-            // Only TPC-B may be skipped (pgshard cannot run it yet), with pgbench's reason.
-            "skipped" if name == "w1-tpcb" => {
+            // TPC-B, sysbench's INSERT and W2 may be skipped while pgshard cannot run
+            // them, with pgshard's reason (W2: its SQLSTATE 0A000).
+            "skipped" if name.starts_with("w1-tpcb") || name.starts_with("w3-") => {
                 assert!(!w["reason"].as_str().unwrap_or("").is_empty(), "{w:#}");
+            }
+            "skipped" if name.starts_with("w2-") => {
+                let reason = w["reason"].as_str().unwrap_or("");
+                assert!(reason.contains("0A000"), "{w:#}");
+                assert!(w["runs"].as_array().unwrap().is_empty(), "{w:#}");
             }
             other => panic!("{name}: status {other}\n{w:#}"),
         }
@@ -236,6 +276,29 @@ fn bench_quick_runs_both_targets() {
             assert!(stdout.contains(reason), "table:\n{stdout}");
         }
         other => panic!("w4-groupby: status {other}\n{groupby:#}"),
+    }
+
+    // W4 by COPY: measured on both (same row count, rows/s), or skipped with pgshard's
+    // refusal (0A000).
+    let copy = w4("w4-copy");
+    assert_eq!(copy["kind"], "copy", "{copy:#}");
+    match copy["status"].as_str().unwrap() {
+        "ok" => {
+            let q = &copy["query"];
+            for target in ["plain", "pgshard"] {
+                assert!(
+                    q[target]["rows_per_s"].as_f64().unwrap_or(0.0) > 0.0,
+                    "{q:#}"
+                );
+            }
+            assert_eq!(q["answers_equal"], true, "{copy:#}");
+            assert!(copy["ratio"].as_f64().unwrap() > 0.0, "{copy:#}");
+        }
+        "skipped" => {
+            let reason = copy["reason"].as_str().unwrap_or("");
+            assert!(reason.contains("0A000"), "{copy:#}");
+        }
+        other => panic!("w4-copy: status {other}\n{copy:#}"),
     }
 
     assert!(doc["machine"]["nproc"].as_u64().unwrap() > 0);

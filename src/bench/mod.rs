@@ -27,6 +27,8 @@ pub mod cpu;
 mod machine;
 mod pgbench;
 pub mod report;
+mod sysbench;
+mod w2;
 
 use crate::cluster::node::{self, Node, Settings};
 use crate::cluster::{cluster_down, cluster_up, ClusterInfo, ClusterOptions};
@@ -45,7 +47,9 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     /// Workloads to run (default: all): w1-select-prepared, w1-select-simple, w1-tpcb,
-    /// w4-count, w4-groupby.
+    /// w1-tpcb-simple, w1-tpcb-1pc, w2-9shards-2pc, w2-9shards-1pc, w2-2shards-2pc,
+    /// w2-2shards-1pc, w2-1shard, w2-1row, w3-sysbench-insert, w4-count, w4-groupby,
+    /// w4-copy; a prefix (w1, w2, ...) selects a group.
     pub workloads: Vec<String>,
     /// pgbench scale factor (100,000 accounts each) [default: 10; --quick: 1].
     #[arg(long)]
@@ -53,7 +57,7 @@ pub struct BenchArgs {
     /// pgbench clients (-c) [default: 16].
     #[arg(long)]
     pub clients: Option<u32>,
-    /// Seconds per run (-T) [default: 30; --quick: 5].
+    /// Seconds per run (-T) [default: 30; --quick: 3].
     #[arg(long)]
     pub duration: Option<u32>,
     /// Workers of the pgshard cluster.
@@ -68,7 +72,7 @@ pub struct BenchArgs {
     /// Directory for the servers, logs and results.
     #[arg(long, default_value = "pgshard-bench")]
     pub out: PathBuf,
-    /// A short smoke run: scale 1, 5 s, one repetition, 100,000 W4 rows (explicit options
+    /// A short smoke run: scale 1, 3 s, one repetition, 100,000 W4 rows (explicit options
     /// still win).
     #[arg(long)]
     pub quick: bool,
@@ -85,10 +89,33 @@ pub struct BenchArgs {
 /// What a workload runs.
 #[derive(Clone, Copy)]
 enum Kind {
-    /// pgbench against the W1 tables, with these options besides -c/-j/-T and logging.
+    /// pgbench's builtin script against the W1 tables, with these options besides
+    /// -c/-j/-T and logging.
     Pgbench(&'static [&'static str]),
+    /// pgbench with a script of ours (`-f`, written to `OUT/runs/NAME.pgbench`), in this
+    /// query mode (-M).
+    Script { mode: &'static str, script: Script },
+    /// W3: `sysbench oltp_insert ... run` against `sbtest1`.
+    Sysbench,
     /// One query against W4's table `test`, timed.
     Query { sql: &'static str, compare: Compare },
+    /// W4's rows copied into an empty table `test_copy` with psql's `\copy`, timed.
+    Copy,
+}
+
+/// The scripts of ours.
+#[derive(Clone, Copy)]
+enum Script {
+    /// pgbench's TPC-B transaction after `SET citus.multi_shard_commit_protocol`:
+    /// pgshard takes no startup options (PGOPTIONS), so the setting travels with every
+    /// transaction, on both targets (a placeholder setting to PostgreSQL).
+    Tpcb { protocol: &'static str },
+    /// W2: one INSERT of 9 rows (or 1) landing as `spread` says, after
+    /// `SET citus.multi_shard_commit_protocol` when `protocol` is given.
+    W2 {
+        spread: w2::Spread,
+        protocol: Option<&'static str>,
+    },
 }
 
 /// How the two targets' answers to a query must agree.
@@ -112,11 +139,73 @@ struct Workload {
 }
 
 impl Workload {
-    fn pgbench_options(&self) -> &'static [&'static str] {
+    fn pgbench_options(&self) -> Vec<&'static str> {
         match self.kind {
-            Kind::Pgbench(args) => args,
-            Kind::Query { .. } => &[],
+            Kind::Pgbench(args) => args.to_vec(),
+            Kind::Script { mode, .. } => vec!["-M", mode],
+            _ => vec![],
         }
+    }
+
+    /// Runs against the pgbench tables of W1.
+    fn uses_w1(&self) -> bool {
+        matches!(
+            self.kind,
+            Kind::Pgbench(_)
+                | Kind::Script {
+                    script: Script::Tpcb { .. },
+                    ..
+                }
+        )
+    }
+
+    fn uses_w2(&self) -> bool {
+        matches!(
+            self.kind,
+            Kind::Script {
+                script: Script::W2 { .. },
+                ..
+            }
+        )
+    }
+
+    /// What the bench runs on a target before each run (what pgbench itself would do
+    /// unless -n, and emptying the tables an insert workload fills).
+    fn before_run(&self) -> &'static [&'static str] {
+        if self.uses_w1() {
+            &[
+                "vacuum pgbench_branches",
+                "vacuum pgbench_tellers",
+                "truncate pgbench_history",
+            ]
+        } else if self.uses_w2() {
+            &["truncate w2"]
+        } else if matches!(self.kind, Kind::Sysbench) {
+            // sysbench's unique ids differ from run to run: an empty table has no
+            // duplicate keys.
+            &["truncate sbtest1"]
+        } else {
+            &[]
+        }
+    }
+}
+
+/// The W2 variants of workloads.md (9 shards 2PC/1PC, 2 shards 1PC, 1 shard 9 rows, 1
+/// row) and 2 shards with 2PC.
+const fn w2(
+    name: &'static str,
+    description: &'static str,
+    spread: w2::Spread,
+    protocol: Option<&'static str>,
+) -> Workload {
+    Workload {
+        name,
+        description,
+        kind: Kind::Script {
+            mode: "prepared",
+            script: Script::W2 { spread, protocol },
+        },
+        reference: (None, None),
     }
 }
 
@@ -142,9 +231,71 @@ const WORKLOADS: &[Workload] = &[
         name: "w1-tpcb",
         description: "W1 TPC-B read-write: BEGIN; UPDATE accounts; SELECT accounts; UPDATE \
                       tellers; UPDATE branches; INSERT history; END (prepared); the rows of \
-                      one transaction live on different shards",
+                      one transaction live on different shards: pgshard commits with 2PC \
+                      (its default citus.multi_shard_commit_protocol)",
         kind: Kind::Pgbench(&["-M", "prepared"]),
         reference: (Some(0.12), Some(0.6)),
+    },
+    Workload {
+        name: "w1-tpcb-simple",
+        description: "W1 TPC-B read-write over the simple query protocol (-M simple), 2PC",
+        kind: Kind::Pgbench(&["-M", "simple"]),
+        reference: (None, Some(0.6)),
+    },
+    Workload {
+        name: "w1-tpcb-1pc",
+        description: "W1 TPC-B read-write (prepared) committed with 1PC: pgbench's TPC-B \
+                      script preceded by SET citus.multi_shard_commit_protocol = '1pc' in \
+                      every transaction (pgshard takes no startup options; PostgreSQL runs \
+                      the same SET on a placeholder setting), one statement more than \
+                      w1-tpcb",
+        kind: Kind::Script {
+            mode: "prepared",
+            script: Script::Tpcb { protocol: "1pc" },
+        },
+        reference: (None, Some(0.6)),
+    },
+    w2(
+        "w2-9shards-2pc",
+        "W2 fan-out: INSERT of 9 consecutive ids landing on 9 different shards (of 32), \
+         committed with 2PC (SET citus.multi_shard_commit_protocol = '2pc' first)",
+        w2::Spread::NineShards,
+        Some("2pc"),
+    ),
+    w2(
+        "w2-9shards-1pc",
+        "W2 fan-out: INSERT of 9 consecutive ids landing on 9 different shards, committed \
+         with 1PC (SET citus.multi_shard_commit_protocol = '1pc' first)",
+        w2::Spread::NineShards,
+        Some("1pc"),
+    ),
+    w2(
+        "w2-2shards-2pc",
+        "W2 fan-out: INSERT of 9 ids landing on exactly 2 shards, 2PC",
+        w2::Spread::TwoShards,
+        Some("2pc"),
+    ),
+    w2(
+        "w2-2shards-1pc",
+        "W2 fan-out: INSERT of 9 ids landing on exactly 2 shards, 1PC",
+        w2::Spread::TwoShards,
+        Some("1pc"),
+    ),
+    w2(
+        "w2-1shard",
+        "W2: INSERT of 9 ids all landing on one shard (no commit protocol involved)",
+        w2::Spread::OneShard,
+        None,
+    ),
+    w2("w2-1row", "W2: INSERT of one row", w2::Spread::OneRow, None),
+    Workload {
+        name: "w3-sysbench-insert",
+        description: "W3 sysbench oltp_insert (--auto_inc=off): one single-row INSERT into \
+                      sbtest1 (primary key id, index on k) per transaction, simple query \
+                      protocol; pgshard: sbtest1 created by sysbench prepare through \
+                      pgshard, then create_distributed_table('sbtest1', 'id')",
+        kind: Kind::Sysbench,
+        reference: (Some(0.23), Some(0.7)),
     },
     Workload {
         name: "w4-count",
@@ -167,6 +318,14 @@ const WORKLOADS: &[Workload] = &[
         },
         reference: (Some(0.71), Some(1.0)),
     },
+    Workload {
+        name: "w4-copy",
+        description: "W4 load by COPY: W4's rows (a CSV file exported from the plain \
+                      server) copied with psql's \\copy into an empty table test_copy, \
+                      distributed by id through pgshard; time of one COPY and rows/s",
+        kind: Kind::Copy,
+        reference: (None, Some(1.0)),
+    },
 ];
 
 /// W4's table, and its rows (`setseed` first, in the same transaction, so that both
@@ -188,6 +347,9 @@ const QUERY_TIMEOUT: Duration = Duration::from_secs(600);
 const LOAD_TIMEOUT: Duration = Duration::from_secs(3 * 3600);
 
 const THREADS: u32 = 2;
+/// `--table-size` of sysbench's prepare (oltp_insert inserts no rows there; its `k`
+/// values are drawn from 1..table size).
+const SYSBENCH_TABLE_SIZE: u32 = 10_000;
 const SHARD_COUNT: u32 = 32;
 /// Fraction of transactions pgbench logs for the latency percentiles.
 const SAMPLING_RATE: f64 = 0.1;
@@ -217,18 +379,24 @@ impl Options {
     fn resolve(a: BenchArgs) -> Result<Options> {
         let mut workloads = Vec::new();
         for name in &a.workloads {
-            let w = WORKLOADS.iter().find(|w| w.name == name).ok_or_else(|| {
-                anyhow!(
-                    "unknown workload {name:?}; known: {}",
+            let chosen: Vec<&'static Workload> = WORKLOADS
+                .iter()
+                .filter(|w| w.name == name || w.name.starts_with(&format!("{name}-")))
+                .collect();
+            if chosen.is_empty() {
+                bail!(
+                    "unknown workload {name:?}; known: {} (or a group: w1, w2, w3, w4)",
                     WORKLOADS
                         .iter()
                         .map(|w| w.name)
                         .collect::<Vec<_>>()
                         .join(", ")
-                )
-            })?;
-            if !workloads.iter().any(|x: &&Workload| x.name == w.name) {
-                workloads.push(w);
+                );
+            }
+            for w in chosen {
+                if !workloads.iter().any(|x: &&Workload| x.name == w.name) {
+                    workloads.push(w);
+                }
             }
         }
         if workloads.is_empty() {
@@ -240,7 +408,7 @@ impl Options {
             scale: a.scale.unwrap_or(if q { 1 } else { 10 }),
             clients: a.clients.unwrap_or(16),
             threads: THREADS.min(a.clients.unwrap_or(16)),
-            duration: a.duration.unwrap_or(if q { 5 } else { 30 }),
+            duration: a.duration.unwrap_or(if q { 3 } else { 30 }),
             workers: a.workers,
             repeat: a.repeat.unwrap_or(if q { 1 } else { 3 }),
             w4_rows: a.w4_rows.unwrap_or(if q { 100_000 } else { 10_000_000 }),
@@ -396,10 +564,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
 
     // Load W1 (W4 is loaded before its first workload).
     let mut load = serde_json::Map::new();
-    let w1 = opts
-        .workloads
-        .iter()
-        .any(|w| matches!(w.kind, Kind::Pgbench(_)));
+    let w1 = opts.workloads.iter().any(|w| w.uses_w1());
     if w1 {
         let t = Instant::now();
         progress.say(format!(
@@ -459,31 +624,67 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
     let mut results = Vec::new();
     let mut seq = 0;
     let mut w4_load: Option<QueryLoad> = None;
-    for w in &opts.workloads {
-        if let Kind::Query { sql, compare } = w.kind {
-            if w4_load.is_none() {
-                w4_load =
-                    Some(load_w4(opts, progress, &plain_target, &pgshard_target, &cluster).await?);
+    let mut w2_setup: Option<W2Setup> = None;
+    let mut w3_setup: Option<Option<(Status, String)>> = None;
+    let total = opts.workloads.len();
+    for (i, w) in opts.workloads.iter().enumerate() {
+        progress.say(format!("workload {}/{total}: {}", i + 1, w.name));
+        let targets = [&plain_target, &pgshard_target];
+        if matches!(w.kind, Kind::Query { .. } | Kind::Copy) && w4_load.is_none() {
+            w4_load =
+                Some(load_w4(opts, progress, &plain_target, &pgshard_target, &cluster).await?);
+        }
+        match w.kind {
+            Kind::Query { sql, compare } => {
+                let w4 = w4_load.as_ref().expect("loaded above");
+                results.push(
+                    run_query_workload(opts, progress, w, (sql, compare), w4, targets, &mut seq)
+                        .await,
+                );
+                continue;
             }
-            let w4 = w4_load.as_ref().expect("loaded above");
-            results.push(
-                run_query_workload(
-                    opts,
-                    progress,
-                    w,
-                    (sql, compare),
-                    w4,
-                    [&plain_target, &pgshard_target],
-                    &mut seq,
-                )
-                .await,
-            );
-            continue;
+            Kind::Copy => {
+                let w4 = w4_load.as_ref().expect("loaded above");
+                results.push(run_copy_workload(opts, progress, w, w4, targets, &mut seq).await?);
+                continue;
+            }
+            _ => {}
+        }
+        // What stops a throughput workload before its first run.
+        let mut not_run: Option<(Status, String)> = None;
+        let mut script_text = None;
+        match w.kind {
+            Kind::Script { script, .. } => {
+                if matches!(script, Script::W2 { .. }) && w2_setup.is_none() {
+                    w2_setup = Some(setup_w2(opts, progress, targets).await?);
+                }
+                (script_text, not_run) =
+                    write_script(opts, w, script, w2_setup.as_ref(), &pgshard_target.env).await;
+            }
+            Kind::Sysbench => {
+                if w3_setup.is_none() {
+                    w3_setup = Some(setup_w3(opts, progress, targets).await?);
+                }
+                not_run = w3_setup.clone().flatten();
+            }
+            _ => {}
         }
         let mut runs: Vec<Run> = Vec::new();
         let mut status = Status::Ok;
         let mut reason = None;
-        'repeats: for rep in 1..=opts.repeat {
+        if let Some((s, r)) = not_run {
+            progress.say(format!(
+                "  {}: {r}",
+                if s == Status::Skipped {
+                    "skipped"
+                } else {
+                    "error"
+                }
+            ));
+            status = s;
+            reason = Some(r);
+        }
+        'repeats: for rep in (1..=opts.repeat).filter(|_| status == Status::Ok) {
             // pgshard first in odd repetitions, plain first in even ones: drift over
             // time (caches, autovacuum, other load) hits both alike. The first run of a
             // workload is always pgshard's: if it cannot run it, the workload is skipped.
@@ -495,15 +696,24 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
             for t in order {
                 seq += 1;
                 progress.say(format!(
-                    "{} {}/{} {}: pgbench {} -c {} -j {} -T {}",
+                    "{} {}/{} {}: {}",
                     w.name,
                     rep,
                     opts.repeat,
                     t.target.name(),
-                    w.pgbench_options().join(" "),
-                    opts.clients,
-                    opts.threads,
-                    opts.duration
+                    match w.kind {
+                        Kind::Sysbench => format!(
+                            "sysbench oltp_insert --threads={} --time={}",
+                            opts.clients, opts.duration
+                        ),
+                        _ => format!(
+                            "pgbench {} -c {} -j {} -T {}",
+                            w.pgbench_options().join(" "),
+                            opts.clients,
+                            opts.threads,
+                            opts.duration
+                        ),
+                    }
                 ));
                 let run = run_once(opts, w, t, rep, seq).await?;
                 match &run.error {
@@ -520,9 +730,11 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
                 let failed = run.error.clone();
                 runs.push(run);
                 if let Some(e) = failed {
+                    // A statement pgshard refuses as unsupported (0A000: "does not
+                    // support") skips the workload; any other failure is an error.
                     status = match t.target {
-                        Target::Pgshard => Status::Skipped,
-                        Target::Plain => Status::Error,
+                        Target::Pgshard if e.contains("not support") => Status::Skipped,
+                        _ => Status::Error,
                     };
                     reason = Some(match t.target {
                         Target::Pgshard => format!("through pgshard: {e}"),
@@ -543,11 +755,18 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         results.push(WorkloadResult {
             name: w.name.into(),
             description: w.description.into(),
-            kind: report::Kind::Pgbench,
-            pgbench_args: pgbench_args(opts, w)
-                .into_iter()
-                .chain(["--log".into(), format!("--sampling-rate={SAMPLING_RATE}")])
-                .collect(),
+            kind: match w.kind {
+                Kind::Sysbench => report::Kind::Sysbench,
+                _ => report::Kind::Pgbench,
+            },
+            pgbench_args: match w.kind {
+                Kind::Sysbench => sysbench_args(opts, None, "run"),
+                _ => pgbench_args(opts, w)
+                    .into_iter()
+                    .chain(["--log".into(), format!("--sampling-rate={SAMPLING_RATE}")])
+                    .collect(),
+            },
+            script: script_text,
             status,
             reason,
             plain: if status == Status::Ok { plain } else { None },
@@ -606,6 +825,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
             "workers": opts.workers,
             "shard_count": SHARD_COUNT,
             "latency_sampling_rate": SAMPLING_RATE,
+            "sysbench_table_size": SYSBENCH_TABLE_SIZE,
             "tls": false,
             "ports": { "plain": plain_port, "pgshard": cluster.port,
                        "coordinator": cluster.coordinator_port, "workers": cluster.worker_ports },
@@ -619,6 +839,11 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
             "ratio: median pgshard TPS / median plain TPS; for query workloads (kind query) median plain time / median pgshard time; either way above 1 means pgshard was faster",
             "query workloads: per run (target, repetition) one connection, warm-up executions, then timed ones (client wall clock, query sent to last row received); the run's time is the median of the timed ones, a target's the median over its runs",
             "W4 load: plain = create table + insert ... select; pgshard = the same as a local table on the coordinator node + create_distributed_table (rows moved to the shards); then vacuum analyze (not counted) and a checkpoint on every server",
+            "status: ok = measured on both targets; skipped = pgshard refused it as not supported (SQLSTATE 0A000, or pgbench/sysbench quoting pgshard's 'does not support'), with pgshard's message in reason; error = any other failure (failed or no transactions, different answers, a plain-server failure), never reported as measured",
+            "w1-tpcb-1pc and the W2 workloads run our pgbench script (field script): SET citus.multi_shard_commit_protocol first in every transaction, on both targets (pgshard takes no startup options); W2's script comment says on how many shards its rows land",
+            "W2: table w2 (id int) without primary key, distributed by id (shard_count shards); ids chosen from pg_dist_shard's ranges with hashint4; truncated before each run",
+            "W3 (kind sysbench): sysbench oltp_insert prepare on both targets, then create_distributed_table('sbtest1','id') through pgshard; truncate sbtest1 before each run; tps from 'transactions: N (X per sec.)', latency avg and 95th percentile from sysbench, p50/p99 nearest rank over its --histogram; failed_transactions = ignored errors",
+            "w4-copy (kind copy): W4's rows exported from the plain server to a CSV file, then per run truncate test_copy + one psql \\copy test_copy from FILE timed by its wall clock (times_ms has the one COPY), row count checked; rows_per_s = rows / median time",
             "pgbench_cpu_s: getrusage(RUSAGE_CHILDREN) around the run; machine_irq_s: interrupt + softirq time (/proc/stat), mostly loopback TCP; other_cpu_fraction: machine busy time not spent by the target, pgshard, pgbench or interrupts, over all CPU time of the run",
         ],
         "load": load,
@@ -663,6 +888,9 @@ struct TargetCtx {
 
 fn pgbench_args(opts: &Options, w: &Workload) -> Vec<String> {
     let mut a: Vec<String> = w.pgbench_options().iter().map(|s| s.to_string()).collect();
+    if let Kind::Script { .. } = w.kind {
+        a.extend(["-f".into(), script_path(opts, w).display().to_string()]);
+    }
     a.extend([
         "-n".into(),
         "-c".into(),
@@ -675,7 +903,7 @@ fn pgbench_args(opts: &Options, w: &Workload) -> Vec<String> {
     a
 }
 
-/// One pgbench run of `w` against `t`, with CPU snapshots around it.
+/// One pgbench (sysbench for W3) run of `w` against `t`, with CPU snapshots around it.
 async fn run_once(
     opts: &Options,
     w: &Workload,
@@ -686,11 +914,7 @@ async fn run_once(
     // What pgbench does before a run unless -n; done here so that the CPU figures cover
     // only the run. Errors are ignored, as pgbench ignores them.
     let mut prep_errors = Vec::new();
-    for sql in [
-        "vacuum pgbench_branches",
-        "vacuum pgbench_tellers",
-        "truncate pgbench_history",
-    ] {
+    for sql in w.before_run() {
         if let Err(e) = pgbench::psql(&t.env, &["-c", sql]).await {
             prep_errors.push(format!("{e:#}"));
         }
@@ -699,12 +923,19 @@ async fn run_once(
     let name = format!("{seq:02}-{}-{}-r{repeat}", w.name, t.target.name());
     let prefix = opts.runs_dir().join(&name);
     let output_file = opts.runs_dir().join(format!("{name}-output.txt"));
-    let mut cmd = pgbench::command("pgbench", &t.env);
-    cmd.args(pgbench_args(opts, w))
-        .arg("--log")
-        .arg(format!("--sampling-rate={SAMPLING_RATE}"))
-        .arg(format!("--log-prefix={}", prefix.display()))
-        .current_dir(opts.runs_dir());
+    let sysbench = matches!(w.kind, Kind::Sysbench);
+    let mut cmd;
+    if sysbench {
+        cmd = pgbench::command("sysbench", &t.env);
+        cmd.args(sysbench_args(opts, Some(&t.env), "run"));
+    } else {
+        cmd = pgbench::command("pgbench", &t.env);
+        cmd.args(pgbench_args(opts, w))
+            .arg("--log")
+            .arg(format!("--sampling-rate={SAMPLING_RATE}"))
+            .arg(format!("--log-prefix={}", prefix.display()));
+    }
+    cmd.current_dir(opts.runs_dir());
     let loadavg_before = fs::read_to_string("/proc/loadavg")
         .ok()
         .map(|s| s.trim().to_string());
@@ -726,27 +957,17 @@ async fn run_once(
         ));
     }
     fs::write(&output_file, text)?;
-    let s = pgbench::parse_summary(&out.stdout);
-    let pct = pgbench::percentiles(&prefix);
+    let s = if sysbench {
+        measured_sysbench(&out)
+    } else {
+        measured_pgbench(&out, &prefix)
+    };
     if !opts.keep {
         for f in pgbench::log_files(&prefix) {
             let _ = fs::remove_file(f);
         }
     }
-
-    let error = if !out.success() {
-        Some(out.error_reason())
-    } else if s.failed.unwrap_or(0) > 0 {
-        Some(format!(
-            "{} of {} transactions failed",
-            s.failed.unwrap_or(0),
-            s.failed.unwrap_or(0) + s.transactions.unwrap_or(0)
-        ))
-    } else if s.tps.is_none() || s.transactions.unwrap_or(0) == 0 {
-        Some("pgbench reported no transactions".into())
-    } else {
-        None
-    };
+    let error = s.error.clone();
     let per_txn = |secs: f64| -> Option<f64> {
         let n = s.transactions.filter(|&n| n > 0)? as f64;
         Some(secs * 1e6 / n)
@@ -763,10 +984,10 @@ async fn run_once(
         transactions: s.transactions,
         failed_transactions: s.failed,
         latency_avg_ms: s.latency_avg_ms,
-        latency_p50_ms: pct.p50_ms,
-        latency_p95_ms: pct.p95_ms,
-        latency_p99_ms: pct.p99_ms,
-        latency_samples: pct.samples,
+        latency_p50_ms: s.p50_ms,
+        latency_p95_ms: s.p95_ms,
+        latency_p99_ms: s.p99_ms,
+        latency_samples: s.samples,
         initial_connection_ms: s.initial_connection_ms,
         wall_s,
         pgshard_cpu_s: usage.pgshard_s,
@@ -798,6 +1019,336 @@ async fn run_once(
         loadavg_before,
         output_file: output_file.display().to_string(),
     })
+}
+
+/// The figures of one pgbench or sysbench run, and why it failed.
+struct Measured {
+    tps: Option<f64>,
+    transactions: Option<u64>,
+    failed: Option<u64>,
+    latency_avg_ms: Option<f64>,
+    p50_ms: Option<f64>,
+    p95_ms: Option<f64>,
+    p99_ms: Option<f64>,
+    samples: usize,
+    initial_connection_ms: Option<f64>,
+    error: Option<String>,
+}
+
+/// pgbench's summary, and percentiles from its sampled per-transaction log. A run is
+/// failed when pgbench failed, when any transaction failed, or when none completed:
+/// never reported as if it had been measured.
+fn measured_pgbench(out: &pgbench::Output, prefix: &Path) -> Measured {
+    let s = pgbench::parse_summary(&out.stdout);
+    let pct = pgbench::percentiles(prefix);
+    let error = if !out.success() {
+        Some(out.error_reason())
+    } else if s.failed.unwrap_or(0) > 0 {
+        Some(format!(
+            "{} of {} transactions failed",
+            s.failed.unwrap_or(0),
+            s.failed.unwrap_or(0) + s.transactions.unwrap_or(0)
+        ))
+    } else if s.tps.is_none() || s.transactions.unwrap_or(0) == 0 {
+        Some("pgbench reported no transactions".into())
+    } else {
+        None
+    };
+    Measured {
+        tps: s.tps,
+        transactions: s.transactions,
+        failed: s.failed,
+        latency_avg_ms: s.latency_avg_ms,
+        p50_ms: pct.p50_ms,
+        p95_ms: pct.p95_ms,
+        p99_ms: pct.p99_ms,
+        samples: pct.samples,
+        initial_connection_ms: s.initial_connection_ms,
+        error,
+    }
+}
+
+/// sysbench's summary: its 95th percentile, and the median and 99th percentile from its
+/// latency histogram. Failed like a pgbench run; ignored errors count as failures.
+fn measured_sysbench(out: &pgbench::Output) -> Measured {
+    let s = sysbench::parse(&out.stdout);
+    let error = if let Some(fatal) = sysbench::fatal_line(&out.stdout, &out.stderr) {
+        Some(format!(
+            "{fatal} [exit code {}]",
+            out.code.map_or("none".into(), |c| c.to_string())
+        ))
+    } else if !out.success() {
+        Some(out.error_reason())
+    } else if s.ignored_errors.unwrap_or(0) > 0 {
+        Some(format!(
+            "{} errors ignored by sysbench",
+            s.ignored_errors.unwrap_or(0)
+        ))
+    } else if s.tps.is_none() || s.transactions.unwrap_or(0) == 0 {
+        Some("sysbench reported no transactions".into())
+    } else {
+        None
+    };
+    Measured {
+        tps: s.tps,
+        transactions: s.transactions,
+        failed: s.ignored_errors,
+        latency_avg_ms: s.latency_avg_ms,
+        p50_ms: s.percentile(50.0),
+        p95_ms: s.latency_p95_ms,
+        p99_ms: s.percentile(99.0),
+        samples: s.samples() as usize,
+        initial_connection_ms: None,
+        error,
+    }
+}
+
+/// `sysbench oltp_insert` with a target's connection (`env`; None: the password left
+/// out, for the report) and the bench's options, then `command` (prepare, run, cleanup).
+fn sysbench_args(opts: &Options, env: Option<&Env>, command: &str) -> Vec<String> {
+    let get = |k: &str| {
+        env.and_then(|e| e.iter().find(|(n, _)| n == k))
+            .map_or("…".to_string(), |(_, v)| v.clone())
+    };
+    vec![
+        "oltp_insert".into(),
+        "--db-driver=pgsql".into(),
+        format!("--pgsql-host={}", get("PGHOST")),
+        format!("--pgsql-port={}", get("PGPORT")),
+        format!("--pgsql-user={}", get("PGUSER")),
+        format!("--pgsql-password={}", get("PGPASSWORD")),
+        format!("--pgsql-db={}", get("PGDATABASE")),
+        "--tables=1".into(),
+        format!("--table-size={SYSBENCH_TABLE_SIZE}"),
+        "--auto_inc=off".into(),
+        format!("--threads={}", opts.clients),
+        format!("--time={}", opts.duration),
+        "--report-interval=0".into(),
+        "--histogram=on".into(),
+        command.into(),
+    ]
+}
+
+fn script_path(opts: &Options, w: &Workload) -> PathBuf {
+    opts.runs_dir().join(format!("{}.pgbench", w.name))
+}
+
+/// The statements pgshard refused, as a reason: SQLSTATE 0A000 (not supported) skips a
+/// workload; anything else is an error.
+fn refusal(e: SqlError) -> (Status, String) {
+    let status = if e.sqlstate.as_deref() == Some(crate::error::sqlstate::FEATURE_NOT_SUPPORTED) {
+        Status::Skipped
+    } else {
+        Status::Error
+    };
+    (status, format!("through pgshard: {}", e.message))
+}
+
+/// W2's table on both targets: `w2 (id int)`, distributed by id with SHARD_COUNT shards
+/// through pgshard; the shards' hash ranges, to choose the ids of each variant.
+struct W2Setup {
+    ranges: Vec<(i32, i32)>,
+    /// Why the table could not be made through pgshard.
+    error: Option<(Status, String)>,
+}
+
+async fn setup_w2(
+    opts: &Options,
+    progress: &Progress,
+    [plain, pgshard]: [&TargetCtx; 2],
+) -> Result<W2Setup> {
+    progress.say(format!(
+        "W2: table w2 (id int) on both targets, distributed by id through pgshard \
+         ({SHARD_COUNT} shards)"
+    ));
+    let _ = opts;
+    pgbench::psql(&plain.env, &["-c", "create table w2 (id int)"])
+        .await
+        .context("W2's table on the plain PostgreSQL")?;
+    let made = async {
+        let client = connect(&pgshard.env)
+            .await
+            .map_err(|e| SqlError::client(format!("{e:#}")))?;
+        let mut ranges = Vec::new();
+        for sql in [
+            "create table w2 (id int)".to_string(),
+            format!("SET citus.shard_count = {SHARD_COUNT}"),
+            "SELECT create_distributed_table('w2', 'id')".into(),
+            "select shardminvalue, shardmaxvalue from pg_dist_shard \
+             where logicalrelid = 'w2'::regclass order by shardminvalue::int"
+                .into(),
+        ] {
+            let rows = simple(&client, &sql, LOAD_TIMEOUT)
+                .await
+                .map_err(|e| e.during(&sql))?;
+            ranges = rows
+                .iter()
+                .filter_map(|r| {
+                    let v = |i: usize| r.get(i)?.as_deref()?.parse::<i32>().ok();
+                    Some((v(0)?, v(1)?))
+                })
+                .collect();
+        }
+        Ok::<_, SqlError>(ranges)
+    }
+    .await;
+    Ok(match made {
+        Ok(ranges) => W2Setup {
+            ranges,
+            error: None,
+        },
+        Err(e) => {
+            let (status, reason) = refusal(e);
+            progress.say(format!("  failed: {reason}"));
+            W2Setup {
+                ranges: vec![],
+                error: Some((status, reason)),
+            }
+        }
+    })
+}
+
+/// Writes the pgbench script of `w`; for W2, then checks that pgshard runs its
+/// statements (in a transaction rolled back): the text of the script, and why the
+/// workload is not run.
+async fn write_script(
+    opts: &Options,
+    w: &Workload,
+    script: Script,
+    w2_setup: Option<&W2Setup>,
+    pgshard: &Env,
+) -> (Option<String>, Option<(Status, String)>) {
+    let mut probe = None;
+    let text = match script {
+        Script::Tpcb { protocol } => {
+            let s = opts.scale as u64;
+            format!(
+                "\\set aid random(1, {})\n\\set bid random(1, {s})\n\\set tid random(1, {})\n\
+                 \\set delta random(-5000, 5000)\n\
+                 SET citus.multi_shard_commit_protocol = '{protocol}';\n\
+                 BEGIN;\n\
+                 UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;\n\
+                 SELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n\
+                 UPDATE pgbench_tellers SET tbalance = tbalance + :delta WHERE tid = :tid;\n\
+                 UPDATE pgbench_branches SET bbalance = bbalance + :delta WHERE bid = :bid;\n\
+                 INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) \
+                 VALUES (:tid, :bid, :aid, :delta, CURRENT_TIMESTAMP);\n\
+                 END;\n",
+                100_000 * s,
+                10 * s
+            )
+        }
+        Script::W2 { spread, protocol } => {
+            let setup = w2_setup.expect("W2 set up before its scripts");
+            if let Some(e) = &setup.error {
+                return (None, Some(e.clone()));
+            }
+            let Some(ids) = w2::choose_ids(&setup.ranges, spread) else {
+                let why = format!(
+                    "w2 has {} shards: too few for {spread:?}",
+                    setup.ranges.len()
+                );
+                return (None, Some((Status::Error, why)));
+            };
+            let statements = w2::statements(&ids, protocol);
+            probe = Some(statements.clone());
+            format!(
+                "-- rows on {} shard(s) of {}\n{};\n",
+                w2::shards_touched(&setup.ranges, &ids),
+                setup.ranges.len(),
+                statements.join(";\n")
+            )
+        }
+    };
+    if let Err(e) = fs::write(script_path(opts, w), &text) {
+        return (
+            Some(text),
+            Some((Status::Error, format!("writing the script: {e}"))),
+        );
+    }
+    let Some(statements) = probe else {
+        return (Some(text), None);
+    };
+    let client = match connect(pgshard).await {
+        Ok(c) => c,
+        Err(e) => {
+            let why = format!("through pgshard: {e:#}");
+            return (Some(text), Some((Status::Error, why)));
+        }
+    };
+    for sql in ["begin"]
+        .into_iter()
+        .chain(statements.iter().map(String::as_str))
+        .chain(["rollback"])
+    {
+        if let Err(e) = simple(&client, sql, QUERY_TIMEOUT).await {
+            let _ = simple(&client, "rollback", QUERY_TIMEOUT).await;
+            return (Some(text), Some(refusal(e.during(sql))));
+        }
+    }
+    (Some(text), None)
+}
+
+/// W3's table on both targets: `sysbench oltp_insert ... prepare` (creates sbtest1 and
+/// its index k_1), then through pgshard `create_distributed_table('sbtest1', 'id')`
+/// (SHARD_COUNT shards), as a Citus user does it. A failure on the plain server fails
+/// the bench; one through pgshard is the workload's reason not to run.
+async fn setup_w3(
+    opts: &Options,
+    progress: &Progress,
+    [plain, pgshard]: [&TargetCtx; 2],
+) -> Result<Option<(Status, String)>> {
+    let mut cmd = pgbench::command("sysbench", &vec![]);
+    cmd.arg("--version");
+    if !pgbench::run(cmd, None).await.is_ok_and(|o| o.success()) {
+        progress.say("W3: sysbench is not installed (scripts/setup.sh installs it)");
+        return Ok(Some((
+            Status::Skipped,
+            "sysbench is not installed (scripts/setup.sh installs it)".into(),
+        )));
+    }
+    for t in [plain, pgshard] {
+        progress.say(format!(
+            "W3: sysbench oltp_insert prepare on {}",
+            t.target.name()
+        ));
+        let mut cmd = pgbench::command("sysbench", &t.env);
+        cmd.args(sysbench_args(opts, Some(&t.env), "prepare"))
+            .current_dir(opts.runs_dir());
+        let out = pgbench::run(cmd, Some(Duration::from_secs(600))).await?;
+        let file = opts
+            .runs_dir()
+            .join(format!("w3-prepare-{}-output.txt", t.target.name()));
+        fs::write(&file, out.text())?;
+        let failed = sysbench::fatal_line(&out.stdout, &out.stderr)
+            .or_else(|| (!out.success()).then(|| out.error_reason()));
+        match (failed, t.target) {
+            (Some(e), Target::Plain) => bail!("sysbench prepare on the plain PostgreSQL: {e}"),
+            (Some(e), Target::Pgshard) => {
+                let status = if e.contains("not support") {
+                    Status::Skipped
+                } else {
+                    Status::Error
+                };
+                let r = format!("sysbench prepare through pgshard: {e}");
+                progress.say(format!("  failed: {r}"));
+                return Ok(Some((status, r)));
+            }
+            (None, _) => {}
+        }
+    }
+    let client = connect(&pgshard.env).await?;
+    for sql in [
+        format!("SET citus.shard_count = {SHARD_COUNT}"),
+        "SELECT create_distributed_table('sbtest1', 'id')".into(),
+    ] {
+        if let Err(e) = simple(&client, &sql, LOAD_TIMEOUT).await {
+            let r = refusal(e.during(&sql));
+            progress.say(format!("  failed: {}", r.1));
+            return Ok(Some(r));
+        }
+    }
+    Ok(None)
 }
 
 /// `pgbench -i -s S`; its output goes to `OUT/runs/NAME-output.txt`.
@@ -1210,6 +1761,7 @@ async fn run_query_workload(
         description: w.description.into(),
         kind: report::Kind::Query,
         pgbench_args: vec![],
+        script: None,
         status,
         reason,
         plain: None,
@@ -1236,6 +1788,264 @@ async fn run_query_workload(
             runs,
         }),
     }
+}
+
+/// W4's load by COPY: W4's rows exported once from the plain server to a CSV file, then
+/// in each repetition, on each target (pgshard first in odd repetitions), `truncate
+/// test_copy` and one timed `\copy test_copy from FILE` by psql (its wall clock: the
+/// whole COPY as a client sees it); the rows then counted on both. pgshard refusing the
+/// COPY (0A000) skips the workload with its message.
+async fn run_copy_workload(
+    opts: &Options,
+    progress: &Progress,
+    w: &Workload,
+    load: &QueryLoad,
+    [plain, pgshard]: [&TargetCtx; 2],
+    seq: &mut u32,
+) -> Result<WorkloadResult> {
+    let file = opts.runs_dir().join("w4-rows.csv");
+    let copy = format!(
+        "\\copy test_copy from {} with (format csv)",
+        crate::sql::quote::quote_literal(&file.display().to_string())
+    );
+    let mut runs: Vec<QueryRun> = Vec::new();
+    let mut status = Status::Ok;
+    let mut reason: Option<String> = None;
+    let mut answers_equal = None;
+
+    progress.say(format!(
+        "W4 copy: exporting test's {} rows from the plain PostgreSQL to {}",
+        report::thousands(load.rows as f64),
+        file.display()
+    ));
+    pgbench::psql(
+        &plain.env,
+        &[
+            "-c",
+            &format!(
+                "\\copy test to {} with (format csv)",
+                crate::sql::quote::quote_literal(&file.display().to_string())
+            ),
+        ],
+    )
+    .await
+    .context("exporting W4's rows")?;
+    let create = W4_CREATE.replacen("create table test ", "create table test_copy ", 1);
+    pgbench::psql(&plain.env, &["-c", &create])
+        .await
+        .context("test_copy on the plain PostgreSQL")?;
+    let made = async {
+        let client = connect(&pgshard.env)
+            .await
+            .map_err(|e| SqlError::client(format!("{e:#}")))?;
+        for sql in [
+            create.clone(),
+            format!("SET citus.shard_count = {SHARD_COUNT}"),
+            "SELECT create_distributed_table('test_copy', 'id')".into(),
+        ] {
+            simple(&client, &sql, LOAD_TIMEOUT)
+                .await
+                .map_err(|e| e.during(&sql))?;
+        }
+        Ok::<_, SqlError>(())
+    }
+    .await;
+    if let Err(e) = made {
+        let (s, r) = refusal(e);
+        progress.say(format!("  failed: {r}"));
+        (status, reason) = (s, Some(r));
+    }
+
+    'repeats: for rep in (1..=opts.repeat).filter(|_| status == Status::Ok) {
+        let order = if rep % 2 == 1 {
+            [pgshard, plain]
+        } else {
+            [plain, pgshard]
+        };
+        for t in order {
+            *seq += 1;
+            progress.say(format!(
+                "{} {}/{} {}: {copy}",
+                w.name,
+                rep,
+                opts.repeat,
+                t.target.name()
+            ));
+            let run = run_copy(t, &copy, rep, *seq).await;
+            match (&run.error, run.median_ms) {
+                (None, Some(ms)) => progress.say(format!(
+                    "  {ms:.0} ms, {} rows/s",
+                    report::thousands(load.rows as f64 / (ms / 1e3))
+                )),
+                (e, _) => progress.say(format!("  failed: {}", e.as_deref().unwrap_or("no time"))),
+            }
+            let failed = (!run.ok).then(|| {
+                (
+                    run.error.clone().unwrap_or_else(|| "no time".into()),
+                    run.sqlstate.clone(),
+                )
+            });
+            let count = run.answer.clone();
+            runs.push(run);
+            if let Some((e, code)) = failed {
+                (status, reason) = match t.target {
+                    Target::Pgshard
+                        if code.as_deref()
+                            == Some(crate::error::sqlstate::FEATURE_NOT_SUPPORTED) =>
+                    {
+                        (Status::Skipped, Some(format!("through pgshard: {e}")))
+                    }
+                    Target::Pgshard => (Status::Error, Some(format!("through pgshard: {e}"))),
+                    Target::Plain => (Status::Error, Some(format!("plain PostgreSQL: {e}"))),
+                };
+                break 'repeats;
+            }
+            let want = vec![vec![Some(load.rows.to_string())]];
+            if count != want {
+                status = Status::Error;
+                let r = format!(
+                    "{} has {} rows after the COPY, not {}",
+                    t.target.name(),
+                    answer_text(&count),
+                    load.rows
+                );
+                progress.say(format!("  {r}"));
+                reason = Some(r);
+                answers_equal = Some(false);
+                break 'repeats;
+            }
+            answers_equal = Some(true);
+        }
+    }
+    if !opts.keep {
+        let _ = fs::remove_file(&file);
+    }
+    let ok = status == Status::Ok;
+    let summary = |target| {
+        report::summarize_queries(&runs, target)
+            .filter(|_| ok)
+            .map(|mut s| {
+                s.rows_per_s = Some(load.rows as f64 / (s.median_ms / 1e3).max(1e-9));
+                s
+            })
+    };
+    let (plain_s, pgshard_s) = (summary(Target::Plain), summary(Target::Pgshard));
+    let ratio = match (&plain_s, &pgshard_s) {
+        (Some(p), Some(s)) if s.median_ms > 0.0 => Some(p.median_ms / s.median_ms),
+        _ => None,
+    };
+    Ok(WorkloadResult {
+        name: w.name.into(),
+        description: w.description.into(),
+        kind: report::Kind::Copy,
+        pgbench_args: vec![],
+        script: None,
+        status,
+        reason,
+        plain: None,
+        pgshard: None,
+        ratio,
+        ratio_per_repeat: report::query_ratios_per_repeat(&runs),
+        reference: Reference {
+            citus_ratio: w.reference.0,
+            goal_ratio: w.reference.1,
+        },
+        runs: vec![],
+        query: Some(QueryFigures {
+            sql: copy.clone(),
+            table_rows: load.rows,
+            warmup: 0,
+            timed: 1,
+            plain: plain_s,
+            pgshard: pgshard_s,
+            answers_equal,
+            answer: Some(vec![vec![Some(load.rows.to_string())]]),
+            runs,
+        }),
+    })
+}
+
+/// One timed COPY into an emptied `test_copy` by psql, with CPU snapshots around it;
+/// the answer is the table's row count afterwards.
+async fn run_copy(t: &TargetCtx, copy: &str, repeat: u32, seq: u32) -> QueryRun {
+    let mut run = QueryRun {
+        target: t.target,
+        repeat,
+        sequence: seq,
+        ok: false,
+        error: None,
+        sqlstate: None,
+        warmup_ms: vec![],
+        times_ms: vec![],
+        median_ms: None,
+        answer: vec![],
+        pgshard_cpu_ms_per_query: None,
+        server_cpu_ms_per_query: None,
+    };
+    if let Err(e) = pgbench::psql(&t.env, &["-c", "truncate test_copy"]).await {
+        run.error = Some(format!("{e:#}"));
+        return run;
+    }
+    let mut cmd = pgbench::command("psql", &t.env);
+    cmd.args([
+        "-X",
+        "-q",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-c",
+        "\\set VERBOSITY verbose",
+        "-c",
+        copy,
+    ]);
+    let before = t.probe.snapshot();
+    let start = Instant::now();
+    let out = match pgbench::run(cmd, Some(LOAD_TIMEOUT)).await {
+        Ok(o) => o,
+        Err(e) => {
+            run.error = Some(format!("{e:#}"));
+            return run;
+        }
+    };
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let usage = cpu::usage(&t.probe, &before, &t.probe.snapshot());
+    if !out.success() {
+        // "ERROR:  0A000: message" with VERBOSITY verbose.
+        let line = out
+            .stderr
+            .lines()
+            .find(|l| l.contains("ERROR:"))
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        let rest = line
+            .split_once("ERROR:")
+            .map(|(_, r)| r.trim())
+            .unwrap_or("");
+        let code = rest
+            .split_once(':')
+            .map(|(c, _)| c.trim())
+            .filter(|c| c.len() == 5 && c.chars().all(|ch| ch.is_ascii_alphanumeric()));
+        run.sqlstate = code.map(str::to_string);
+        run.error = Some(if line.is_empty() {
+            out.error_reason()
+        } else {
+            line
+        });
+        return run;
+    }
+    run.times_ms.push(ms);
+    run.median_ms = Some(ms);
+    run.pgshard_cpu_ms_per_query = usage.pgshard_s.map(|s| s * 1e3);
+    run.server_cpu_ms_per_query = Some(usage.servers_s.iter().map(|(_, s)| s).sum::<f64>() * 1e3);
+    match pgbench::psql(&t.env, &["-c", "select count(*) from test_copy"]).await {
+        Ok(n) => {
+            run.answer = vec![vec![Some(n)]];
+            run.ok = true;
+        }
+        Err(e) => run.error = Some(format!("counting the rows: {e:#}")),
+    }
+    run
 }
 
 /// One run of a query against one target, on a new connection: QUERY_WARMUP untimed

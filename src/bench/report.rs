@@ -109,8 +109,20 @@ pub enum Status {
 pub enum Kind {
     /// pgbench runs: throughput and latency (`plain`, `pgshard`, `runs`).
     Pgbench,
+    /// sysbench runs: the same figures as pgbench's (`plain`, `pgshard`, `runs`).
+    Sysbench,
     /// One query executed a few times: its time (`query`).
     Query,
+    /// A COPY of a file into a table, once per run: its time and rows/s (`query`).
+    Copy,
+}
+
+impl Kind {
+    /// Measured as throughput (TPS; ratio pgshard / plain), else as a time (ratio
+    /// plain / pgshard).
+    pub fn throughput(self) -> bool {
+        matches!(self, Kind::Pgbench | Kind::Sysbench)
+    }
 }
 
 /// A query workload's executions against one target in one repetition, on one
@@ -149,6 +161,8 @@ pub struct QuerySummary {
     pub max_ms: f64,
     pub pgshard_cpu_ms_per_query_median: Option<f64>,
     pub server_cpu_ms_per_query_median: Option<f64>,
+    /// COPY workloads: rows copied per second at the median time.
+    pub rows_per_s: Option<f64>,
 }
 
 /// The figures of a query workload.
@@ -206,8 +220,12 @@ pub struct WorkloadResult {
     pub name: String,
     pub description: String,
     pub kind: Kind,
-    /// pgbench workloads only (empty for queries).
+    /// pgbench workloads: pgbench's arguments; sysbench workloads: sysbench's (the
+    /// password left out); empty for queries.
     pub pgbench_args: Vec<String>,
+    /// The pgbench script of workloads that run one of ours (`-f`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub script: Option<String>,
     pub status: Status,
     pub reason: Option<String>,
     /// pgbench workloads only.
@@ -297,6 +315,7 @@ pub fn summarize_queries(runs: &[QueryRun], target: Target) -> Option<QuerySumma
         max_ms: ms.iter().copied().fold(f64::NEG_INFINITY, f64::max),
         pgshard_cpu_ms_per_query_median: med(&|r| r.pgshard_cpu_ms_per_query),
         server_cpu_ms_per_query_median: med(&|r| r.server_cpu_ms_per_query),
+        rows_per_s: None,
     })
 }
 
@@ -440,9 +459,10 @@ pub fn table(results: &[WorkloadResult], load: Option<&QueryLoad>) -> String {
     let mut rows: Vec<Vec<String>> = vec![];
     let mut query_rows: Vec<Vec<String>> = vec![];
     for w in results {
-        let rows = match w.kind {
-            Kind::Pgbench => &mut rows,
-            Kind::Query => &mut query_rows,
+        let rows = if w.kind.throughput() {
+            &mut rows
+        } else {
+            &mut query_rows
         };
         if w.status != Status::Ok {
             rows.push(vec![
@@ -464,6 +484,7 @@ pub fn table(results: &[WorkloadResult], load: Option<&QueryLoad>) -> String {
                     target.name().into(),
                     format!("{:.1}", s.median_ms),
                     format!("{:.1}-{:.1}", s.min_ms, s.max_ms),
+                    s.rows_per_s.map_or(String::new(), thousands),
                     if first {
                         String::new()
                     } else {
@@ -510,6 +531,7 @@ pub fn table(results: &[WorkloadResult], load: Option<&QueryLoad>) -> String {
                 "target",
                 "median ms",
                 "spread (min-max) ms",
+                "rows/s",
                 QUERY_RATIO_HEADER,
                 "pgshard ms CPU/query",
                 "servers ms CPU/query",
@@ -536,14 +558,14 @@ fn md_reason(w: &WorkloadResult) -> String {
 /// The same table in Markdown, for docs/BENCHMARKS.md.
 pub fn markdown_table(results: &[WorkloadResult], load: Option<&QueryLoad>) -> String {
     let mut out = String::new();
-    if results.iter().any(|w| w.kind == Kind::Pgbench) {
+    if results.iter().any(|w| w.kind.throughput()) {
         out.push_str(
             "| workload | target | TPS median | spread (min-max) | latency avg ms | p50 ms | p95 ms \
              | pgshard / plain | pgshard µs CPU/txn | servers µs CPU/txn |\n\
              |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
     }
-    for w in results.iter().filter(|w| w.kind == Kind::Pgbench) {
+    for w in results.iter().filter(|w| w.kind.throughput()) {
         if w.status != Status::Ok {
             let _ = writeln!(
                 out,
@@ -578,23 +600,23 @@ pub fn markdown_table(results: &[WorkloadResult], load: Option<&QueryLoad>) -> S
             );
         }
     }
-    if results.iter().any(|w| w.kind == Kind::Query) {
+    if results.iter().any(|w| !w.kind.throughput()) {
         if !out.is_empty() {
             out.push('\n');
         }
         let _ = writeln!(
             out,
-            "| workload | target | median ms | spread (min-max) ms | {QUERY_RATIO_HEADER} \
+            "| workload | target | median ms | spread (min-max) ms | rows/s | {QUERY_RATIO_HEADER} \
              | pgshard ms CPU/query | servers ms CPU/query |\n\
-             |---|---|---:|---:|---:|---:|---:|"
+             |---|---|---:|---:|---:|---:|---:|---:|"
         );
     }
-    for w in results.iter().filter(|w| w.kind == Kind::Query) {
+    for w in results.iter().filter(|w| !w.kind.throughput()) {
         let q = w.query.as_ref().filter(|_| w.status == Status::Ok);
         let Some(q) = q else {
             let _ = writeln!(
                 out,
-                "| {} | {}: {} | | | | | |",
+                "| {} | {}: {} | | | | | | |",
                 w.name,
                 status_word(w.status),
                 md_reason(w)
@@ -606,12 +628,13 @@ pub fn markdown_table(results: &[WorkloadResult], load: Option<&QueryLoad>) -> S
             let first = target == Target::Plain;
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.1} | {:.1}-{:.1} | {} | {} | {} |",
+                "| {} | {} | {:.1} | {:.1}-{:.1} | {} | {} | {} | {} |",
                 if first { w.name.as_str() } else { "" },
                 target.name(),
                 s.median_ms,
                 s.min_ms,
                 s.max_ms,
+                s.rows_per_s.map_or(String::new(), thousands),
                 if first {
                     String::new()
                 } else {
@@ -643,7 +666,7 @@ pub fn svg(results: &[WorkloadResult], subtitle: &str) -> String {
     let n = results.len().max(1) as f64;
     let (left, right, top, bottom) = (70.0, 30.0, 70.0, 90.0);
     let group = 170.0;
-    let queries = results.iter().any(|w| w.kind == Kind::Query);
+    let queries = results.iter().any(|w| !w.kind.throughput());
     // Room for the title.
     let width = (left + right + group * n).max(if queries { 820.0 } else { 640.0 });
     let height = 400.0;
@@ -772,9 +795,10 @@ pub fn svg(results: &[WorkloadResult], subtitle: &str) -> String {
         match (w.status, w.ratio) {
             (Status::Ok, Some(r)) => {
                 let x = cx - 3.0 - bw;
-                let what = match w.kind {
-                    Kind::Pgbench => "pgshard TPS / PostgreSQL TPS",
-                    Kind::Query => "PostgreSQL time / pgshard time",
+                let what = if w.kind.throughput() {
+                    "pgshard TPS / PostgreSQL TPS"
+                } else {
+                    "PostgreSQL time / pgshard time"
                 };
                 let _ = writeln!(
                     s,
@@ -860,6 +884,7 @@ mod tests {
             description: String::new(),
             kind: Kind::Pgbench,
             pgbench_args: vec![],
+            script: None,
             status,
             reason: (status != Status::Ok).then(|| "ERROR: <boom> & more".into()),
             plain: None,
