@@ -10,12 +10,18 @@
 //!    server, and through pgshard followed by `SET citus.shard_count = 32` and the four
 //!    `create_distributed_table` calls in one psql session;
 //! 3. runs every workload R times, pgshard and plain alternating, and records pgbench's
-//!    figures, latency percentiles (sampled per-transaction log) and the CPU time of
-//!    pgshard and of every PostgreSQL server (from /proc);
+//!    (W3: sysbench's) figures, latency percentiles (sampled per-transaction log;
+//!    sysbench's histogram) and the CPU time of pgshard and of every PostgreSQL server
+//!    (from /proc); before the first W2 workload it makes W2's table `w2` and writes
+//!    each variant's script with ids chosen from the shard ranges (`w2.rs`), trying its
+//!    statements through pgshard first; before W3, `sysbench prepare` on both and
+//!    `create_distributed_table('sbtest1', 'id')`; a workload pgshard refuses (0A000)
+//!    is reported as skipped with pgshard's message, any other failure as an error;
 //!    before the first W4 workload it loads W4's table `test` (ROWS rows: on the plain
 //!    server directly; through pgshard as a local table, then `create_distributed_table`),
 //!    and a W4 workload times one query (warm-up, then timed executions, median) and
-//!    checks that both targets answer the same;
+//!    checks that both targets answer the same; `w4-copy` times psql's `\copy` of
+//!    W4's rows into an empty table `test_copy` on both;
 //! 4. prints a table, writes `OUT/bench.json` (every raw figure, the machine, versions,
 //!    settings, date and command) and `OUT/bench.svg` (the ratios);
 //! 5. stops everything it started (also on error and Ctrl-C) and deletes the data
@@ -656,7 +662,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         match w.kind {
             Kind::Script { script, .. } => {
                 if matches!(script, Script::W2 { .. }) && w2_setup.is_none() {
-                    w2_setup = Some(setup_w2(opts, progress, targets).await?);
+                    w2_setup = Some(setup_w2(progress, targets).await?);
                 }
                 (script_text, not_run) =
                     write_script(opts, w, script, w2_setup.as_ref(), &pgshard_target.env).await;
@@ -1153,7 +1159,6 @@ struct W2Setup {
 }
 
 async fn setup_w2(
-    opts: &Options,
     progress: &Progress,
     [plain, pgshard]: [&TargetCtx; 2],
 ) -> Result<W2Setup> {
@@ -1161,7 +1166,6 @@ async fn setup_w2(
         "W2: table w2 (id int) on both targets, distributed by id through pgshard \
          ({SHARD_COUNT} shards)"
     ));
-    let _ = opts;
     pgbench::psql(&plain.env, &["-c", "create table w2 (id int)"])
         .await
         .context("W2's table on the plain PostgreSQL")?;

@@ -1,9 +1,9 @@
 //! The results of a benchmark: raw runs, per-target summaries (medians and spread), the
 //! terminal table and the SVG bar chart of the pgshard / plain PostgreSQL ratios.
 //!
-//! Two kinds of workloads: pgbench ones (W1: throughput, ratio = pgshard TPS / plain
-//! TPS) and single queries (W4: time of one query, ratio = plain time / pgshard time).
-//! Either way a ratio above 1 means pgshard was faster.
+//! Two families of workloads: throughput (pgbench: W1, W2; sysbench: W3; ratio = pgshard
+//! TPS / plain TPS) and times (W4's single queries and its COPY; ratio = plain time /
+//! pgshard time). Either way a ratio above 1 means pgshard was faster.
 
 use serde::Serialize;
 use std::fmt::Write as _;
