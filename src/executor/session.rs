@@ -116,6 +116,8 @@ pub struct Session {
     /// Active savepoints of the block, oldest first: replayed after BEGIN on a node
     /// that joins later, so that ROLLBACK TO works on every node.
     savepoints: Vec<String>,
+    /// A backend of this session was cancelled to break a distributed deadlock.
+    deadlocked: bool,
     held: Vec<Held>,
     statements: HashMap<String, Arc<Prepared>>,
     portals: HashMap<String, Portal>,
@@ -174,6 +176,7 @@ impl Session {
             txn: TxnState::Idle,
             begin_text: String::new(),
             savepoints: Vec::new(),
+            deadlocked: false,
             held: Vec::new(),
             statements: HashMap::new(),
             portals: HashMap::new(),
@@ -523,11 +526,12 @@ impl Session {
 
     /// A backend's ErrorResponse as the client should see it: forwarded unchanged,
     /// except a cancellation by the distributed deadlock detector, which becomes 40P01.
-    fn backend_error(&self, idx: usize, body: Bytes) -> PgError {
+    fn backend_error(&mut self, idx: usize, body: Bytes) -> PgError {
         let e = PgError::from_server_fields(body);
         if e.code == sqlstate::QUERY_CANCELED {
             let conn = &self.held[idx].conn;
             if let Some(text) = deadlock::take_victim(&conn.addr, conn.process_id) {
+                self.deadlocked = true;
                 return PgError::new(deadlock::DEADLOCK_DETECTED, text);
             }
         }
@@ -537,6 +541,21 @@ impl Session {
     fn forward_backend_error(&mut self, idx: usize, body: Bytes) {
         let e = self.backend_error(idx, body);
         msg::write_error(&mut self.out, &e);
+    }
+
+    /// After a distributed deadlock the victim's transaction releases its locks at
+    /// once, as PostgreSQL's victim does (the block stays failed until ROLLBACK):
+    /// every node of the block rolls back now, unless savepoints may still be rolled
+    /// back to.
+    async fn release_deadlock_victim(&mut self) {
+        if !std::mem::take(&mut self.deadlocked) || !self.savepoints.is_empty() {
+            return;
+        }
+        for h in self.held.iter_mut() {
+            if h.conn.txn_status != b'I' && !h.conn.broken {
+                h.conn.simple("ROLLBACK").await.ok();
+            }
+        }
     }
 
     /// Runs one of pgshard's transaction statements (savepoints) on every node the
@@ -952,6 +971,7 @@ impl Session {
             return;
         }
         self.end_batch().await;
+        self.release_deadlock_victim().await;
         self.skipping = false;
         // Portals live until their transaction ends: at Sync in autocommit, with
         // COMMIT/ROLLBACK inside a block.
@@ -1124,6 +1144,7 @@ impl Session {
             }
             self.fail();
         }
+        self.release_deadlock_victim().await;
         self.batch_error = false;
         for h in self.held.iter_mut() {
             h.in_batch = false;
