@@ -52,6 +52,13 @@ pub struct Config {
     /// Defaults of the `citus.*` settings, overridable per session with SET.
     #[serde(default)]
     pub citus: CitusDefaults,
+    /// Seconds between runs of prepared-transaction recovery (0 = start-up and
+    /// `recover_prepared_transactions()` only).
+    #[serde(default = "default_recovery_interval")]
+    pub recovery_interval_secs: u64,
+    /// Milliseconds between distributed deadlock checks (0 = off).
+    #[serde(default = "default_deadlock_interval")]
+    pub deadlock_detection_interval_ms: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -82,6 +89,12 @@ fn default_pool_size() -> usize {
 }
 fn default_max_clients() -> usize {
     2000
+}
+fn default_recovery_interval() -> u64 {
+    30
+}
+fn default_deadlock_interval() -> u64 {
+    1000
 }
 fn default_shard_count() -> u32 {
     32

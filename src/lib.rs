@@ -18,3 +18,4 @@ pub mod frontend;
 pub mod planner;
 pub mod sharding;
 pub mod sql;
+pub mod transaction;

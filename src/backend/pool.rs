@@ -46,6 +46,10 @@ impl Drop for PooledConn {
         if let Some(conn) = self.conn.take() {
             if conn.is_reusable() {
                 self.pool.idle.lock().unwrap().push(conn);
+            } else if conn.broken {
+                // The node may have restarted: its other idle connections are likely
+                // dead too, and would each fail a client's statement once.
+                self.pool.idle.lock().unwrap().clear();
             }
         }
     }

@@ -10,6 +10,7 @@
 //! - `shards`: `get_shard_id_for_distribution_column`, the size functions,
 //!   `undistribute_table`, and the helpers `drop_distributed_table` and
 //!   `propagate_to_shards` for the executor
+//! - `recover_prepared_transactions`: `crate::transaction::recovery`
 //! - `twopc`: two-phase commit of control-plane work anchored in the coordinator node
 
 pub mod distribute;
@@ -103,6 +104,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
         "undistribute_table",
         &["table_name", "cascade_via_foreign_keys"],
     ),
+    ("recover_prepared_transactions", &[]),
 ];
 
 fn normalize(name: &str) -> String {
@@ -145,6 +147,7 @@ pub fn result_columns(name: &str) -> Vec<(String, u32)> {
         | "citus_relation_size"
         | "citus_table_size"
         | "citus_total_relation_size" => col(type_oid::INT8),
+        "recover_prepared_transactions" => col(type_oid::INT4),
         _ => col(type_oid::VOID),
     }
 }
@@ -189,6 +192,14 @@ pub async fn call_utility(
             shards::relation_size(cache, &name, &args).await
         }
         "undistribute_table" => shards::undistribute_table(cache, &args, &notices).await,
+        "recover_prepared_transactions" => {
+            let n = crate::transaction::recovery::recover(cache).await?;
+            Ok(UtilityResult::scalar(
+                &name,
+                type_oid::INT4,
+                Some(n.to_string()),
+            ))
+        }
         _ => unreachable!("checked by is_utility_function"),
     }
 }

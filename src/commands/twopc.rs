@@ -33,11 +33,15 @@ impl Participant {
     }
 }
 
-/// A new gid: `pgshard_<kind>_<random>_<n>`. The random part names this run of the
-/// command (and thereby the owning pgshard process), `n` the participant.
+/// A new gid prefix: `pgshard_<instance>_<kind>_<random>` (participant `n` appends
+/// `_<n>`). The instance names the owning pgshard process for recovery
+/// (`crate::transaction`), the random part this run of the command.
 pub fn gid_prefix(kind: &str) -> String {
     let tag: u64 = rand::thread_rng().gen();
-    format!("pgshard_{kind}_{:x}_{tag:016x}", std::process::id())
+    format!(
+        "pgshard_{}_{kind}_{tag:016x}",
+        crate::transaction::instance_id()
+    )
 }
 
 /// Prepares every participant (in parallel); on the first failure returns the error
@@ -174,6 +178,8 @@ where
     Fut: std::future::Future<Output = Result<(), PgError>>,
 {
     let prefix = gid_prefix(kind);
+    // Recovery leaves the transaction alone until it is committed or aborted here.
+    let _in_flight = crate::transaction::InFlight::register(prefix.clone());
     let before_commit = async {
         prepare_all(participants, &prefix).await?;
         coord_work().await?;
@@ -206,8 +212,11 @@ mod tests {
     fn gids_are_unique_and_tagged() {
         let a = gid_prefix("cdt");
         let b = gid_prefix("cdt");
-        assert!(a.starts_with("pgshard_cdt_"));
         assert_ne!(a, b);
+        let gid = format!("{a}_3");
+        let (instance, prefix) = crate::transaction::parse_gid(&gid).expect("a pgshard gid");
+        assert_eq!(instance, crate::transaction::instance_id());
+        assert_eq!(prefix, a);
         // Prepared transaction gids are limited to 200 bytes.
         assert!(a.len() + 10 < 200);
     }

@@ -25,6 +25,7 @@ use crate::planner::{
 };
 use crate::sql::parse::{self, Statement};
 use crate::sql::quote::{quote_ident, quote_literal};
+use crate::transaction::{deadlock, recovery, InFlight};
 use bytes::{Bytes, BytesMut};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -115,6 +116,11 @@ pub struct Session {
     explain_all_tasks: bool,
     txn: TxnState,
     begin_text: String,
+    /// Active savepoints of the block, oldest first: replayed after BEGIN on a node
+    /// that joins later, so that ROLLBACK TO works on every node.
+    savepoints: Vec<String>,
+    /// A backend of this session was cancelled to break a distributed deadlock.
+    deadlocked: bool,
     held: Vec<Held>,
     statements: HashMap<String, Arc<Prepared>>,
     portals: HashMap<String, Portal>,
@@ -172,6 +178,8 @@ impl Session {
             explain_all_tasks: false,
             txn: TxnState::Idle,
             begin_text: String::new(),
+            savepoints: Vec::new(),
+            deadlocked: false,
             held: Vec::new(),
             statements: HashMap::new(),
             portals: HashMap::new(),
@@ -355,7 +363,11 @@ impl Session {
                 self.pending.push_back(Expect::SimpleSilent(addr.clone()));
             }
             if self.txn != TxnState::Idle && h.conn.txn_status == b'I' {
-                let begin = self.begin_text.clone();
+                let mut begin = self.begin_text.clone();
+                for name in &self.savepoints {
+                    begin.push_str("; SAVEPOINT ");
+                    begin.push_str(&quote_ident(name));
+                }
                 msg::write_query(&mut h.conn.wbuf, &begin);
                 h.dirty = true;
                 self.pending.push_back(Expect::SimpleSilent(addr.clone()));
@@ -444,7 +456,7 @@ impl Session {
                             self.held[idx].errored = true;
                         }
                         if !self.batch_error {
-                            msg::write_raw(&mut self.out, b'E', &f.body);
+                            self.forward_backend_error(idx, f.body);
                         }
                         self.fail();
                         self.skipping = true;
@@ -520,6 +532,58 @@ impl Session {
             self.release_all();
         }
         self.batch_error = false;
+    }
+
+    /// A backend's ErrorResponse as the client should see it: forwarded unchanged,
+    /// except a cancellation by the distributed deadlock detector, which becomes 40P01.
+    fn backend_error(&mut self, idx: usize, body: Bytes) -> PgError {
+        let e = PgError::from_server_fields(body);
+        if e.code == sqlstate::QUERY_CANCELED {
+            let conn = &self.held[idx].conn;
+            if let Some(text) = deadlock::take_victim(&conn.addr, conn.process_id) {
+                self.deadlocked = true;
+                return PgError::new(deadlock::DEADLOCK_DETECTED, text);
+            }
+        }
+        e
+    }
+
+    fn forward_backend_error(&mut self, idx: usize, body: Bytes) {
+        let e = self.backend_error(idx, body);
+        msg::write_error(&mut self.out, &e);
+    }
+
+    /// After a distributed deadlock the victim's transaction releases its locks at
+    /// once, as PostgreSQL's victim does (the block stays failed until ROLLBACK):
+    /// every node of the block rolls back now, unless savepoints may still be rolled
+    /// back to.
+    async fn release_deadlock_victim(&mut self) {
+        if !std::mem::take(&mut self.deadlocked) || !self.savepoints.is_empty() {
+            return;
+        }
+        for h in self.held.iter_mut() {
+            if h.conn.txn_status != b'I' && !h.conn.broken {
+                h.conn.simple("ROLLBACK").await.ok();
+            }
+        }
+    }
+
+    /// Runs one of pgshard's transaction statements (savepoints) on every node the
+    /// block uses.
+    async fn on_every_held(&mut self, sql: &str) -> PgResult<()> {
+        self.drain_all().await?;
+        for h in self.held.iter_mut() {
+            if h.conn.txn_status != b'I' {
+                h.conn.simple(sql).await.map_err(|mut e| {
+                    if e.code != sqlstate::CONNECTION_FAILURE {
+                        e.raw = None;
+                        e.message = format!("{} (node {})", e.message, h.conn.addr);
+                    }
+                    e
+                })?;
+            }
+        }
+        Ok(())
     }
 
     fn release_all(&mut self) {
@@ -647,7 +711,9 @@ impl Session {
         if self.txn == TxnState::Failed
             && !matches!(
                 plan,
-                Plan::Transaction(TxnCommand::Commit | TxnCommand::Rollback)
+                Plan::Transaction(
+                    TxnCommand::Commit | TxnCommand::Rollback | TxnCommand::RollbackTo { .. }
+                )
             )
         {
             return Err(aborted_error());
@@ -718,7 +784,9 @@ impl Session {
         if self.txn == TxnState::Failed
             && !matches!(
                 stmt.plan,
-                Plan::Transaction(TxnCommand::Commit | TxnCommand::Rollback)
+                Plan::Transaction(
+                    TxnCommand::Commit | TxnCommand::Rollback | TxnCommand::RollbackTo { .. }
+                )
             )
         {
             return Err(aborted_error());
@@ -913,6 +981,7 @@ impl Session {
             return;
         }
         self.end_batch().await;
+        self.release_deadlock_victim().await;
         self.skipping = false;
         // Portals live until their transaction ends: at Sync in autocommit, with
         // COMMIT/ROLLBACK inside a block.
@@ -1030,7 +1099,9 @@ impl Session {
             if self.txn == TxnState::Failed
                 && !matches!(
                     plan,
-                    Plan::Transaction(TxnCommand::Commit | TxnCommand::Rollback)
+                    Plan::Transaction(
+                        TxnCommand::Commit | TxnCommand::Rollback | TxnCommand::RollbackTo { .. }
+                    )
                 )
             {
                 let e = aborted_error();
@@ -1083,6 +1154,7 @@ impl Session {
             }
             self.fail();
         }
+        self.release_deadlock_victim().await;
         self.batch_error = false;
         for h in self.held.iter_mut() {
             h.in_batch = false;
@@ -1111,10 +1183,11 @@ impl Session {
             match f.tag {
                 b'Z' => break,
                 b'E' => {
+                    let e = self.backend_error(idx, f.body);
                     if forward {
-                        msg::write_raw(&mut self.out, b'E', &f.body);
+                        msg::write_error(&mut self.out, &e);
                     }
-                    err = Some(PgError::from_server_fields(f.body));
+                    err = Some(e);
                 }
                 b'G' if forward => {
                     // COPY FROM STDIN: the client's data streams through to this backend.
@@ -1521,10 +1594,56 @@ impl Session {
                 }
                 Ok(())
             }
+            TxnCommand::Savepoint { name } => {
+                self.outside_block_check("SAVEPOINT")?;
+                self.on_every_held(&format!("SAVEPOINT {}", quote_ident(name)))
+                    .await?;
+                self.savepoints.push(name.clone());
+                sink.complete("SAVEPOINT");
+                Ok(())
+            }
+            TxnCommand::Release { name } => {
+                self.outside_block_check("RELEASE SAVEPOINT")?;
+                let at = self.savepoint_position(name)?;
+                self.on_every_held(&format!("RELEASE SAVEPOINT {}", quote_ident(name)))
+                    .await?;
+                self.savepoints.truncate(at);
+                sink.complete("RELEASE");
+                Ok(())
+            }
+            TxnCommand::RollbackTo { name } => {
+                self.outside_block_check("ROLLBACK TO SAVEPOINT")?;
+                let at = self.savepoint_position(name)?;
+                self.on_every_held(&format!("ROLLBACK TO SAVEPOINT {}", quote_ident(name)))
+                    .await?;
+                self.savepoints.truncate(at + 1);
+                self.txn = TxnState::InBlock;
+                sink.complete("ROLLBACK");
+                Ok(())
+            }
             TxnCommand::Other { .. } => Err(PgError::not_supported(
-                "pgshard does not support SAVEPOINT, PREPARE TRANSACTION or COMMIT AND CHAIN yet",
+                "pgshard does not support PREPARE TRANSACTION or COMMIT/ROLLBACK AND CHAIN yet",
             )),
         }
+    }
+
+    /// PostgreSQL's error for savepoint commands outside a block.
+    fn outside_block_check(&self, what: &str) -> PgResult<()> {
+        if self.txn == TxnState::Idle {
+            return Err(PgError::new(
+                "25P01",
+                format!("{what} can only be used in transaction blocks"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The newest active savepoint of that name.
+    fn savepoint_position(&self, name: &str) -> PgResult<usize> {
+        self.savepoints
+            .iter()
+            .rposition(|s| s == name)
+            .ok_or_else(|| PgError::new("3B001", format!("savepoint \"{name}\" does not exist")))
     }
 
     /// Ends the block on every node it used: COMMIT where one node wrote, two-phase
@@ -1533,6 +1652,7 @@ impl Session {
         self.drain_all().await.ok();
         let mut held = std::mem::take(&mut self.held);
         self.txn = TxnState::Idle;
+        self.savepoints.clear();
         self.running.lock().unwrap().clear();
         let writers = held.iter().filter(|h| h.wrote).count();
         let result = if !commit {
@@ -1563,15 +1683,15 @@ impl Session {
 
     async fn two_phase_commit(&mut self, held: &mut [Held]) -> PgResult<()> {
         let catalog = self.shared.catalog.snapshot();
-        let gid_of = |i: usize| {
-            format!(
-                "pgshard_{}_{}_{}_{}",
-                self.shared.instance_id,
-                std::process::id(),
-                self.txn_serial,
-                i
-            )
-        };
+        let prefix = format!(
+            "pgshard_{}_{}_{}",
+            self.shared.instance_id,
+            std::process::id(),
+            self.txn_serial
+        );
+        let gid_of = |i: usize| format!("{prefix}_{i}");
+        // Recovery leaves the transaction alone until this function returns.
+        let _in_flight = InFlight::register(prefix.clone());
         // 1. Prepare every participant, all nodes at once (readers just commit).
         let gids: Vec<Option<String>> = held
             .iter()
@@ -1606,12 +1726,16 @@ impl Session {
             }
         }
         if let Some(e) = failure {
+            if e.code == sqlstate::CONNECTION_FAILURE {
+                // A node lost mid-PREPARE may still have prepared: recovery rolls it back.
+                recovery::recover_soon(self.shared.catalog.clone());
+            }
             for (i, h) in held.iter_mut().enumerate() {
                 if let Some((_, gid)) = prepared.iter().find(|(j, _)| *j == i) {
-                    h.conn
-                        .simple(&format!("ROLLBACK PREPARED {}", quote_literal(gid)))
-                        .await
-                        .ok();
+                    let sql = format!("ROLLBACK PREPARED {}", quote_literal(gid));
+                    if h.conn.simple(&sql).await.is_err() {
+                        recovery::recover_soon(self.shared.catalog.clone());
+                    }
                 } else if h.conn.txn_status != b'I' {
                     h.conn.simple("ROLLBACK").await.ok();
                 }
@@ -1647,12 +1771,20 @@ impl Session {
             Err(e) => Err(e),
         };
         if let Err(e) = decided {
+            if e.code == sqlstate::CONNECTION_FAILURE {
+                // The record may or may not be committed: recovery decides the same for
+                // every participant once the coordinator node answers again.
+                recovery::recover_soon(self.shared.catalog.clone());
+                return Err(e.with_detail(
+                    "The commit decision could not be confirmed; the transaction is committed \
+                     on every node or on none, as recover_prepared_transactions() finds.",
+                ));
+            }
             for (i, gid) in &prepared {
-                held[*i]
-                    .conn
-                    .simple(&format!("ROLLBACK PREPARED {}", quote_literal(gid)))
-                    .await
-                    .ok();
+                let sql = format!("ROLLBACK PREPARED {}", quote_literal(gid));
+                if held[*i].conn.simple(&sql).await.is_err() {
+                    recovery::recover_soon(self.shared.catalog.clone());
+                }
             }
             return Err(e);
         }
@@ -1675,6 +1807,9 @@ impl Session {
             } else if let Err(e) = r {
                 tracing::warn!("COMMIT PREPARED {gid} failed on {addr}: {e}");
             }
+        }
+        if committed.len() < prepared.len() {
+            recovery::recover_soon(self.shared.catalog.clone());
         }
         let gids: Vec<String> = committed.iter().map(|g| quote_literal(g)).collect();
         if gids.is_empty() {

@@ -41,7 +41,7 @@ impl Shared {
             password: cfg.password.clone(),
             database: cfg.database.clone(),
         };
-        let instance_id = format!("{:08x}", rand::random::<u32>());
+        let instance_id = crate::transaction::instance_id().to_string();
         let pools = Pools::new(
             creds,
             cfg.max_connections_per_node,

@@ -107,9 +107,11 @@ async fn start(cfg: Config) -> anyhow::Result<Arc<Shared>> {
         .await
         .map_err(|e| anyhow::anyhow!("catalog: {e}"))?;
     check_workers(&catalog).await;
-    Shared::new(cfg.clone(), catalog)
+    let shared = Shared::new(cfg.clone(), catalog)
         .await
-        .map_err(|e| anyhow::anyhow!("{e}"))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    start_transaction_services(&shared).await;
+    Ok(shared)
 }
 
 /// Accepts clients and deals them to the serving threads (this one included).
@@ -187,6 +189,55 @@ async fn refuse_client(mut stream: TcpStream) {
         ),
     );
     let _ = stream.write_all(&out).await;
+}
+
+/// The liveness lock first (so that no other process takes this one's transactions
+/// for a dead one's), then recovery of prepared transactions (at once and
+/// periodically) and distributed deadlock detection.
+async fn start_transaction_services(shared: &Arc<Shared>) {
+    use crate::transaction::{deadlock, recovery};
+    use std::time::Duration;
+    recovery::hold_liveness_lock(shared.catalog.clone()).await;
+    let cfg = &shared.cfg;
+    match recovery::recover(&shared.catalog).await {
+        Ok(n) if n > 0 => tracing::info!("recovered {n} prepared transactions at start-up"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("recovery of prepared transactions at start-up: {e}"),
+    }
+    if cfg.recovery_interval_secs > 0 {
+        let every = Duration::from_secs(cfg.recovery_interval_secs);
+        let cache = shared.catalog.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(every).await;
+            recovery::start_periodic(cache, every);
+        });
+    }
+    if cfg.deadlock_detection_interval_ms > 0 {
+        let weak = Arc::downgrade(shared);
+        deadlock::start(
+            cfg.clone(),
+            Duration::from_millis(cfg.deadlock_detection_interval_ms),
+            move || {
+                let Some(shared) = weak.upgrade() else {
+                    return Vec::new();
+                };
+                let sessions: Vec<_> = shared
+                    .cancel_keys
+                    .lock()
+                    .unwrap()
+                    .values()
+                    .cloned()
+                    .collect();
+                let mut held = Vec::new();
+                for (i, running) in sessions.iter().enumerate() {
+                    for (addr, pid, _) in running.lock().unwrap().iter() {
+                        held.push((i, addr.clone(), *pid));
+                    }
+                }
+                held
+            },
+        );
+    }
 }
 
 /// Warns about workers lacking what multi-shard transactions need.

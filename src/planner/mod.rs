@@ -36,7 +36,17 @@ pub enum TxnCommand {
     },
     Commit,
     Rollback,
-    /// SAVEPOINT, RELEASE, ROLLBACK TO, PREPARE TRANSACTION and the like.
+    /// SAVEPOINT / RELEASE [SAVEPOINT] / ROLLBACK TO [SAVEPOINT] with the savepoint name.
+    Savepoint {
+        name: String,
+    },
+    Release {
+        name: String,
+    },
+    RollbackTo {
+        name: String,
+    },
+    /// PREPARE TRANSACTION, COMMIT/ROLLBACK AND CHAIN and the like.
     Other {
         text: String,
         kind: i32,
@@ -307,6 +317,15 @@ fn txn_command(t: &protobuf::TransactionStmt, text: &str) -> TxnCommand {
         }
         Ok(TransactionStmtKind::TransStmtCommit) if !t.chain => TxnCommand::Commit,
         Ok(TransactionStmtKind::TransStmtRollback) if !t.chain => TxnCommand::Rollback,
+        Ok(TransactionStmtKind::TransStmtSavepoint) => TxnCommand::Savepoint {
+            name: t.savepoint_name.clone(),
+        },
+        Ok(TransactionStmtKind::TransStmtRelease) => TxnCommand::Release {
+            name: t.savepoint_name.clone(),
+        },
+        Ok(TransactionStmtKind::TransStmtRollbackTo) => TxnCommand::RollbackTo {
+            name: t.savepoint_name.clone(),
+        },
         _ => TxnCommand::Other {
             text: text.trim().to_string(),
             kind: t.kind,

@@ -1,0 +1,739 @@
+//! Transactions across shards, through crashes (issue #3), with real servers and
+//! real clients:
+//!
+//! - savepoints through pgshard behave as on a plain PostgreSQL (same outcomes and
+//!   SQLSTATEs, same rows), also for nodes that join the block after a savepoint;
+//! - a lock-wait cycle across two workers is broken with 40P01 within 5 s and the
+//!   surviving session commits;
+//! - a client that vanishes mid-block leaves no 'idle in transaction' backend;
+//! - 1PC mode commits on every node;
+//! - `recover_prepared_transactions()` commits prepared transactions with a decision
+//!   record, rolls back those without, and leaves those of a live other pgshard alone;
+//! - on a dedicated cluster: TPC-B (pgbench tables distributed as in W1) keeps its
+//!   invariant under pgbench, and through kill -9 of pgshard, kill -9 of a worker and
+//!   a stop of the coordinator node's PostgreSQL, each twice: afterwards no prepared
+//!   transaction is left, the invariant holds and every transaction whose COMMIT
+//!   succeeded is present.
+
+mod common;
+
+use common::{alloc_ports, cluster, cluster_up, plain_postgres, psql, run_dir, teardown_at_exit};
+use common::{Teardown, TestCluster};
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+/// Outcome of one statement: the command tags and rows, or the SQLSTATE.
+async fn outcome(c: &Client, sql: &str) -> String {
+    match c.simple_query(sql).await {
+        Ok(msgs) => msgs
+            .iter()
+            .map(|m| match m {
+                SimpleQueryMessage::Row(r) => {
+                    let vals: Vec<&str> =
+                        (0..r.len()).map(|i| r.get(i).unwrap_or("NULL")).collect();
+                    format!("({})", vals.join(","))
+                }
+                SimpleQueryMessage::CommandComplete(n) => format!("ok {n}"),
+                _ => String::new(),
+            })
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join(" "),
+        Err(e) => format!(
+            "error {}",
+            e.code()
+                .map(|c| c.code().to_string())
+                .unwrap_or_else(|| e.to_string())
+        ),
+    }
+}
+
+/// The one value of `sql` as an int8, through the simple protocol (Citus
+/// functions nested in expressions are computed in simple queries only).
+async fn scalar_i64(c: &Client, sql: &str) -> i64 {
+    let msgs = c
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    msgs.iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0).map(|v| v.parse::<i64>().unwrap()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{sql}: no value"))
+}
+
+/// Rows of a multi-shard read in text, sorted (no ORDER BY across shards yet).
+async fn sorted_rows(c: &Client, sql: &str) -> Vec<String> {
+    let mut rows: Vec<String> = c
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
+        .iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some(
+                (0..r.len())
+                    .map(|i| r.get(i).unwrap_or("NULL"))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+            _ => None,
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// A connection through pgshard whose socket can be cut without a Terminate message.
+async fn vanishing_client(cl: &TestCluster) -> (Client, tokio::task::JoinHandle<()>) {
+    let (client, conn) = tokio_postgres::Config::new()
+        .host(&cl.host)
+        .port(cl.port)
+        .user(&cl.user)
+        .password(&cl.password)
+        .dbname(&cl.database)
+        .connect(tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let h = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    (client, h)
+}
+
+/// Distribution values of `table` (int key) placed on two different workers.
+async fn keys_on_two_workers(c: &Client, table: &str) -> (i32, i32) {
+    let mut first: Option<(i32, i64)> = None;
+    for k in 1..200 {
+        let port: i64 = scalar_i64(
+            c,
+            &format!(
+                "SELECT nodeport::int8 FROM pg_dist_shard_placement WHERE shardid = \
+                 (SELECT get_shard_id_for_distribution_column('{table}', {k}))"
+            ),
+        )
+        .await;
+        match first {
+            None => first = Some((k, port)),
+            Some((k0, p0)) if p0 != port => return (k0, k),
+            _ => {}
+        }
+    }
+    panic!("no two keys of {table} on different workers");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn savepoints_behave_as_in_postgres() {
+    let cl = cluster();
+    let pg = cl.client().await;
+    let plain = plain_postgres().client().await;
+    let ddl = "CREATE TABLE sp (id int PRIMARY KEY, v int)";
+    pg.batch_execute(ddl).await.unwrap();
+    pg.batch_execute("SELECT create_distributed_table('sp', 'id')")
+        .await
+        .unwrap();
+    plain.batch_execute(ddl).await.unwrap();
+    let script = [
+        "SAVEPOINT outside",
+        "BEGIN",
+        "INSERT INTO sp VALUES (1, 1)",
+        "SAVEPOINT a",
+        "INSERT INTO sp VALUES (2, 2)",
+        "INSERT INTO sp VALUES (3, 3)",
+        "INSERT INTO sp VALUES (6, 6)",
+        "ROLLBACK TO SAVEPOINT a",
+        "SELECT id FROM sp WHERE id = 2",
+        "INSERT INTO sp VALUES (4, 4)",
+        "SAVEPOINT b",
+        "INSERT INTO sp VALUES (7, 7)",
+        "INSERT INTO sp VALUES (1, 9)",
+        "SELECT 1",
+        "ROLLBACK TO b",
+        "SELECT id FROM sp WHERE id = 7",
+        "RELEASE SAVEPOINT nope",
+        "SELECT 1",
+        "ROLLBACK TO a",
+        "INSERT INTO sp VALUES (5, 5)",
+        "SAVEPOINT c",
+        "INSERT INTO sp VALUES (8, 8)",
+        "RELEASE c",
+        "RELEASE a",
+        "COMMIT",
+        "BEGIN",
+        "INSERT INTO sp VALUES (10, 10)",
+        "SAVEPOINT s",
+        "INSERT INTO sp VALUES (11, 11)",
+        "SAVEPOINT s",
+        "INSERT INTO sp VALUES (12, 12)",
+        "ROLLBACK TO s",
+        "RELEASE s",
+        "ROLLBACK TO s",
+        "COMMIT",
+        "ROLLBACK TO s",
+        "BEGIN",
+        "INSERT INTO sp VALUES (20, 20)",
+        "RELEASE SAVEPOINT nope",
+        "COMMIT",
+    ];
+    for sql in script {
+        let got = outcome(&pg, sql).await;
+        let want = outcome(&plain, sql).await;
+        assert_eq!(got, want, "{sql}");
+    }
+    let all = "SELECT id, v FROM sp";
+    let got = sorted_rows(&pg, all).await;
+    assert_eq!(got, sorted_rows(&plain, all).await);
+    assert_eq!(got, ["1,1", "10,10", "5,5", "8,8"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distributed_deadlock_is_broken() {
+    let cl = cluster();
+    let setup = cl.client().await;
+    setup
+        .batch_execute(
+            "CREATE TABLE dl (id int PRIMARY KEY, v int); \
+             SELECT create_distributed_table('dl', 'id')",
+        )
+        .await
+        .unwrap();
+    let (a, b) = keys_on_two_workers(&setup, "dl").await;
+    setup
+        .batch_execute(&format!(
+            "INSERT INTO dl VALUES ({a}, 0); INSERT INTO dl VALUES ({b}, 0)"
+        ))
+        .await
+        .unwrap();
+    let s1 = cl.client().await;
+    let s2 = cl.client().await;
+    s1.batch_execute(&format!("BEGIN; UPDATE dl SET v = 1 WHERE id = {a}"))
+        .await
+        .unwrap();
+    s2.batch_execute(&format!("BEGIN; UPDATE dl SET v = 2 WHERE id = {b}"))
+        .await
+        .unwrap();
+    let t = Instant::now();
+    let sql1 = format!("UPDATE dl SET v = 1 WHERE id = {b}");
+    let sql2 = format!("UPDATE dl SET v = 2 WHERE id = {a}");
+    let (r1, r2) = tokio::join!(s1.batch_execute(&sql1), async {
+        // s1 waits first: the cycle closes with s2.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        s2.batch_execute(&sql2).await
+    });
+    let elapsed = t.elapsed();
+    assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
+    let (victim, survivor, survivor_v, r_victim) = match (&r1, &r2) {
+        (Err(_), Ok(())) => (&s1, &s2, 2, r1),
+        (Ok(()), Err(_)) => (&s2, &s1, 1, r2),
+        _ => panic!("exactly one session must fail: {r1:?} / {r2:?}"),
+    };
+    let e = r_victim.unwrap_err();
+    let db = e.as_db_error().expect("a server error");
+    assert_eq!(db.code().code(), "40P01", "{db:?}");
+    assert!(
+        db.message().contains("distributed deadlock"),
+        "{}",
+        db.message()
+    );
+    assert!(
+        db.message().contains("waits for"),
+        "names the cycle: {}",
+        db.message()
+    );
+    victim.batch_execute("ROLLBACK").await.unwrap();
+    survivor.batch_execute("COMMIT").await.unwrap();
+    let rows = sorted_rows(&setup, "SELECT v FROM dl").await;
+    assert_eq!(rows, [survivor_v.to_string(), survivor_v.to_string()]);
+    // The victim's session goes on.
+    assert_eq!(scalar_i64(victim, "SELECT count(*) FROM dl").await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vanished_client_leaves_no_open_transaction() {
+    let cl = cluster();
+    let setup = cl.client().await;
+    setup
+        .batch_execute(
+            "CREATE TABLE vanish (id int PRIMARY KEY); \
+             SELECT create_distributed_table('vanish', 'id')",
+        )
+        .await
+        .unwrap();
+    let (a, b) = keys_on_two_workers(&setup, "vanish").await;
+    for cut in [false, true] {
+        let (c, conn) = vanishing_client(cl).await;
+        c.batch_execute(&format!(
+            "BEGIN; INSERT INTO vanish VALUES ({a}); INSERT INTO vanish VALUES ({b})"
+        ))
+        .await
+        .unwrap();
+        if cut {
+            // The socket goes without a Terminate message.
+            conn.abort();
+            drop(c);
+        } else {
+            drop(c);
+        }
+        let t = Instant::now();
+        loop {
+            let mut open = 0;
+            for &port in &cl.worker_ports {
+                let w = cl.direct(port).await;
+                open += scalar_i64(
+                    &w,
+                    "SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%' \
+                     AND application_name LIKE 'pgshard %'",
+                )
+                .await;
+            }
+            if open == 0 {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "{open} open transactions left"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert_eq!(scalar_i64(&setup, "SELECT count(*) FROM vanish").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_phase_commit_mode() {
+    let cl = cluster();
+    let c = cl.client().await;
+    c.batch_execute(
+        "CREATE TABLE onepc (id int PRIMARY KEY); \
+         SELECT create_distributed_table('onepc', 'id')",
+    )
+    .await
+    .unwrap();
+    let (a, b) = keys_on_two_workers(&c, "onepc").await;
+    c.batch_execute("SET citus.multi_shard_commit_protocol = '1pc'")
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome(&c, "SHOW citus.multi_shard_commit_protocol").await,
+        "(1pc) ok 0"
+    );
+    c.batch_execute(&format!(
+        "BEGIN; INSERT INTO onepc VALUES ({a}); INSERT INTO onepc VALUES ({b}); COMMIT"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(scalar_i64(&c, "SELECT count(*) FROM onepc").await, 2);
+    // A failure before COMMIT still rolls back every node.
+    let r = c
+        .batch_execute(&format!(
+            "BEGIN; INSERT INTO onepc VALUES ({a} + 1000); INSERT INTO onepc VALUES ({b})"
+        ))
+        .await;
+    assert!(r.is_err());
+    c.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(scalar_i64(&c, "SELECT count(*) FROM onepc").await, 2);
+}
+
+async fn prepared_orphans(w: &Client) -> i64 {
+    scalar_i64(
+        w,
+        "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'pgshard\\_0000%'",
+    )
+    .await
+}
+
+/// Prepares `gid` on a worker with one row inserted into `table`.
+async fn prepare_on(w: &Client, table: &str, id: i32, gid: &str) {
+    w.batch_execute(&format!(
+        "BEGIN; INSERT INTO {table} VALUES ({id}); PREPARE TRANSACTION '{gid}'"
+    ))
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recover_prepared_transactions_resolves_orphans() {
+    let cl = cluster();
+    let c = cl.client().await;
+    c.batch_execute("CREATE TABLE orphan_src (id int)")
+        .await
+        .unwrap();
+    // Plain tables on a worker stand for shards: recovery only looks at gids.
+    let w = cl.direct(cl.worker_ports[0]).await;
+    w.batch_execute("CREATE TABLE orphan (id int)")
+        .await
+        .unwrap();
+    let coord = cl.direct(cl.coordinator_port).await;
+    // A dead instance (nobody holds its liveness lock): one decided, one not.
+    prepare_on(&w, "orphan", 1, "pgshard_0000dead_1_1_0").await;
+    prepare_on(&w, "orphan", 2, "pgshard_0000dead_1_2_0").await;
+    coord
+        .batch_execute(
+            "INSERT INTO pg_catalog.pg_dist_transaction (groupid, gid) \
+             SELECT groupid, 'pgshard_0000dead_1_1_0' FROM pg_dist_node LIMIT 1",
+        )
+        .await
+        .unwrap();
+    // A live other instance: its lock is held by another session.
+    let live = cl.direct(cl.coordinator_port).await;
+    live.batch_execute(&format!(
+        "SELECT pg_advisory_lock({}, {})",
+        pgshard::transaction::LIVENESS_LOCK_NS,
+        pgshard::transaction::lock_key("0000a11e").unwrap()
+    ))
+    .await
+    .unwrap();
+    prepare_on(&w, "orphan", 3, "pgshard_0000a11e_1_1_0").await;
+    assert_eq!(prepared_orphans(&w).await, 3);
+    let n = scalar_i64(&c, "SELECT recover_prepared_transactions()").await;
+    assert_eq!(n, 2);
+    assert_eq!(
+        prepared_orphans(&w).await,
+        1,
+        "the live instance's is left alone"
+    );
+    assert_eq!(
+        outcome(&w, "SELECT id FROM orphan ORDER BY id").await,
+        "(1) ok 1"
+    );
+    assert_eq!(
+        scalar_i64(
+            &coord,
+            "SELECT count(*) FROM pg_dist_transaction WHERE gid LIKE 'pgshard\\_0000dead%'"
+        )
+        .await,
+        0,
+        "decision records cleaned up"
+    );
+    // Once that instance is gone, its transaction goes too.
+    drop(live);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let n = scalar_i64(&c, "SELECT recover_prepared_transactions()").await;
+    assert_eq!(n, 1);
+    assert_eq!(prepared_orphans(&w).await, 0);
+    assert_eq!(
+        outcome(&w, "SELECT id FROM orphan ORDER BY id").await,
+        "(1) ok 1"
+    );
+}
+
+// ---- TPC-B through crashes (dedicated cluster) -----------------------------
+
+fn pgbench(env: &[(String, String)], args: &[&str]) -> String {
+    let out = Command::new("pgbench")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .args(args)
+        .output()
+        .expect("running pgbench");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "pgbench {args:?} failed:\n{text}");
+    text
+}
+
+/// sum(abalance) = sum(tbalance) = sum(bbalance) = sum(delta).
+async fn assert_invariant(c: &Client, when: &str) {
+    let sums = [
+        "SELECT coalesce(sum(abalance), 0)::int8 FROM pgbench_accounts",
+        "SELECT coalesce(sum(tbalance), 0)::int8 FROM pgbench_tellers",
+        "SELECT coalesce(sum(bbalance), 0)::int8 FROM pgbench_branches",
+        "SELECT coalesce(sum(delta), 0)::int8 FROM pgbench_history",
+    ];
+    let mut got = Vec::new();
+    for s in sums {
+        got.push(scalar_i64(c, s).await);
+    }
+    assert!(
+        got.iter().all(|v| *v == got[0]),
+        "TPC-B invariant {when}: {got:?}"
+    );
+}
+
+/// Clients running TPC-B transactions until told to stop; each COMMIT that
+/// succeeded is remembered by the tag written into its history row.
+struct Load {
+    stop: Arc<AtomicBool>,
+    committed: Arc<Mutex<Vec<String>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(cl: &TestCluster, clients: usize, round: usize) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let committed = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for id in 0..clients {
+            let (stop, committed) = (stop.clone(), committed.clone());
+            let (host, port, user, password, db) = (
+                cl.host.clone(),
+                cl.port,
+                cl.user.clone(),
+                cl.password.clone(),
+                cl.database.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let conn = tokio_postgres::Config::new()
+                        .host(&host)
+                        .port(port)
+                        .user(&user)
+                        .password(&password)
+                        .dbname(&db)
+                        .connect_timeout(Duration::from_secs(2))
+                        .connect(tokio_postgres::NoTls)
+                        .await;
+                    let Ok((c, conn)) = conn else {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    };
+                    let h = tokio::spawn(async move {
+                        let _ = conn.await;
+                    });
+                    while !stop.load(Ordering::Relaxed) && !c.is_closed() {
+                        n += 1;
+                        let tag = format!("r{round}c{id}n{n}");
+                        let (aid, tid, bid) = (
+                            (rand::random::<u32>() % 100_000 + 1) as i32,
+                            (rand::random::<u32>() % 10 + 1) as i32,
+                            1i32,
+                        );
+                        let delta = (rand::random::<u32>() % 10_001) as i32 - 5000;
+                        let r = async {
+                            c.batch_execute("BEGIN").await?;
+                            c.execute("UPDATE pgbench_accounts SET abalance = abalance + $1 WHERE aid = $2", &[&delta, &aid]).await?;
+                            c.query("SELECT abalance FROM pgbench_accounts WHERE aid = $1", &[&aid]).await?;
+                            c.execute("UPDATE pgbench_tellers SET tbalance = tbalance + $1 WHERE tid = $2", &[&delta, &tid]).await?;
+                            c.execute("UPDATE pgbench_branches SET bbalance = bbalance + $1 WHERE bid = $2", &[&delta, &bid]).await?;
+                            c.execute("INSERT INTO pgbench_history (tid, bid, aid, delta, mtime, filler) VALUES ($1, $2, $3, $4, CURRENT_TIMESTAMP, $5)", &[&tid, &bid, &aid, &delta, &tag]).await?;
+                            c.batch_execute("COMMIT").await
+                        }
+                        .await;
+                        match r {
+                            Ok(()) => committed.lock().unwrap().push(tag),
+                            Err(_) => {
+                                let _ = c.batch_execute("ROLLBACK").await;
+                            }
+                        }
+                    }
+                    h.abort();
+                }
+            }));
+        }
+        Load {
+            stop,
+            committed,
+            tasks,
+        }
+    }
+
+    async fn finish(self) -> Vec<String> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(90), t).await;
+        }
+        let v = self.committed.lock().unwrap().clone();
+        v
+    }
+}
+
+fn pid_in(path: &Path) -> i32 {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn kill9(pid: i32) {
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let t = Instant::now();
+    while pgshard::cluster::node::process_exists(pid as u32) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{pid} survives kill -9"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until pgshard answers and `recover_prepared_transactions()` ran after the
+/// crash, then checks that nothing is left prepared anywhere.
+async fn recover_and_check(cl: &TestCluster, committed: &[String], when: &str) {
+    let t = Instant::now();
+    let c = loop {
+        let r = async {
+            let (c, conn) = tokio_postgres::Config::new()
+                .host(&cl.host)
+                .port(cl.port)
+                .user(&cl.user)
+                .password(&cl.password)
+                .dbname(&cl.database)
+                .connect(tokio_postgres::NoTls)
+                .await?;
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            c.query_one("SELECT recover_prepared_transactions()", &[])
+                .await?;
+            Ok::<_, tokio_postgres::Error>(c)
+        }
+        .await;
+        match r {
+            Ok(c) => break c,
+            Err(e) => {
+                assert!(
+                    t.elapsed() < Duration::from_secs(60),
+                    "{when}: no recovery: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+    };
+    let mut ports = vec![cl.coordinator_port];
+    ports.extend(&cl.worker_ports);
+    for port in ports {
+        let d = cl.direct(port).await;
+        let left = scalar_i64(&d, "SELECT count(*) FROM pg_prepared_xacts").await;
+        assert_eq!(left, 0, "{when}: prepared transactions left on {port}");
+    }
+    assert_invariant(&c, when).await;
+    let rows = c
+        .query(
+            "SELECT filler FROM pgbench_history WHERE filler IS NOT NULL",
+            &[],
+        )
+        .await
+        .unwrap();
+    let present: HashSet<String> = rows
+        .iter()
+        .map(|r| r.get::<_, String>(0).trim().to_string())
+        .collect();
+    let missing: Vec<&String> = committed.iter().filter(|t| !present.contains(*t)).collect();
+    assert!(
+        missing.is_empty(),
+        "{when}: {} of {} committed transactions missing, e.g. {:?}",
+        missing.len(),
+        committed.len(),
+        &missing[..missing.len().min(5)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tpcb_invariant_through_crashes() {
+    let dir = run_dir().join("crash");
+    teardown_at_exit(Teardown::Cluster(dir.clone()));
+    cluster_up(&dir, alloc_ports(4));
+    let info = pgshard::cluster::cluster_info(&dir).unwrap();
+    let cl = TestCluster {
+        dir: dir.clone(),
+        info,
+    };
+    let env = cl.pg_env();
+    pgbench(&env, &["-i", "-s", "1", "-q"]);
+    psql(
+        &env,
+        &[
+            "-c",
+            "SET citus.shard_count = 32",
+            "-c",
+            "SELECT create_distributed_table('pgbench_accounts','aid')",
+            "-c",
+            "SELECT create_distributed_table('pgbench_branches','bid')",
+            "-c",
+            "SELECT create_distributed_table('pgbench_tellers','tid')",
+            "-c",
+            "SELECT create_distributed_table('pgbench_history','aid')",
+        ],
+    );
+    // TPC-B with the real pgbench.
+    let out = pgbench(&env, &["-M", "prepared", "-c", "16", "-j", "2", "-T", "10"]);
+    assert!(out.contains("number of failed transactions: 0"), "{out}");
+    let c = cl.client().await;
+    assert_invariant(&c, "after pgbench").await;
+    drop(c);
+
+    let mut all_committed = Vec::new();
+    let up = |cl: &TestCluster| {
+        cluster_up(&cl.dir, cl.port);
+    };
+    let worker1 = dir.join("worker1");
+    let coordinator = dir.join("coordinator");
+    for round in 0..6 {
+        let load = Load::start(&cl, 8, round);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let what = match round % 3 {
+            0 => {
+                kill9(pid_in(&dir.join("pgshard.pid")));
+                "kill -9 of pgshard"
+            }
+            1 => {
+                // A session inside a block on that worker sees the node named.
+                let probe = cl.client().await;
+                probe.batch_execute("BEGIN").await.unwrap();
+                let port: i64 = scalar_i64(&probe, "SELECT nodeport::int8 FROM pg_dist_shard_placement WHERE shardid = (SELECT get_shard_id_for_distribution_column('pgbench_accounts', 1))").await;
+                probe.batch_execute("ROLLBACK; BEGIN").await.unwrap();
+                probe
+                    .execute(
+                        "UPDATE pgbench_accounts SET abalance = abalance WHERE aid = 1",
+                        &[],
+                    )
+                    .await
+                    .unwrap();
+                let dir_of = if port as u16 == cl.worker_ports[0] {
+                    worker1.clone()
+                } else {
+                    dir.join("worker2")
+                };
+                kill9(pid_in(&dir_of.join("postmaster.pid")));
+                let e = probe
+                    .execute(
+                        "UPDATE pgbench_accounts SET abalance = abalance WHERE aid = 1",
+                        &[],
+                    )
+                    .await
+                    .unwrap_err();
+                let text = e
+                    .as_db_error()
+                    .map(|d| d.message().to_string())
+                    .unwrap_or(e.to_string());
+                assert!(text.contains(&port.to_string()), "names the node: {text}");
+                probe.batch_execute("ROLLBACK").await.unwrap();
+                assert_eq!(scalar_i64(&probe, "SELECT 1::int8").await, 1);
+                "kill -9 of a worker"
+            }
+            _ => {
+                let node = pgshard::cluster::node::Node {
+                    name: "coordinator".into(),
+                    data_dir: coordinator.clone(),
+                    listen_host: String::new(),
+                    port: 0,
+                    socket_dir: std::path::PathBuf::new(),
+                    log_file: std::path::PathBuf::new(),
+                };
+                node.stop().unwrap();
+                "stop of the coordinator node"
+            }
+        };
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        up(&cl);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let committed = load.finish().await;
+        assert!(!committed.is_empty(), "round {round}: nothing committed");
+        all_committed.extend(committed);
+        recover_and_check(&cl, &all_committed, &format!("round {round} ({what})")).await;
+    }
+}
