@@ -360,9 +360,6 @@ async fn prepare_on(w: &Client, table: &str, id: i32, gid: &str) {
 async fn recover_prepared_transactions_resolves_orphans() {
     let cl = cluster();
     let c = cl.client().await;
-    c.batch_execute("CREATE TABLE orphan_src (id int)")
-        .await
-        .unwrap();
     // Plain tables on a worker stand for shards: recovery only looks at gids.
     let w = cl.direct(cl.worker_ports[0]).await;
     w.batch_execute("CREATE TABLE orphan (id int)")
