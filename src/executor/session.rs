@@ -545,6 +545,17 @@ impl Session {
                 return PgError::new(deadlock::DEADLOCK_DETECTED, text);
             }
         }
+        if e.code.starts_with("57P") || e.code.starts_with("08") {
+            // The node is going away (shutdown, crash): say which one.
+            let conn = &mut self.held[idx].conn;
+            conn.broken = true;
+            let mut e = e;
+            // The client's session goes on: an ERROR, not the backend's FATAL.
+            e.severity = "ERROR";
+            e.raw = None;
+            e.message = format!("{} (node {})", e.message, conn.addr);
+            return e;
+        }
         e
     }
 

@@ -166,6 +166,25 @@ fn local_and_utility() {
         plan_of("set citus.shard_count = 8"),
         Plan::SetCitus { .. }
     ));
+    // Savepoint commands carry the name PostgreSQL parsed (quoted names keep their case).
+    for (sql, want) in [
+        ("savepoint a", TxnCommand::Savepoint { name: "a".into() }),
+        (
+            "release savepoint \"B\"",
+            TxnCommand::Release { name: "B".into() },
+        ),
+        ("release a", TxnCommand::Release { name: "a".into() }),
+        ("rollback to a", TxnCommand::RollbackTo { name: "a".into() }),
+        (
+            "rollback to savepoint a",
+            TxnCommand::RollbackTo { name: "a".into() },
+        ),
+    ] {
+        match plan_of(sql) {
+            Plan::Transaction(got) => assert_eq!(got, want, "{sql}"),
+            other => panic!("{sql}: {other:?}"),
+        }
+    }
     // A view over a distributed table would read the empty shell: refused.
     assert!(unsupported("create view v as select * from t"));
     assert!(unsupported("comment on table t is 'x'"));
