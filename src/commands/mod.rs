@@ -12,6 +12,7 @@
 //!   `propagate_to_shards` for the executor
 //! - `twopc`: two-phase commit of control-plane work anchored in the coordinator node
 
+pub mod ddl;
 pub mod distribute;
 pub mod nodes;
 pub mod shards;

@@ -1284,6 +1284,23 @@ impl Session {
                 sink.complete("DROP TABLE");
                 Ok(())
             }
+            Plan::Ddl(d) => {
+                if self.txn != TxnState::Idle {
+                    return Err(PgError::not_supported("DDL on a distributed table inside a transaction block is not supported by pgshard yet"));
+                }
+                commands::ddl::propagate_ddl(&self.shared.catalog, d).await?;
+                sink.complete(&d.tag);
+                Ok(())
+            }
+            Plan::DropIndexes { stmt: d, indexes } => {
+                if self.txn != TxnState::Idle {
+                    return Err(PgError::not_supported("DROP INDEX of a distributed table inside a transaction block is not supported by pgshard yet"));
+                }
+                commands::ddl::drop_indexes(&self.shared.catalog, d, &stmt.text, indexes).await?;
+                self.shared.catalog.reload().await;
+                sink.complete("DROP INDEX");
+                Ok(())
+            }
             Plan::Propagate {
                 tables,
                 verb,

@@ -4,6 +4,7 @@
 //! router (one shard) → multi-shard read → refusal with 0A000. Every decision is either
 //! proven right for the statement's shape or refused.
 
+pub mod ddl;
 pub mod distvalue;
 pub mod fastpath;
 pub mod multishard;
@@ -88,6 +89,14 @@ pub enum Plan {
     DropTables {
         tables: Vec<Arc<DistTable>>,
     },
+    /// CREATE INDEX / ALTER TABLE / RENAME on a distributed table: the shell and
+    /// every shard (`commands::ddl`).
+    Ddl(Arc<ddl::DdlPlan>),
+    /// DROP INDEX of indexes of distributed tables, each with its table.
+    DropIndexes {
+        stmt: protobuf::DropStmt,
+        indexes: Vec<(Arc<DistTable>, String)>,
+    },
     /// TRUNCATE / VACUUM / ANALYZE of distributed tables, statement applied to each shard.
     Propagate {
         tables: Vec<Arc<DistTable>>,
@@ -156,6 +165,23 @@ pub fn plan(
         if d.remove_type == protobuf::ObjectType::ObjectTable as i32 {
             return Ok(plan_drop_tables(d, catalog));
         }
+        if d.remove_type == protobuf::ObjectType::ObjectIndex as i32 {
+            match ddl::plan_drop_index(d, catalog) {
+                Some(Ok(indexes)) => {
+                    return Ok(Plan::DropIndexes {
+                        stmt: d.clone(),
+                        indexes,
+                    })
+                }
+                Some(Err(e)) => return Ok(Plan::Unsupported(e)),
+                None => {}
+            }
+        }
+    }
+    match ddl::plan_ddl(node, &stmt.text, catalog) {
+        Some(Ok(p)) => return Ok(Plan::Ddl(Arc::new(p))),
+        Some(Err(e)) => return Ok(Plan::Unsupported(e)),
+        None => {}
     }
     let rels = relations(stmt, catalog.tables_by_name.keys().map(String::as_str));
     let dist: Vec<(&RelRef, Arc<DistTable>)> = rels
