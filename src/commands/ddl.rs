@@ -91,14 +91,19 @@ async fn run_on_node(
     Ok(())
 }
 
-/// Index and constraint names of a relation, oldest first:
-/// (name, Some(contype)) for constraints, (name, None) for indexes not made by one.
-async fn object_names(coord: &Client, relid: Oid) -> Result<Vec<(String, Option<char>)>, PgError> {
+/// A named object of a table: (name, Some(contype)) for constraints, (name, None) for
+/// indexes not made by one; and its columns (sorted).
+type Object = (String, Option<char>, Vec<String>);
+
+/// Index and constraint names of a relation.
+async fn object_names(coord: &Client, relid: Oid) -> Result<Vec<Object>, PgError> {
     let rows = coord
         .query(
-            "SELECT conname::text, contype::text, oid FROM pg_catalog.pg_constraint WHERE conrelid = $1 \
+            "SELECT conname::text, contype::text, oid, ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a \
+                      WHERE a.attrelid = conrelid AND a.attnum = ANY(conkey) ORDER BY 1) \
+             FROM pg_catalog.pg_constraint WHERE conrelid = $1 \
              UNION ALL \
-             SELECT c.relname::text, NULL, c.oid FROM pg_catalog.pg_index i \
+             SELECT c.relname::text, NULL, c.oid, '{}'::text[] FROM pg_catalog.pg_index i \
                JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid \
              WHERE i.indrelid = $1 AND NOT EXISTS \
                (SELECT 1 FROM pg_catalog.pg_constraint k WHERE k.conindid = i.indexrelid AND k.conrelid = $1) \
@@ -111,30 +116,42 @@ async fn object_names(coord: &Client, relid: Oid) -> Result<Vec<(String, Option<
         .iter()
         .map(|r| {
             let kind: Option<String> = r.get(1);
-            (r.get(0), kind.and_then(|k| k.chars().next()))
+            (r.get(0), kind.and_then(|k| k.chars().next()), r.get(3))
         })
         .collect())
 }
 
-/// The names PostgreSQL gave the unnamed objects: new objects of each kind, matched
-/// in creation order.
+/// The names PostgreSQL gave the unnamed objects: the new object of the same kind on
+/// the same columns. Two unnamed objects alike would be ambiguous: refused (the
+/// caller's transaction then rolls back).
 fn resolve_unnamed(
     unnamed: &[Unnamed],
-    before: &[(String, Option<char>)],
-    after: &[(String, Option<char>)],
+    before: &[Object],
+    after: &[Object],
 ) -> Result<Vec<String>, PgError> {
-    let mut fresh: Vec<&(String, Option<char>)> =
-        after.iter().filter(|a| !before.contains(a)).collect();
+    let fresh: Vec<&Object> = after.iter().filter(|a| !before.contains(a)).collect();
     let mut out = Vec::new();
     for u in unnamed {
-        let want = match u {
-            Unnamed::Index => None,
-            Unnamed::Constraint(c) => Some(*c),
-        };
-        let pos = fresh.iter().position(|(_, k)| *k == want).ok_or_else(|| {
-            PgError::internal("pgshard could not find the name PostgreSQL gave a new object")
-        })?;
-        out.push(fresh.remove(pos).0.clone());
+        let matches: Vec<&&Object> = fresh
+            .iter()
+            .filter(|(_, kind, cols)| match u {
+                Unnamed::Index => kind.is_none(),
+                Unnamed::Constraint(k, want) => *kind == Some(*k) && cols == want,
+            })
+            .collect();
+        match matches.as_slice() {
+            [one] => out.push(one.0.clone()),
+            [] => {
+                return Err(PgError::internal(
+                    "pgshard could not find the name PostgreSQL gave a new object",
+                ))
+            }
+            _ => {
+                return Err(PgError::not_supported(
+                    "pgshard cannot tell apart several unnamed constraints of the same kind on the same columns: name them",
+                ))
+            }
+        }
     }
     Ok(out)
 }
@@ -230,7 +247,11 @@ async fn concurrently(cache: &CatalogCache, plan: &DdlPlan) -> Result<(), PgErro
     };
     let catalog = cache.snapshot();
     let per_node = work_per_node(&catalog, table, |id| shard_statement(plan, id, &resolved))?;
-    run_outside_transaction(cache, &per_node).await
+    let r = run_outside_transaction(cache, &per_node).await;
+    // The shell's index list changed whatever happened on the shards.
+    bump_version(&coord).await?;
+    cache.reload().await;
+    r
 }
 
 async fn run_outside_transaction(cache: &CatalogCache, per_node: &NodeWork) -> Result<(), PgError> {
@@ -270,7 +291,9 @@ pub async fn drop_indexes(
     if d.concurrent {
         let coord = control::connect_coordinator(cache.config()).await?;
         coord.batch_execute(text).await.map_err(|e| shell_error(&e))?;
-        return run_outside_transaction(cache, &per_node).await;
+        let r = run_outside_transaction(cache, &per_node).await;
+        bump_version(&coord).await?;
+        return r;
     }
     let coord = begin_catalog_change(cache).await?;
     coord.batch_execute(text).await.map_err(|e| shell_error(&e))?;
@@ -297,20 +320,29 @@ mod tests {
 
     #[test]
     fn matches_unnamed_objects_by_kind_in_order() {
-        let before = vec![("t_pkey".to_string(), Some('p'))];
+        let o = |n: &str, k: Option<char>, c: &[&str]| -> Object {
+            (n.into(), k, c.iter().map(|s| s.to_string()).collect())
+        };
+        let before = vec![o("t_pkey", Some('p'), &["k"])];
         let after = vec![
-            ("t_pkey".to_string(), Some('p')),
-            ("t_v_check".to_string(), Some('c')),
-            ("t_v_idx".to_string(), None),
-            ("t_w_check".to_string(), Some('c')),
+            o("t_pkey", Some('p'), &["k"]),
+            o("t_w_check", Some('c'), &["w"]),
+            o("t_v_idx", None, &[]),
+            o("t_v_check", Some('c'), &["v"]),
         ];
+        let c = |k: char, cols: &[&str]| Unnamed::Constraint(k, cols.iter().map(|s| s.to_string()).collect());
         let got = resolve_unnamed(
-            &[Unnamed::Index, Unnamed::Constraint('c'), Unnamed::Constraint('c')],
+            &[Unnamed::Index, c('c', &["v"]), c('c', &["w"])],
             &before,
             &after,
         )
         .unwrap();
         assert_eq!(got, vec!["t_v_idx", "t_v_check", "t_w_check"]);
-        assert!(resolve_unnamed(&[Unnamed::Constraint('u')], &before, &after).is_err());
+        assert!(resolve_unnamed(&[c('u', &["k"])], &before, &after).is_err());
+        let twice = vec![o("a", Some('c'), &["v"]), o("b", Some('c'), &["v"])];
+        assert_eq!(
+            resolve_unnamed(&[c('c', &["v"])], &[], &twice).unwrap_err().code,
+            "0A000"
+        );
     }
 }

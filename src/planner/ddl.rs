@@ -15,11 +15,12 @@ use pg_query::protobuf::{self, AlterTableType as At, ConstrType, ObjectType};
 use std::sync::Arc;
 
 /// An object the client did not name; PostgreSQL names it on the shell first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unnamed {
     Index,
-    /// A constraint of this `pg_constraint.contype` ('p', 'u', 'c').
-    Constraint(char),
+    /// A constraint of this `pg_constraint.contype` ('p', 'u', 'c') on these
+    /// columns (sorted; `pg_constraint.conkey`).
+    Constraint(char, Vec<String>),
 }
 
 #[derive(Debug, Clone)]
@@ -246,9 +247,40 @@ fn check_constraint(
         }
     };
     if c.conname.is_empty() {
-        unnamed.push(Unnamed::Constraint(name_kind));
+        let mut columns: Vec<String> = match name_kind {
+            'c' => c.raw_expr.as_deref().map(column_names).unwrap_or_default(),
+            _ => string_items(&c.keys).iter().map(|s| s.to_string()).collect(),
+        };
+        if columns.is_empty() {
+            columns.extend(column.map(str::to_string));
+        }
+        columns.sort();
+        columns.dedup();
+        unnamed.push(Unnamed::Constraint(name_kind, columns));
     }
     Ok(())
+}
+
+/// The columns an expression refers to.
+fn column_names(n: &protobuf::Node) -> Vec<String> {
+    let Some(e) = n.node.as_ref() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut add = |cr: &protobuf::ColumnRef| {
+        if let Some(N::String(s)) = cr.fields.last().and_then(|f| f.node.as_ref()) {
+            out.push(s.sval.clone());
+        }
+    };
+    if let N::ColumnRef(cr) = e {
+        add(cr);
+    }
+    for (x, _, _, _) in e.nodes() {
+        if let pg_query::NodeRef::ColumnRef(cr) = x {
+            add(cr);
+        }
+    }
+    out
 }
 
 /// Whether an expression calls `nextval` (sequences exist only on the coordinator).
@@ -595,7 +627,10 @@ mod tests {
             .unwrap();
         assert_eq!(
             p.unnamed,
-            vec![Unnamed::Constraint('c'), Unnamed::Constraint('p')]
+            vec![
+                Unnamed::Constraint('c', vec!["c".into()]),
+                Unnamed::Constraint('p', vec!["k".into(), "v".into()])
+            ]
         );
     }
 
