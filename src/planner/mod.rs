@@ -7,6 +7,7 @@
 pub mod ddl;
 pub mod distvalue;
 pub mod fastpath;
+pub mod join;
 pub mod multishard;
 pub mod router;
 pub mod template;
@@ -213,6 +214,11 @@ pub fn plan(
         return Ok(Plan::Local);
     }
     match node {
+        N::SelectStmt(s) if rels.len() > 1 && dist.len() == rels.len() => {
+            let pairs: Vec<(RelRef, Arc<DistTable>)> =
+                dist.iter().map(|(r, t)| ((*r).clone(), t.clone())).collect();
+            join::plan_join(s, &stmt.text, &pairs)
+        }
         N::SelectStmt(_) | N::InsertStmt(_) | N::UpdateStmt(_) | N::DeleteStmt(_) => {
             if rels.len() != 1 || dist.len() != 1 {
                 return Ok(Plan::Unsupported(PgError::not_supported(format!(

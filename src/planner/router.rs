@@ -130,7 +130,7 @@ fn routed(
     let value_exprs = constant_location(expr)
         .map(|l| vec![(expr.clone(), l)])
         .unwrap_or_default();
-    let add_alias = matches!(edit.with, EditWith::Relation { add_alias: true });
+    let add_alias = matches!(edit.with, EditWith::Relation { add_alias: true, .. });
     Plan::Router(Arc::new(RouterPlan {
         relation_span: Some((edit.start, edit.end)),
         add_alias,
@@ -223,7 +223,7 @@ fn plan_insert(
             }
         }
     }
-    let add_alias = matches!(edit.with, EditWith::Relation { add_alias: true });
+    let add_alias = matches!(edit.with, EditWith::Relation { add_alias: true, .. });
     // The shape cache reproduces single-row inserts only.
     let value_exprs = if values.len() == 1 {
         value_exprs
