@@ -25,7 +25,11 @@ struct Definition {
 async fn definition(c: &Client, schema: &str, table: &str, strip: &str) -> Definition {
     let oid_sql = "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
                    WHERE n.nspname = $1 AND c.relname = $2";
-    let oid: u32 = c.query_one(oid_sql, &[&schema, &table]).await.unwrap().get(0);
+    let oid: u32 = c
+        .query_one(oid_sql, &[&schema, &table])
+        .await
+        .unwrap()
+        .get(0);
     let columns = c
         .query(
             "SELECT a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || \
@@ -102,9 +106,16 @@ async fn definitions(table: &str) -> (Definition, Vec<(String, Definition)>) {
 
 async fn assert_shards_match(table: &str, shard_count: usize, after: &str) {
     let (shell, shards) = definitions(table).await;
-    assert_eq!(shards.len(), shard_count, "after {after}: shards {shards:?}");
+    assert_eq!(
+        shards.len(),
+        shard_count,
+        "after {after}: shards {shards:?}"
+    );
     for (name, d) in &shards {
-        assert_eq!(d, &shell, "after {after}: shard {name} differs from the shell");
+        assert_eq!(
+            d, &shell,
+            "after {after}: shard {name} differs from the shell"
+        );
     }
 }
 
@@ -148,8 +159,16 @@ async fn ddl_reaches_every_shard_and_the_shell() {
     let plain = plain_postgres().client().await;
     let setup = "CREATE TABLE ddl_t (k int, v int, w text); \
                  INSERT INTO ddl_t SELECT i, i * 10, 'w' || i FROM generate_series(1, 50) i";
-    exec(&pgs, "DROP TABLE IF EXISTS ddl_t; DROP TABLE IF EXISTS ddl_u").await;
-    exec(&plain, "DROP TABLE IF EXISTS ddl_t; DROP TABLE IF EXISTS ddl_u").await;
+    exec(
+        &pgs,
+        "DROP TABLE IF EXISTS ddl_t; DROP TABLE IF EXISTS ddl_u",
+    )
+    .await;
+    exec(
+        &plain,
+        "DROP TABLE IF EXISTS ddl_t; DROP TABLE IF EXISTS ddl_u",
+    )
+    .await;
     exec(&pgs, setup).await;
     exec(&plain, setup).await;
     exec(&pgs, "SET citus.shard_count = 4").await;
@@ -199,7 +218,11 @@ async fn ddl_reaches_every_shard_and_the_shell() {
         "SELECT kk, ww, x FROM ddl_u WHERE kk = 7",
         "SELECT count(*), sum(v) FROM ddl_u",
     ] {
-        assert_eq!(sorted_rows(&pgs, q).await, sorted_rows(&plain, q).await, "{q}");
+        assert_eq!(
+            sorted_rows(&pgs, q).await,
+            sorted_rows(&plain, q).await,
+            "{q}"
+        );
     }
 
     for refused in [
@@ -277,4 +300,124 @@ async fn ddl_failing_on_one_shard_changes_nothing() {
         assert_eq!(n, 0, "prepared transactions left on {port}");
     }
     exec(&pgs, "DROP TABLE ddl_f").await;
+}
+
+/// Rows of one shard table on every worker holding it.
+async fn placements_rows(table: &str) -> Vec<Vec<Vec<Option<String>>>> {
+    let cl = cluster();
+    let mut out = Vec::new();
+    for port in &cl.worker_ports {
+        let w = cl.direct(*port).await;
+        for n in shard_tables(&w, table).await {
+            out.push(sorted_rows(&w, &format!("SELECT * FROM {n}")).await);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reference_tables_and_pushed_down_joins() {
+    let cl = cluster();
+    let pgs = cl.client().await;
+    let plain = plain_postgres().client().await;
+    let setup = "DROP TABLE IF EXISTS ref_r, ja, jb, jc; \
+         CREATE TABLE ref_r (id int PRIMARY KEY, name text); \
+         INSERT INTO ref_r SELECT i, 'n' || i FROM generate_series(1, 5) i; \
+         CREATE TABLE ja (k int, v int, rid int); \
+         INSERT INTO ja SELECT i, i * 3, i % 7 FROM generate_series(1, 40) i; \
+         CREATE TABLE jb (k int, w int); \
+         INSERT INTO jb SELECT i, i * 5 FROM generate_series(1, 40, 2) i; \
+         CREATE TABLE jc (k int, w int); \
+         INSERT INTO jc SELECT i, i FROM generate_series(1, 10) i";
+    exec(&pgs, setup).await;
+    exec(&plain, setup).await;
+    exec(&pgs, "SELECT create_reference_table('ref_r')").await;
+    exec(&pgs, "SET citus.shard_count = 4").await;
+    exec(&pgs, "SELECT create_distributed_table('ja', 'k')").await;
+    exec(
+        &pgs,
+        "SELECT create_distributed_table('jb', 'k', colocate_with => 'ja')",
+    )
+    .await;
+    exec(&pgs, "SET citus.shard_count = 3").await;
+    exec(&pgs, "SELECT create_distributed_table('jc', 'k')").await;
+
+    // One placement per worker, all equal to the oracle.
+    let expect = sorted_rows(&plain, "SELECT * FROM ref_r").await;
+    let placements = placements_rows("ref_r").await;
+    assert_eq!(placements.len(), cl.worker_ports.len());
+    assert!(placements.iter().all(|p| *p == expect), "{placements:?}");
+    let kind = sorted_rows(
+        &pgs,
+        "SELECT citus_table_type, shard_count::text FROM citus_tables WHERE table_name = 'ref_r'::regclass",
+    )
+    .await;
+    assert_eq!(kind, vec![vec![Some("reference".into()), Some("1".into())]]);
+
+    // Writes reach every placement.
+    for w in [
+        "INSERT INTO ref_r VALUES (6, 'six'), (7, 'seven')",
+        "UPDATE ref_r SET name = 'two' WHERE id = 2",
+        "DELETE FROM ref_r WHERE id = 3",
+    ] {
+        exec(&pgs, w).await;
+        exec(&plain, w).await;
+        let expect = sorted_rows(&plain, "SELECT * FROM ref_r").await;
+        let placements = placements_rows("ref_r").await;
+        assert!(
+            placements.iter().all(|p| *p == expect),
+            "after {w}: {placements:?}"
+        );
+        assert_eq!(sorted_rows(&pgs, "SELECT * FROM ref_r").await, expect);
+    }
+    // A failing write (duplicate key) changes no placement.
+    assert_eq!(
+        sqlstate_of(&pgs, "INSERT INTO ref_r VALUES (1, 'dup')").await,
+        "23505"
+    );
+    let placements = placements_rows("ref_r").await;
+    assert!(placements.iter().all(|p| *p == placements[0]));
+
+    for q in [
+        // Reference joins: router and multi-shard.
+        "SELECT ja.k, ja.v, r.name FROM ja JOIN ref_r r ON ja.rid = r.id WHERE ja.k = 5",
+        "SELECT ja.k, r.name FROM ja JOIN ref_r r ON ja.rid = r.id",
+        "SELECT ja.k, r.name FROM ja LEFT JOIN ref_r r ON ja.rid = r.id WHERE ja.v > 30",
+        // Co-located joins: router and multi-shard.
+        "SELECT ja.k, ja.v, jb.w FROM ja JOIN jb ON ja.k = jb.k WHERE ja.k = 7",
+        "SELECT ja.k, jb.w FROM ja, jb WHERE jb.k = ja.k",
+        "SELECT ja.k, jb.w FROM ja LEFT JOIN jb ON ja.k = jb.k",
+        "SELECT count(*), sum(jb.w) FROM ja JOIN jb USING (k) JOIN ref_r ON ref_r.id = ja.rid",
+    ] {
+        assert_eq!(
+            sorted_rows(&pgs, q).await,
+            sorted_rows(&plain, q).await,
+            "{q}"
+        );
+    }
+    for q in [
+        "SELECT * FROM ja JOIN jb ON ja.v = jb.w",
+        "SELECT * FROM ja JOIN jc ON ja.k = jc.k",
+        "SELECT * FROM ref_r r LEFT JOIN ja ON ja.rid = r.id",
+        "SELECT * FROM ja LEFT JOIN jb ON ja.v = jb.w WHERE ja.k = jb.k",
+    ] {
+        assert_eq!(sqlstate_of(&pgs, q).await, "0A000", "{q}");
+    }
+    // DDL reaches every placement of a reference table too.
+    exec(&pgs, "ALTER TABLE ref_r ADD COLUMN extra int DEFAULT 1").await;
+    assert_shards_match(
+        "ref_r",
+        cl.worker_ports.len(),
+        "ALTER TABLE on a reference table",
+    )
+    .await;
+
+    exec(&pgs, "SELECT undistribute_table('ref_r')").await;
+    exec(&plain, "ALTER TABLE ref_r ADD COLUMN extra int DEFAULT 1").await;
+    let q = "SELECT * FROM ref_r";
+    assert_eq!(sorted_rows(&pgs, q).await, sorted_rows(&plain, q).await);
+    assert!(placements_rows("ref_r").await.is_empty());
+    exec(&pgs, "SELECT create_reference_table('ref_r')").await;
+    exec(&pgs, "DROP TABLE ref_r, ja, jb, jc").await;
+    assert!(placements_rows("ref_r").await.is_empty());
 }

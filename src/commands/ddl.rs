@@ -290,13 +290,19 @@ pub async fn drop_indexes(
     }
     if d.concurrent {
         let coord = control::connect_coordinator(cache.config()).await?;
-        coord.batch_execute(text).await.map_err(|e| shell_error(&e))?;
+        coord
+            .batch_execute(text)
+            .await
+            .map_err(|e| shell_error(&e))?;
         let r = run_outside_transaction(cache, &per_node).await;
         bump_version(&coord).await?;
         return r;
     }
     let coord = begin_catalog_change(cache).await?;
-    coord.batch_execute(text).await.map_err(|e| shell_error(&e))?;
+    coord
+        .batch_execute(text)
+        .await
+        .map_err(|e| shell_error(&e))?;
     let mut participants =
         super::shards::open_participants(cache.config(), per_node.keys().cloned()).await?;
     let results = join_all(participants.iter().map(|p| {
@@ -330,7 +336,9 @@ mod tests {
             o("t_v_idx", None, &[]),
             o("t_v_check", Some('c'), &["v"]),
         ];
-        let c = |k: char, cols: &[&str]| Unnamed::Constraint(k, cols.iter().map(|s| s.to_string()).collect());
+        let c = |k: char, cols: &[&str]| {
+            Unnamed::Constraint(k, cols.iter().map(|s| s.to_string()).collect())
+        };
         let got = resolve_unnamed(
             &[Unnamed::Index, c('c', &["v"]), c('c', &["w"])],
             &before,
@@ -341,7 +349,9 @@ mod tests {
         assert!(resolve_unnamed(&[c('u', &["k"])], &before, &after).is_err());
         let twice = vec![o("a", Some('c'), &["v"]), o("b", Some('c'), &["v"])];
         assert_eq!(
-            resolve_unnamed(&[c('c', &["v"])], &[], &twice).unwrap_err().code,
+            resolve_unnamed(&[c('c', &["v"])], &[], &twice)
+                .unwrap_err()
+                .code,
             "0A000"
         );
     }

@@ -218,11 +218,7 @@ fn check_constraint(
                     Some(col) if keys.is_empty() => vec![col],
                     _ => keys,
                 };
-                unique_needs_dist_column(
-                    table,
-                    &columns,
-                    "UNIQUE constraints or PRIMARY KEYs",
-                )?;
+                unique_needs_dist_column(table, &columns, "UNIQUE constraints or PRIMARY KEYs")?;
             }
             if kind == ConstrType::ConstrPrimary {
                 'p'
@@ -249,7 +245,10 @@ fn check_constraint(
     if c.conname.is_empty() {
         let mut columns: Vec<String> = match name_kind {
             'c' => c.raw_expr.as_deref().map(column_names).unwrap_or_default(),
-            _ => string_items(&c.keys).iter().map(|s| s.to_string()).collect(),
+            _ => string_items(&c.keys)
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
         };
         if columns.is_empty() {
             columns.extend(column.map(str::to_string));
@@ -366,11 +365,7 @@ fn check_alter_cmd(
 
 /// The statement for one shard: relation, index and constraint names rewritten.
 /// `resolved` holds the names PostgreSQL gave the plan's unnamed objects on the shell.
-pub fn shard_statement(
-    plan: &DdlPlan,
-    shard_id: ShardId,
-    resolved: &[String],
-) -> PgResult<String> {
+pub fn shard_statement(plan: &DdlPlan, shard_id: ShardId, resolved: &[String]) -> PgResult<String> {
     let table = &plan.table;
     let mut stmt = plan.stmt.clone();
     let mut next = resolved.iter();
@@ -503,12 +498,10 @@ pub fn plan_drop_index(
         });
         match (owners.next(), owners.next()) {
             (Some(t), None) => found.push((t.clone(), name)),
-            (Some(_), Some(_)) => {
-                return refuse(format!(
-                    "index \"{name}\" exists on several distributed tables: qualify it with its schema"
-                ))
-                .map(|r| r.map(|_| Vec::new()))
-            }
+            (Some(_), Some(_)) => return refuse(format!(
+                "index \"{name}\" exists on several distributed tables: qualify it with its schema"
+            ))
+            .map(|r| r.map(|_| Vec::new())),
             (None, _) => local += 1,
         }
     }
@@ -607,7 +600,10 @@ mod tests {
             shard_sql("ALTER TABLE t ADD COLUMN c int DEFAULT 5", &[]),
             "ALTER TABLE public.t_102008 ADD COLUMN c int DEFAULT 5"
         );
-        let s = shard_sql("ALTER TABLE t ADD CHECK (v > 0), DROP CONSTRAINT x", &["t_v_check"]);
+        let s = shard_sql(
+            "ALTER TABLE t ADD CHECK (v > 0), DROP CONSTRAINT x",
+            &["t_v_check"],
+        );
         assert!(s.contains("CONSTRAINT t_v_check_102008 CHECK"), "{s}");
         assert!(s.contains("DROP CONSTRAINT x_102008"), "{s}");
         assert_eq!(
@@ -643,14 +639,24 @@ mod tests {
         assert!(refused("ALTER TABLE t DROP COLUMN k"));
         assert!(refused("ALTER TABLE t ALTER COLUMN k TYPE bigint"));
         assert!(refused("ALTER TABLE t ADD COLUMN s serial"));
-        assert!(refused("ALTER TABLE t ALTER COLUMN v SET DEFAULT nextval('s')"));
-        assert!(refused("ALTER TABLE t ADD FOREIGN KEY (v) REFERENCES t (k)"));
+        assert!(refused(
+            "ALTER TABLE t ALTER COLUMN v SET DEFAULT nextval('s')"
+        ));
+        assert!(refused(
+            "ALTER TABLE t ADD FOREIGN KEY (v) REFERENCES t (k)"
+        ));
         assert!(refused("ALTER TABLE t OWNER TO bob"));
-        assert!(plan("ALTER TABLE t ADD PRIMARY KEY (k, v)").unwrap().is_ok());
+        assert!(plan("ALTER TABLE t ADD PRIMARY KEY (k, v)")
+            .unwrap()
+            .is_ok());
         assert!(plan("CREATE UNIQUE INDEX ON t (v, k)").unwrap().is_ok());
-        assert!(plan("ALTER TABLE t ALTER COLUMN v TYPE bigint").unwrap().is_ok());
+        assert!(plan("ALTER TABLE t ALTER COLUMN v TYPE bigint")
+            .unwrap()
+            .is_ok());
         assert!(plan("CREATE INDEX ON other (v)").is_none());
-        let p = plan("ALTER TABLE t RENAME COLUMN k TO kk").unwrap().unwrap();
+        let p = plan("ALTER TABLE t RENAME COLUMN k TO kk")
+            .unwrap()
+            .unwrap();
         assert_eq!(p.new_dist_column.as_deref(), Some("kk"));
     }
 

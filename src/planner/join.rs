@@ -44,8 +44,18 @@ fn from_item(
             if j.is_natural {
                 return Err("NATURAL joins are not supported".into());
             }
-            let left = from_item(j.larg.as_deref().ok_or("bad join")?, rels, conds, links_in_on)?;
-            let right = from_item(j.rarg.as_deref().ok_or("bad join")?, rels, conds, links_in_on)?;
+            let left = from_item(
+                j.larg.as_deref().ok_or("bad join")?,
+                rels,
+                conds,
+                links_in_on,
+            )?;
+            let right = from_item(
+                j.rarg.as_deref().ok_or("bad join")?,
+                rels,
+                conds,
+                links_in_on,
+            )?;
             let using: Vec<String> = j
                 .using_clause
                 .iter()
@@ -80,7 +90,12 @@ fn from_item(
                 }
                 links_in_on.push((left.clone(), right.clone(), None, using));
             } else {
-                links_in_on.push((left.clone(), right.clone(), j.quals.as_deref().cloned(), using));
+                links_in_on.push((
+                    left.clone(),
+                    right.clone(),
+                    j.quals.as_deref().cloned(),
+                    using,
+                ));
             }
             Ok(left.into_iter().chain(right).collect())
         }
@@ -115,7 +130,11 @@ fn dist_column_ref(n: &protobuf::Node, rels: &[(RelRef, Arc<DistTable>)]) -> Opt
         .collect::<Option<Vec<_>>>()?;
     let is_dist = |i: usize, col: &str| {
         rels[i].1.method == PartitionMethod::Hash
-            && rels[i].1.dist_column.as_ref().is_some_and(|c| c.name == col)
+            && rels[i]
+                .1
+                .dist_column
+                .as_ref()
+                .is_some_and(|c| c.name == col)
     };
     match parts.as_slice() {
         [q, col] => {
@@ -217,15 +236,25 @@ pub fn plan_join(
                 let side_has = |side: &[usize]| {
                     side.iter().any(|i| {
                         rels[*i].1.method == PartitionMethod::Hash
-                            && rels[*i].1.dist_column.as_ref().is_some_and(|c| &c.name == col)
+                            && rels[*i]
+                                .1
+                                .dist_column
+                                .as_ref()
+                                .is_some_and(|c| &c.name == col)
                     })
                 };
                 side_has(l) && side_has(r)
             })
         };
         if linked_by_using(left, right) {
-            for &l in left.iter().filter(|i| rels[**i].1.method == PartitionMethod::Hash) {
-                for &r in right.iter().filter(|i| rels[**i].1.method == PartitionMethod::Hash) {
+            for &l in left
+                .iter()
+                .filter(|i| rels[**i].1.method == PartitionMethod::Hash)
+            {
+                for &r in right
+                    .iter()
+                    .filter(|i| rels[**i].1.method == PartitionMethod::Hash)
+                {
                     let (rl, rr) = (find(&mut parent, l), find(&mut parent, r));
                     parent[rl] = rr;
                 }
@@ -242,10 +271,10 @@ pub fn plan_join(
             };
             if has_hash(left) && has_hash(right) && !linked_by_using(left, right) {
                 let eqs = dist_equalities(std::slice::from_ref(on), rels);
-                if !eqs
-                    .iter()
-                    .any(|(a, b)| (left.contains(a) && right.contains(b)) || (left.contains(b) && right.contains(a)))
-                {
+                if !eqs.iter().any(|(a, b)| {
+                    (left.contains(a) && right.contains(b))
+                        || (left.contains(b) && right.contains(a))
+                }) {
                     return refuse("an outer join between distributed tables must have an equality of their distribution columns in its ON clause");
                 }
             }
@@ -296,7 +325,12 @@ pub fn plan_join(
         } else if t.method == PartitionMethod::Reference {
             match t.shards.as_slice() {
                 [one] => ShardMap::Fixed(one.shard_id),
-                _ => return refuse(&format!("reference table \"{}\" has no single shard", t.name)),
+                _ => {
+                    return refuse(&format!(
+                        "reference table \"{}\" has no single shard",
+                        t.name
+                    ))
+                }
             }
         } else {
             // Co-located: same ranges, shards sorted by range.
@@ -352,7 +386,13 @@ mod tests {
     use crate::catalog::{Catalog, DistColumn, ShardInterval};
     use crate::sharding::ranges::ShardIndexer;
 
-    fn table(relid: u32, name: &str, method: PartitionMethod, coloc: i32, first_id: i64) -> DistTable {
+    fn table(
+        relid: u32,
+        name: &str,
+        method: PartitionMethod,
+        coloc: i32,
+        first_id: i64,
+    ) -> DistTable {
         let shards: Vec<ShardInterval> = if method == PartitionMethod::Reference {
             vec![ShardInterval {
                 shard_id: first_id,
@@ -429,15 +469,18 @@ mod tests {
         assert!(matches!(p, Plan::Router(_)));
         let p = plan("SELECT * FROM a LEFT JOIN b USING (k)");
         assert!(matches!(p, Plan::MultiShard(_)));
-        assert!(plan("SELECT * FROM a LEFT JOIN b ON a.k = b.k AND b.v > 1")
-            .is_multi_or_router());
+        assert!(plan("SELECT * FROM a LEFT JOIN b ON a.k = b.k AND b.v > 1").is_multi_or_router());
     }
 
     #[test]
     fn reference_joins_splice_the_one_shard() {
         let p = plan("SELECT * FROM a JOIN r ON a.v = r.v WHERE a.k = 3");
         assert!(matches!(p, Plan::Router(_)));
-        assert!(shard_sql(&p).contains(r#""public"."r_400" AS "r""#), "{}", shard_sql(&p));
+        assert!(
+            shard_sql(&p).contains(r#""public"."r_400" AS "r""#),
+            "{}",
+            shard_sql(&p)
+        );
         assert!(plan("SELECT * FROM a LEFT JOIN r ON a.v = r.v").is_multi_or_router());
     }
 
@@ -447,9 +490,15 @@ mod tests {
         assert!(refused("SELECT * FROM a JOIN c ON a.k = c.k"));
         assert!(refused("SELECT * FROM a JOIN b ON a.k = b.k OR a.v = 1"));
         assert!(refused("SELECT * FROM r LEFT JOIN a ON a.v = r.v"));
-        assert!(refused("SELECT * FROM a LEFT JOIN b ON a.v = b.v WHERE a.k = b.k"));
-        assert!(refused("SELECT * FROM a, (SELECT * FROM b) s WHERE a.k = s.k"));
-        assert!(refused("SELECT * FROM a JOIN b ON a.k = b.k JOIN c ON c.k = b.k"));
+        assert!(refused(
+            "SELECT * FROM a LEFT JOIN b ON a.v = b.v WHERE a.k = b.k"
+        ));
+        assert!(refused(
+            "SELECT * FROM a, (SELECT * FROM b) s WHERE a.k = s.k"
+        ));
+        assert!(refused(
+            "SELECT * FROM a JOIN b ON a.k = b.k JOIN c ON c.k = b.k"
+        ));
     }
 
     impl Plan {

@@ -93,6 +93,12 @@ pub enum Plan {
     /// CREATE INDEX / ALTER TABLE / RENAME on a distributed table: the shell and
     /// every shard (`commands::ddl`).
     Ddl(Arc<ddl::DdlPlan>),
+    /// INSERT / UPDATE / DELETE on a reference table: every placement, atomically.
+    ReferenceWrite {
+        table: Arc<DistTable>,
+        template: ShardSqlTemplate,
+        tag: String,
+    },
     /// DROP INDEX of indexes of distributed tables, each with its table.
     DropIndexes {
         stmt: protobuf::DropStmt,
@@ -215,8 +221,10 @@ pub fn plan(
     }
     match node {
         N::SelectStmt(s) if rels.len() > 1 && dist.len() == rels.len() => {
-            let pairs: Vec<(RelRef, Arc<DistTable>)> =
-                dist.iter().map(|(r, t)| ((*r).clone(), t.clone())).collect();
+            let pairs: Vec<(RelRef, Arc<DistTable>)> = dist
+                .iter()
+                .map(|(r, t)| ((*r).clone(), t.clone()))
+                .collect();
             join::plan_join(s, &stmt.text, &pairs)
         }
         N::SelectStmt(_) | N::InsertStmt(_) | N::UpdateStmt(_) | N::DeleteStmt(_) => {

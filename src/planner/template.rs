@@ -7,9 +7,9 @@
 
 use crate::catalog::{DistTable, ShardId};
 use crate::error::{PgError, PgResult};
-use std::collections::HashMap;
 use crate::sql::parse::{number_span, qualified_name_span, RelRef};
 use crate::sql::quote::{quote_ident, quote_qualified};
+use std::collections::HashMap;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Piece {
@@ -132,7 +132,10 @@ impl ShardSqlTemplate {
                 EditWith::Relation { add_alias, rel } => {
                     pieces.push(Piece::ShardName(rel));
                     if add_alias {
-                        pieces.push(Piece::Text(format!(" AS {}", quote_ident(&rels[rel].table))));
+                        pieces.push(Piece::Text(format!(
+                            " AS {}",
+                            quote_ident(&rels[rel].table)
+                        )));
                     }
                 }
             }
