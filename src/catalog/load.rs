@@ -41,7 +41,10 @@ fn load_sql() -> String {
      'attnum', a.attnum, 'type_oid', ({base_type})::int8, 'collation', a.attcollation::int8,
      'columns', ARRAY(SELECT x.attname::text FROM pg_catalog.pg_attribute x
                       WHERE x.attrelid = p.logicalrelid AND x.attnum > 0 AND NOT x.attisdropped
-                      ORDER BY x.attnum))), '[]')
+                      ORDER BY x.attnum),
+     'indexes', ARRAY(SELECT ic.relname::text FROM pg_catalog.pg_index i
+                      JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
+                      WHERE i.indrelid = p.logicalrelid))), '[]')
   FROM pg_catalog.pg_dist_partition p
   JOIN pg_catalog.pg_class c ON c.oid = p.logicalrelid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -81,6 +84,9 @@ pub struct TableRow {
     pub type_oid: Option<Oid>,
     pub collation: Option<Oid>,
     pub columns: Vec<String>,
+    /// Names of the shell table's indexes (DROP INDEX planning).
+    #[serde(default)]
+    pub indexes: Vec<String>,
 }
 
 /// A row of `pg_dist_shard` with its active placements' groups.
@@ -183,6 +189,7 @@ pub fn build_table(row: TableRow, shard_rows: Vec<ShardRow>) -> Result<DistTable
         colocation_id: row.colocation_id,
         shards,
         columns: row.columns,
+        indexes: row.indexes,
         indexer,
     })
 }
@@ -246,6 +253,7 @@ mod tests {
             type_oid: Some(23),
             collation: Some(0),
             columns: vec!["id".into(), "v".into()],
+            indexes: vec![],
         }
     }
 

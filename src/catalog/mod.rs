@@ -71,6 +71,8 @@ pub struct DistTable {
     pub shards: Vec<ShardInterval>,
     /// The table's live column names in attnum order (dropped columns left out).
     pub columns: Vec<String>,
+    /// The shell table's index names (in the table's schema).
+    pub indexes: Vec<String>,
     pub indexer: ShardIndexer,
 }
 

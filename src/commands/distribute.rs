@@ -114,11 +114,11 @@ pub struct ShardPlan {
 
 /// A worker as placement sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct NodeInfo {
-    group: GroupId,
-    host: String,
-    port: u16,
-    should_have_shards: bool,
+pub(crate) struct NodeInfo {
+    pub(crate) group: GroupId,
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) should_have_shards: bool,
 }
 
 // ---------------------------------------------------------------------------
@@ -362,7 +362,7 @@ pub fn check_definition(def: &TableDef, dist: &ColumnDef) -> Result<(), PgError>
 // Reading the definition
 // ---------------------------------------------------------------------------
 
-async fn read_columns(coord: &Client, relid: Oid) -> Result<Vec<ColumnDef>, PgError> {
+pub(crate) async fn read_columns(coord: &Client, relid: Oid) -> Result<Vec<ColumnDef>, PgError> {
     let sql = format!(
         "SELECT a.attnum, a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod), a.atttypid, \
                 {base}, a.attcollation, \
@@ -406,11 +406,11 @@ async fn read_columns(coord: &Client, relid: Oid) -> Result<Vec<ColumnDef>, PgEr
 }
 
 /// Constraints and indexes; checks foreign keys and unique constraints on the way.
-async fn read_constraints_and_indexes(
+pub(crate) async fn read_constraints_and_indexes(
     coord: &Client,
     relid: Oid,
     table: &str,
-    dist_attnum: i16,
+    dist_attnum: Option<i16>,
 ) -> Result<(Vec<ConstraintDef>, Vec<IndexDef>), PgError> {
     let rows = coord
         .query(
@@ -433,7 +433,7 @@ async fn read_constraints_and_indexes(
             )));
         }
         let keys: Vec<i16> = r.get(3);
-        if kind == "x" && !keys.contains(&dist_attnum) {
+        if kind == "x" && dist_attnum.is_some_and(|d| !keys.contains(&d)) {
             return Err(unique_without_dist_column(table));
         }
         constraints.push(ConstraintDef {
@@ -460,10 +460,8 @@ async fn read_constraints_and_indexes(
         let nkeys: i32 = r.get(3);
         let keys: Vec<i16> = r.get(4);
         if unique
-            && !keys
-                .iter()
-                .take(nkeys.max(0) as usize)
-                .any(|k| *k == dist_attnum)
+            && dist_attnum
+                .is_some_and(|d| !keys.iter().take(nkeys.max(0) as usize).any(|k| *k == d))
         {
             return Err(unique_without_dist_column(table));
         }
@@ -484,7 +482,7 @@ fn unique_without_dist_column(table: &str) -> PgError {
     )
 }
 
-async fn read_nodes(coord: &Client) -> Result<Vec<NodeInfo>, PgError> {
+pub(crate) async fn read_nodes(coord: &Client) -> Result<Vec<NodeInfo>, PgError> {
     let rows = coord
         .query(
             "SELECT groupid, nodename, nodeport, shouldhaveshards FROM pg_catalog.pg_dist_node \
@@ -657,7 +655,7 @@ pub(crate) async fn create_distributed_table(
         })?;
     ensure_hashable(&coord, &dist).await?;
     let (constraints, indexes) =
-        read_constraints_and_indexes(&coord, relid, &name, dist.attnum).await?;
+        read_constraints_and_indexes(&coord, relid, &name, Some(dist.attnum)).await?;
     let def = TableDef {
         schema: schema.clone(),
         name: name.clone(),
@@ -1026,7 +1024,7 @@ async fn insert_catalog_rows(
 
 /// Creates the table's schema on workers that lack it (committed at once: an empty
 /// schema left behind by a failure is harmless).
-async fn ensure_worker_schemas(
+pub(crate) async fn ensure_worker_schemas(
     cfg: &Config,
     schema: &str,
     shards: &[ShardPlan],

@@ -7,14 +7,18 @@
 //!
 //! - `nodes`: `citus_add_node`, `citus_remove_node`, `citus_get_active_worker_nodes`
 //! - `distribute`: `create_distributed_table` (shard creation, data copy, 2PC)
+//! - `reference`: `create_reference_table`, writes to every placement
+//! - `ddl`: DDL propagation to shells and shards
 //! - `shards`: `get_shard_id_for_distribution_column`, the size functions,
 //!   `undistribute_table`, and the helpers `drop_distributed_table` and
 //!   `propagate_to_shards` for the executor
 //! - `recover_prepared_transactions`: `crate::transaction::recovery`
 //! - `twopc`: two-phase commit of control-plane work anchored in the coordinator node
 
+pub mod ddl;
 pub mod distribute;
 pub mod nodes;
+pub mod reference;
 pub mod shards;
 pub mod twopc;
 
@@ -90,6 +94,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "shard_count",
         ],
     ),
+    ("create_reference_table", &["table_name"]),
     (
         "get_shard_id_for_distribution_column",
         &["table_name", "distribution_value"],
@@ -185,6 +190,7 @@ pub async fn call_utility(
         "create_distributed_table" => {
             distribute::create_distributed_table(cache, settings, &args, &notices).await
         }
+        "create_reference_table" => reference::create_reference_table(cache, &args).await,
         "get_shard_id_for_distribution_column" => {
             shards::get_shard_id_for_distribution_column(cache, &args).await
         }

@@ -158,7 +158,7 @@ async fn delete_table_catalog(coord: &Client, relid: Oid) -> Result<(), PgError>
 }
 
 /// Opens one participant per node, inside `BEGIN`.
-async fn open_participants(
+pub(crate) async fn open_participants(
     cfg: &Config,
     nodes: impl Iterator<Item = (GroupId, String, u16)>,
 ) -> Result<Vec<Participant>, PgError> {

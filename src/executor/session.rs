@@ -1381,6 +1381,48 @@ impl Session {
                 sink.complete("DROP TABLE");
                 Ok(())
             }
+            Plan::Ddl(d) => {
+                if self.txn != TxnState::Idle {
+                    return Err(PgError::not_supported("DDL on a distributed table inside a transaction block is not supported by pgshard yet"));
+                }
+                commands::ddl::propagate_ddl(&self.shared.catalog, d).await?;
+                sink.complete(&d.tag);
+                Ok(())
+            }
+            Plan::ReferenceWrite {
+                table,
+                template,
+                tag,
+            } => {
+                if self.txn != TxnState::Idle {
+                    return Err(PgError::not_supported("writes to reference tables inside a transaction block are not supported by pgshard yet"));
+                }
+                if params.bind.is_some_and(|b| !b.params.is_empty()) {
+                    return Err(PgError::not_supported(
+                        "writes to reference tables with parameters are not supported by pgshard yet",
+                    ));
+                }
+                let shard = table.shards.first().map(|s| s.shard_id).unwrap_or_default();
+                let sql = template.for_shard(shard);
+                let n =
+                    commands::reference::write_all_placements(&self.shared.catalog, table, &sql)
+                        .await?;
+                sink.complete(&if tag == "INSERT" {
+                    format!("INSERT 0 {n}")
+                } else {
+                    format!("{tag} {n}")
+                });
+                Ok(())
+            }
+            Plan::DropIndexes { stmt: d, indexes } => {
+                if self.txn != TxnState::Idle {
+                    return Err(PgError::not_supported("DROP INDEX of a distributed table inside a transaction block is not supported by pgshard yet"));
+                }
+                commands::ddl::drop_indexes(&self.shared.catalog, d, &stmt.text, indexes).await?;
+                self.shared.catalog.reload().await;
+                sink.complete("DROP INDEX");
+                Ok(())
+            }
             Plan::Propagate {
                 tables,
                 verb,
@@ -2197,11 +2239,20 @@ fn route_bound<'a>(
     bind: &BindMsg,
     _catalog: &Catalog,
 ) -> PgResult<&'a ShardInterval> {
-    let col = r
-        .table
-        .dist_column
-        .as_ref()
-        .expect("router plans have a column");
+    // Reference tables are routed with a fixed hash and have no column.
+    let no_column;
+    let col = match r.table.dist_column.as_ref() {
+        Some(c) => c,
+        None => {
+            no_column = crate::catalog::DistColumn {
+                name: String::new(),
+                attnum: 0,
+                type_oid: 0,
+                collation: 0,
+            };
+            &no_column
+        }
+    };
     let mut shard: Option<&ShardInterval> = None;
     for v in &r.values {
         let hash = match *v {

@@ -5,9 +5,11 @@
 //! proven right for the statement's shape or refused.
 
 pub mod copy;
+pub mod ddl;
 pub mod distvalue;
 pub mod fastpath;
 pub mod insert;
+pub mod join;
 pub mod multishard;
 pub mod router;
 pub mod template;
@@ -106,6 +108,20 @@ pub enum Plan {
     DropTables {
         tables: Vec<Arc<DistTable>>,
     },
+    /// CREATE INDEX / ALTER TABLE / RENAME on a distributed table: the shell and
+    /// every shard (`commands::ddl`).
+    Ddl(Arc<ddl::DdlPlan>),
+    /// INSERT / UPDATE / DELETE on a reference table: every placement, atomically.
+    ReferenceWrite {
+        table: Arc<DistTable>,
+        template: ShardSqlTemplate,
+        tag: String,
+    },
+    /// DROP INDEX of indexes of distributed tables, each with its table.
+    DropIndexes {
+        stmt: protobuf::DropStmt,
+        indexes: Vec<(Arc<DistTable>, String)>,
+    },
     /// TRUNCATE / VACUUM / ANALYZE of distributed tables, statement applied to each shard.
     Propagate {
         tables: Vec<Arc<DistTable>>,
@@ -174,6 +190,23 @@ pub fn plan(
         if d.remove_type == protobuf::ObjectType::ObjectTable as i32 {
             return Ok(plan_drop_tables(d, catalog));
         }
+        if d.remove_type == protobuf::ObjectType::ObjectIndex as i32 {
+            match ddl::plan_drop_index(d, catalog) {
+                Some(Ok(indexes)) => {
+                    return Ok(Plan::DropIndexes {
+                        stmt: d.clone(),
+                        indexes,
+                    })
+                }
+                Some(Err(e)) => return Ok(Plan::Unsupported(e)),
+                None => {}
+            }
+        }
+    }
+    match ddl::plan_ddl(node, &stmt.text, catalog) {
+        Some(Ok(p)) => return Ok(Plan::Ddl(Arc::new(p))),
+        Some(Err(e)) => return Ok(Plan::Unsupported(e)),
+        None => {}
     }
     let rels = relations(stmt, catalog.tables_by_name.keys().map(String::as_str));
     let dist: Vec<(&RelRef, Arc<DistTable>)> = rels
@@ -205,6 +238,13 @@ pub fn plan(
         return Ok(Plan::Local);
     }
     match node {
+        N::SelectStmt(s) if rels.len() > 1 && dist.len() == rels.len() => {
+            let pairs: Vec<(RelRef, Arc<DistTable>)> = dist
+                .iter()
+                .map(|(r, t)| ((*r).clone(), t.clone()))
+                .collect();
+            join::plan_join(s, &stmt.text, &pairs)
+        }
         N::SelectStmt(_) | N::InsertStmt(_) | N::UpdateStmt(_) | N::DeleteStmt(_) => {
             if rels.len() != 1 || dist.len() != 1 {
                 return Ok(Plan::Unsupported(PgError::not_supported(format!(

@@ -3,7 +3,7 @@
 //! (LIMIT pushed down as LIMIT+OFFSET, then re-applied) and count/sum/min/max without
 //! GROUP BY. Everything else is refused with 0A000 rather than answered wrongly.
 
-use super::template::{Edit, ShardSqlTemplate};
+use super::template::{Edit, RelTarget, ShardSqlTemplate};
 use super::{func_name, Plan};
 use crate::catalog::DistTable;
 use crate::error::{PgError, PgResult};
@@ -57,11 +57,28 @@ fn refuse(what: &str) -> PgResult<Plan> {
     ))))
 }
 
+/// The relations of a join pushed down shard by shard (see `join.rs`): every
+/// relation's edit and target, relation 0 being the table iterated over.
+pub struct Joined {
+    pub edits: Vec<Edit>,
+    pub targets: Vec<RelTarget>,
+}
+
 pub fn plan_select(
     s: &protobuf::SelectStmt,
     text: &str,
     rel_edit: Edit,
     table: Arc<DistTable>,
+) -> PgResult<Plan> {
+    plan_select_joined(s, text, vec![rel_edit], table, None)
+}
+
+pub fn plan_select_joined(
+    s: &protobuf::SelectStmt,
+    text: &str,
+    rel_edits: Vec<Edit>,
+    table: Arc<DistTable>,
+    joined: Option<Joined>,
 ) -> PgResult<Plan> {
     if s.op != SetOperation::SetopNone as i32 {
         return refuse("UNION / INTERSECT / EXCEPT");
@@ -84,7 +101,10 @@ pub fn plan_select(
     if s.into_clause.is_some() {
         return refuse("SELECT INTO");
     }
-    if s.from_clause.len() != 1 || !matches!(s.from_clause[0].node.as_ref(), Some(N::RangeVar(_))) {
+    if joined.is_none()
+        && (s.from_clause.len() != 1
+            || !matches!(s.from_clause[0].node.as_ref(), Some(N::RangeVar(_))))
+    {
         return refuse("joins or several FROM items");
     }
     if s.limit_option == LimitOption::WithTies as i32 {
@@ -128,7 +148,10 @@ pub fn plan_select(
         Bound::Const(n) => n,
         Bound::Param(_) => return refuse("OFFSET given as a parameter"),
     };
-    let mut edits = vec![rel_edit];
+    let (mut edits, targets) = match joined {
+        Some(j) => (j.edits, Some(j.targets)),
+        None => (rel_edits, None),
+    };
     let shape = if aggs.is_empty() {
         // Each shard returns up to LIMIT+OFFSET rows and skips none.
         if let (Some(off), true) = (s.limit_offset.as_deref(), offset > 0) {
@@ -157,7 +180,10 @@ pub fn plan_select(
         }
     }
     Ok(Plan::MultiShard(Arc::new(MultiShardPlan {
-        template: ShardSqlTemplate::new(text, &table, edits),
+        template: match targets {
+            Some(t) => ShardSqlTemplate::with_relations(text, t, edits),
+            None => ShardSqlTemplate::new(text, &table, edits),
+        },
         table,
         shape,
         limit,

@@ -39,10 +39,7 @@ fn unsupported(msg: String) -> PgResult<Plan> {
 
 pub fn plan_dml(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> PgResult<Plan> {
     if table.method == PartitionMethod::Reference {
-        return unsupported(format!(
-            "pgshard does not support queries on the reference table \"{}\" yet",
-            table.name
-        ));
+        return plan_reference(node, text, rel, table);
     }
     let Some(col) = table.dist_column.clone() else {
         return unsupported(format!(
@@ -130,7 +127,13 @@ fn routed(
     let value_exprs = constant_location(expr)
         .map(|l| vec![(expr.clone(), l)])
         .unwrap_or_default();
-    let add_alias = matches!(edit.with, EditWith::Relation { add_alias: true });
+    let add_alias = matches!(
+        edit.with,
+        EditWith::Relation {
+            add_alias: true,
+            ..
+        }
+    );
     Plan::Router(Arc::new(RouterPlan {
         relation_span: Some((edit.start, edit.end)),
         add_alias,
@@ -250,7 +253,13 @@ fn plan_insert(
             )),
         };
     }
-    let add_alias = matches!(edit.with, EditWith::Relation { add_alias: true });
+    let add_alias = matches!(
+        edit.with,
+        EditWith::Relation {
+            add_alias: true,
+            ..
+        }
+    );
     // The shape cache reproduces single-row inserts only.
     let value_exprs = if values.len() == 1 {
         value_exprs
@@ -267,4 +276,66 @@ fn plan_insert(
         read_only: false,
         value_exprs,
     })))
+}
+
+/// A statement on one reference table: reads go to one placement (a router plan on
+/// its only shard), writes to every placement.
+fn plan_reference(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> PgResult<Plan> {
+    let edit = Edit::relation(text, rel)?;
+    let template = ShardSqlTemplate::new(text, &table, vec![edit]);
+    let (tag, returning) = match node {
+        N::SelectStmt(s) => {
+            if s.with_clause.is_some() {
+                return unsupported(
+                    "pgshard does not support WITH queries on reference tables yet".into(),
+                );
+            }
+            let read_only = s.locking_clause.is_empty() && s.into_clause.is_none();
+            return Ok(Plan::Router(Arc::new(RouterPlan {
+                template,
+                table,
+                values: vec![ValueSource::Hash(0)],
+                is_insert: false,
+                read_only,
+                value_exprs: Vec::new(),
+                relation_span: None,
+                add_alias: false,
+            })));
+        }
+        N::InsertStmt(i) if i.with_clause.is_none() => (
+            "INSERT",
+            i.returning_clause
+                .as_ref()
+                .is_some_and(|r| !r.exprs.is_empty()),
+        ),
+        N::UpdateStmt(u) if u.with_clause.is_none() && u.from_clause.is_empty() => (
+            "UPDATE",
+            u.returning_clause
+                .as_ref()
+                .is_some_and(|r| !r.exprs.is_empty()),
+        ),
+        N::DeleteStmt(d) if d.with_clause.is_none() && d.using_clause.is_empty() => (
+            "DELETE",
+            d.returning_clause
+                .as_ref()
+                .is_some_and(|r| !r.exprs.is_empty()),
+        ),
+        _ => {
+            return unsupported(format!(
+                "pgshard does not support this statement on the reference table \"{}\" yet",
+                table.name
+            ))
+        }
+    };
+    if returning {
+        return unsupported(format!(
+            "pgshard does not support RETURNING on the reference table \"{}\" yet",
+            table.name
+        ));
+    }
+    Ok(Plan::ReferenceWrite {
+        table,
+        template,
+        tag: tag.to_string(),
+    })
 }

@@ -1,25 +1,56 @@
 //! The text sent to a shard: the client's own statement text with the distributed
 //! table's name replaced by the shard's (and, for multi-shard reads, a LIMIT/OFFSET
-//! adjusted). Splicing the original text keeps the statement exactly as written and
+//! adjusted). A join names several relations: each is spliced with the shard that
+//! goes with the task's shard of the first (co-located shard of the same index, or a
+//! reference table's one shard). Splicing the original text keeps the statement exactly as written and
 //! costs a copy, where a deparse would cost a tree walk per shard.
 
 use crate::catalog::{DistTable, ShardId};
 use crate::error::{PgError, PgResult};
 use crate::sql::parse::{number_span, qualified_name_span, RelRef};
 use crate::sql::quote::{quote_ident, quote_qualified};
+use std::collections::HashMap;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Piece {
     Text(String),
-    /// The shard table's qualified name goes here.
-    ShardName,
+    /// The qualified shard name of relation `n` goes here.
+    ShardName(usize),
+}
+
+/// Which shard of a relation goes with the task's shard (of relation 0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShardMap {
+    /// Relation 0 itself.
+    Same,
+    /// A reference table's only shard.
+    Fixed(ShardId),
+    /// A co-located table: its shard of the same index.
+    ByPrimary(HashMap<ShardId, ShardId>),
+}
+
+/// A relation spliced into the template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelTarget {
+    pub schema: String,
+    pub table: String,
+    pub map: ShardMap,
+}
+
+impl RelTarget {
+    pub fn primary(table: &DistTable) -> RelTarget {
+        RelTarget {
+            schema: table.schema.clone(),
+            table: table.name.clone(),
+            map: ShardMap::Same,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardSqlTemplate {
     pieces: Vec<Piece>,
-    schema: String,
-    table: String,
+    rels: Vec<RelTarget>,
 }
 
 /// A replacement of `text[start..end]`.
@@ -37,6 +68,8 @@ pub enum EditWith {
     /// when the query had none, so `table.column` references keep working.
     Relation {
         add_alias: bool,
+        /// Index into the template's relations.
+        rel: usize,
     },
 }
 
@@ -51,8 +84,19 @@ impl Edit {
             end,
             with: EditWith::Relation {
                 add_alias: rel.alias.is_none(),
+                rel: 0,
             },
         })
+    }
+
+    /// The edit replacing a reference to relation `index` of a join.
+    pub fn relation_of(text: &str, rel: &RelRef, index: usize) -> PgResult<Edit> {
+        let mut e = Edit::relation(text, rel)?;
+        e.with = EditWith::Relation {
+            add_alias: rel.alias.is_none(),
+            rel: index,
+        };
+        Ok(e)
     }
 
     /// The edit replacing a numeric constant at `location`.
@@ -68,7 +112,16 @@ impl Edit {
 }
 
 impl ShardSqlTemplate {
-    pub fn new(text: &str, table: &DistTable, mut edits: Vec<Edit>) -> ShardSqlTemplate {
+    pub fn new(text: &str, table: &DistTable, edits: Vec<Edit>) -> ShardSqlTemplate {
+        ShardSqlTemplate::with_relations(text, vec![RelTarget::primary(table)], edits)
+    }
+
+    /// A template over several relations (`rels[0]` decides the task's shard).
+    pub fn with_relations(
+        text: &str,
+        rels: Vec<RelTarget>,
+        mut edits: Vec<Edit>,
+    ) -> ShardSqlTemplate {
         edits.sort_by_key(|e| e.start);
         let mut pieces = Vec::new();
         let mut at = 0;
@@ -76,42 +129,50 @@ impl ShardSqlTemplate {
             pieces.push(Piece::Text(text[at..e.start].to_string()));
             match e.with {
                 EditWith::Text(t) => pieces.push(Piece::Text(t)),
-                EditWith::Relation { add_alias } => {
-                    pieces.push(Piece::ShardName);
+                EditWith::Relation { add_alias, rel } => {
+                    pieces.push(Piece::ShardName(rel));
                     if add_alias {
-                        pieces.push(Piece::Text(format!(" AS {}", quote_ident(&table.name))));
+                        pieces.push(Piece::Text(format!(
+                            " AS {}",
+                            quote_ident(&rels[rel].table)
+                        )));
                     }
                 }
             }
             at = e.end;
         }
         pieces.push(Piece::Text(text[at..].to_string()));
-        ShardSqlTemplate {
-            pieces,
-            schema: table.schema.clone(),
-            table: table.name.clone(),
-        }
+        ShardSqlTemplate { pieces, rels }
     }
 
-    /// The statement text for one shard.
+    /// The statement text for one shard (of relation 0).
     pub fn for_shard(&self, shard_id: ShardId) -> String {
-        let name = quote_qualified(
-            &self.schema,
-            &crate::catalog::shard_table_name(&self.table, shard_id),
-        );
+        let names: Vec<String> = self
+            .rels
+            .iter()
+            .map(|r| {
+                let id = match &r.map {
+                    ShardMap::Same => shard_id,
+                    ShardMap::Fixed(id) => *id,
+                    // Built from the same catalog snapshot: every shard has a partner.
+                    ShardMap::ByPrimary(m) => m.get(&shard_id).copied().unwrap_or(shard_id),
+                };
+                quote_qualified(&r.schema, &crate::catalog::shard_table_name(&r.table, id))
+            })
+            .collect();
         let mut out = String::with_capacity(
             self.pieces
                 .iter()
                 .map(|p| match p {
                     Piece::Text(t) => t.len(),
-                    Piece::ShardName => name.len(),
+                    Piece::ShardName(i) => names[*i].len(),
                 })
                 .sum(),
         );
         for p in &self.pieces {
             match p {
                 Piece::Text(t) => out.push_str(t),
-                Piece::ShardName => out.push_str(&name),
+                Piece::ShardName(i) => out.push_str(&names[*i]),
             }
         }
         out

@@ -35,6 +35,7 @@ fn catalog() -> Catalog {
         indexer: ShardIndexer::for_intervals(&shards),
         shards,
         columns: vec!["k".into(), "v".into()],
+        indexes: vec![],
     });
     c
 }

@@ -1,0 +1,358 @@
+//! DDL propagation: a DDL statement on a distributed (or reference) table runs on the
+//! coordinator node's shell table and on every shard placement as one distributed
+//! transaction (two-phase commit anchored in the coordinator node, `twopc`).
+//!
+//! Order: the shell first (PostgreSQL checks the statement and names any unnamed
+//! objects), then every node in parallel (its shards one after another), then the
+//! catalog change (distribution column renamed) and the commit. Any failure rolls
+//! everything back; the error names the shard, node and statement.
+//!
+//! `CREATE/DROP INDEX CONCURRENTLY` cannot run in a transaction: the shell first, then
+//! the shards node by node in parallel; a failure stops there and says which shards
+//! already have the change.
+
+use super::twopc;
+use super::{abbreviate, begin_catalog_change, db_err};
+use crate::backend::control;
+use crate::catalog::cache::{bump_version, CatalogCache};
+use crate::catalog::{shard_table_name, Catalog, DistTable, GroupId, Oid};
+use crate::error::{sqlstate, PgError};
+use crate::planner::ddl::{drop_index_shard_statement, shard_statement, DdlPlan, Unnamed};
+use futures_util::future::join_all;
+use pg_query::protobuf;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio_postgres::Client;
+
+/// Longest identifier PostgreSQL keeps.
+const MAX_IDENTIFIER: usize = 63;
+
+/// A node and the (shard id, statement) list it runs.
+type NodeWork = BTreeMap<(GroupId, String, u16), Vec<(i64, String)>>;
+
+/// An error of the client's own statement on the shell: PostgreSQL's, unchanged.
+fn shell_error(e: &tokio_postgres::Error) -> PgError {
+    match e.as_db_error() {
+        Some(db) => {
+            let mut err = PgError::new(db.code().code(), db.message());
+            err.detail = db.detail().map(str::to_string);
+            err.hint = db.hint().map(str::to_string);
+            err
+        }
+        None => PgError::from_client_error("coordinator node", e),
+    }
+}
+
+/// Statements per node for every placement of `table`.
+fn work_per_node(
+    catalog: &Catalog,
+    table: &DistTable,
+    sql_for: impl Fn(i64) -> Result<String, PgError>,
+) -> Result<NodeWork, PgError> {
+    let mut per_node = NodeWork::new();
+    for shard in &table.shards {
+        let sql = sql_for(shard.shard_id)?;
+        for g in &shard.placement_groups {
+            let node = catalog.node_for_group(*g).ok_or_else(|| {
+                PgError::new(
+                    sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                    format!(
+                        "placement of shard {} is in group {g}, which has no active node",
+                        shard.shard_id
+                    ),
+                )
+            })?;
+            per_node
+                .entry((*g, node.host.clone(), node.port))
+                .or_default()
+                .push((shard.shard_id, sql.clone()));
+        }
+    }
+    Ok(per_node)
+}
+
+async fn run_on_node(
+    client: &Client,
+    host: &str,
+    port: u16,
+    stmts: &[(i64, String)],
+) -> Result<(), PgError> {
+    for (shard_id, sql) in stmts {
+        client.batch_execute(sql).await.map_err(|e| {
+            PgError::from_client_error(
+                &format!(
+                    "shard {shard_id} on node {host}:{port}, statement \"{}\"",
+                    abbreviate(sql)
+                ),
+                &e,
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// A named object of a table: (name, Some(contype)) for constraints, (name, None) for
+/// indexes not made by one; and its columns (sorted).
+type Object = (String, Option<char>, Vec<String>);
+
+/// Index and constraint names of a relation.
+async fn object_names(coord: &Client, relid: Oid) -> Result<Vec<Object>, PgError> {
+    let rows = coord
+        .query(
+            "SELECT conname::text, contype::text, oid, ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a \
+                      WHERE a.attrelid = conrelid AND a.attnum = ANY(conkey) ORDER BY 1) \
+             FROM pg_catalog.pg_constraint WHERE conrelid = $1 \
+             UNION ALL \
+             SELECT c.relname::text, NULL, c.oid, '{}'::text[] FROM pg_catalog.pg_index i \
+               JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid \
+             WHERE i.indrelid = $1 AND NOT EXISTS \
+               (SELECT 1 FROM pg_catalog.pg_constraint k WHERE k.conindid = i.indexrelid AND k.conrelid = $1) \
+             ORDER BY 3",
+            &[&relid],
+        )
+        .await
+        .map_err(db_err("cannot read the shell table's indexes and constraints"))?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let kind: Option<String> = r.get(1);
+            (r.get(0), kind.and_then(|k| k.chars().next()), r.get(3))
+        })
+        .collect())
+}
+
+/// The names PostgreSQL gave the unnamed objects: the new object of the same kind on
+/// the same columns. Two unnamed objects alike would be ambiguous: refused (the
+/// caller's transaction then rolls back).
+fn resolve_unnamed(
+    unnamed: &[Unnamed],
+    before: &[Object],
+    after: &[Object],
+) -> Result<Vec<String>, PgError> {
+    let fresh: Vec<&Object> = after.iter().filter(|a| !before.contains(a)).collect();
+    let mut out = Vec::new();
+    for u in unnamed {
+        let matches: Vec<&&Object> = fresh
+            .iter()
+            .filter(|(_, kind, cols)| match u {
+                Unnamed::Index => kind.is_none(),
+                Unnamed::Constraint(k, want) => *kind == Some(*k) && cols == want,
+            })
+            .collect();
+        match matches.as_slice() {
+            [one] => out.push(one.0.clone()),
+            [] => {
+                return Err(PgError::internal(
+                    "pgshard could not find the name PostgreSQL gave a new object",
+                ))
+            }
+            _ => {
+                return Err(PgError::not_supported(
+                    "pgshard cannot tell apart several unnamed constraints of the same kind on the same columns: name them",
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Runs a DDL statement on a distributed table's shell and every shard placement.
+pub async fn propagate_ddl(cache: &CatalogCache, plan: &DdlPlan) -> Result<(), PgError> {
+    if plan.concurrent {
+        return concurrently(cache, plan).await;
+    }
+    let table = &plan.table;
+    if let Some(new) = &plan.new_table_name {
+        let longest = table
+            .shards
+            .iter()
+            .map(|s| shard_table_name(new, s.shard_id))
+            .max_by_key(|n| n.len())
+            .unwrap_or_default();
+        if longest.len() > MAX_IDENTIFIER {
+            return Err(PgError::not_supported(format!(
+                "cannot rename \"{}\" to \"{new}\": its shard names (\"{longest}\") would exceed {MAX_IDENTIFIER} bytes",
+                table.name
+            )));
+        }
+    }
+    let coord = begin_catalog_change(cache).await?;
+    let before = if plan.unnamed.is_empty() {
+        Vec::new()
+    } else {
+        object_names(&coord, table.relid).await?
+    };
+    coord
+        .batch_execute(&plan.text)
+        .await
+        .map_err(|e| shell_error(&e))?;
+    let resolved = if plan.unnamed.is_empty() {
+        Vec::new()
+    } else {
+        let after = object_names(&coord, table.relid).await?;
+        resolve_unnamed(&plan.unnamed, &before, &after)?
+    };
+    let catalog = cache.snapshot();
+    let per_node = work_per_node(&catalog, table, |id| shard_statement(plan, id, &resolved))?;
+    let mut participants =
+        super::shards::open_participants(cache.config(), per_node.keys().cloned()).await?;
+    let results = join_all(participants.iter().map(|p| {
+        let stmts = &per_node[&(p.group_id, p.host.clone(), p.port)];
+        run_on_node(&p.client, &p.host, p.port, stmts)
+    }))
+    .await;
+    if let Some(e) = results.into_iter().find_map(Result::err) {
+        twopc::abort(&participants).await;
+        return Err(e);
+    }
+    let relid = table.relid;
+    let new_column = plan.new_dist_column.clone();
+    twopc::commit_distributed(&coord, &mut participants, "ddl", || async {
+        if let Some(col) = &new_column {
+            coord
+                .execute(
+                    "UPDATE pg_catalog.pg_dist_partition SET partkey = $2 WHERE logicalrelid = $1::oid::regclass",
+                    &[&relid, col],
+                )
+                .await
+                .map_err(db_err("cannot update pg_dist_partition"))?;
+        }
+        // Column lists, names and types feed planning: every process reloads.
+        bump_version(&coord).await
+    })
+    .await?;
+    cache.reload().await;
+    Ok(())
+}
+
+/// `CREATE INDEX CONCURRENTLY`: the shell first, then each node's shards in turn,
+/// nodes in parallel, each statement on its own.
+async fn concurrently(cache: &CatalogCache, plan: &DdlPlan) -> Result<(), PgError> {
+    let table = &plan.table;
+    let coord = control::connect_coordinator(cache.config()).await?;
+    let before = if plan.unnamed.is_empty() {
+        Vec::new()
+    } else {
+        object_names(&coord, table.relid).await?
+    };
+    coord
+        .batch_execute(&plan.text)
+        .await
+        .map_err(|e| shell_error(&e))?;
+    let resolved = if plan.unnamed.is_empty() {
+        Vec::new()
+    } else {
+        let after = object_names(&coord, table.relid).await?;
+        resolve_unnamed(&plan.unnamed, &before, &after)?
+    };
+    let catalog = cache.snapshot();
+    let per_node = work_per_node(&catalog, table, |id| shard_statement(plan, id, &resolved))?;
+    let r = run_outside_transaction(cache, &per_node).await;
+    // The shell's index list changed whatever happened on the shards.
+    bump_version(&coord).await?;
+    cache.reload().await;
+    r
+}
+
+async fn run_outside_transaction(cache: &CatalogCache, per_node: &NodeWork) -> Result<(), PgError> {
+    let cfg = cache.config();
+    let results = join_all(per_node.iter().map(|((_, host, port), stmts)| async move {
+        let client = control::connect(cfg, host, *port).await?;
+        run_on_node(&client, host, *port, stmts).await
+    }))
+    .await;
+    match results.into_iter().find_map(Result::err) {
+        None => Ok(()),
+        Some(e) => Err(e.with_hint(
+            "The statement does not run in a transaction: the coordinator node and some shards \
+             may already have the change. Repeat it with IF EXISTS / IF NOT EXISTS, or undo it.",
+        )),
+    }
+}
+
+/// `DROP INDEX [CONCURRENTLY]` of indexes of distributed tables: the shell and every
+/// shard placement.
+pub async fn drop_indexes(
+    cache: &CatalogCache,
+    d: &protobuf::DropStmt,
+    text: &str,
+    indexes: &[(Arc<DistTable>, String)],
+) -> Result<(), PgError> {
+    let catalog = cache.snapshot();
+    let mut per_node = NodeWork::new();
+    for (table, index) in indexes {
+        let work = work_per_node(&catalog, table, |id| {
+            drop_index_shard_statement(d, &table.schema, index, id)
+        })?;
+        for (k, mut v) in work {
+            per_node.entry(k).or_default().append(&mut v);
+        }
+    }
+    if d.concurrent {
+        let coord = control::connect_coordinator(cache.config()).await?;
+        coord
+            .batch_execute(text)
+            .await
+            .map_err(|e| shell_error(&e))?;
+        let r = run_outside_transaction(cache, &per_node).await;
+        bump_version(&coord).await?;
+        return r;
+    }
+    let coord = begin_catalog_change(cache).await?;
+    coord
+        .batch_execute(text)
+        .await
+        .map_err(|e| shell_error(&e))?;
+    let mut participants =
+        super::shards::open_participants(cache.config(), per_node.keys().cloned()).await?;
+    let results = join_all(participants.iter().map(|p| {
+        let stmts = &per_node[&(p.group_id, p.host.clone(), p.port)];
+        run_on_node(&p.client, &p.host, p.port, stmts)
+    }))
+    .await;
+    if let Some(e) = results.into_iter().find_map(Result::err) {
+        twopc::abort(&participants).await;
+        return Err(e);
+    }
+    twopc::commit_distributed(&coord, &mut participants, "ddl", || async {
+        bump_version(&coord).await
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_unnamed_objects_by_kind_in_order() {
+        let o = |n: &str, k: Option<char>, c: &[&str]| -> Object {
+            (n.into(), k, c.iter().map(|s| s.to_string()).collect())
+        };
+        let before = vec![o("t_pkey", Some('p'), &["k"])];
+        let after = vec![
+            o("t_pkey", Some('p'), &["k"]),
+            o("t_w_check", Some('c'), &["w"]),
+            o("t_v_idx", None, &[]),
+            o("t_v_check", Some('c'), &["v"]),
+        ];
+        let c = |k: char, cols: &[&str]| {
+            Unnamed::Constraint(k, cols.iter().map(|s| s.to_string()).collect())
+        };
+        let got = resolve_unnamed(
+            &[Unnamed::Index, c('c', &["v"]), c('c', &["w"])],
+            &before,
+            &after,
+        )
+        .unwrap();
+        assert_eq!(got, vec!["t_v_idx", "t_v_check", "t_w_check"]);
+        assert!(resolve_unnamed(&[c('u', &["k"])], &before, &after).is_err());
+        let twice = vec![o("a", Some('c'), &["v"]), o("b", Some('c'), &["v"])];
+        assert_eq!(
+            resolve_unnamed(&[c('c', &["v"])], &[], &twice)
+                .unwrap_err()
+                .code,
+            "0A000"
+        );
+    }
+}

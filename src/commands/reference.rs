@@ -1,0 +1,297 @@
+//! Reference tables: `create_reference_table(t)` (one shard, partmethod 'n', a
+//! placement on every worker, its own co-location group) and writes to every
+//! placement at once.
+//!
+//! Creation, all or nothing: catalog rows in the coordinator node's transaction; on
+//! each worker, in its own transaction, the shard table, its rows (one
+//! `COPY ... TO STDOUT` on the coordinator node streamed into every worker's
+//! `COPY ... FROM STDIN`), constraints and indexes; then two-phase commit with the
+//! shell emptied. Workers added later get no placement (not supported yet).
+
+use super::distribute::{
+    create_shard_table_sql, ensure_worker_schemas, read_columns, read_constraints_and_indexes,
+    read_nodes, shard_post_load_sql, ShardPlan, TableDef,
+};
+use super::twopc::{self, Participant};
+use super::{abbreviate, begin_catalog_change, db_err, resolve_relation, Args, UtilityResult};
+use crate::backend::control;
+use crate::catalog::cache::{bump_version, CatalogCache};
+use crate::catalog::{shard_table_name, DistTable};
+use crate::error::{sqlstate, PgError};
+use crate::sql::quote::{quote_ident, quote_qualified};
+use bytes::Bytes;
+use futures_util::future::join_all;
+use futures_util::{SinkExt, StreamExt};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub(crate) async fn create_reference_table(
+    cache: &CatalogCache,
+    args: &Args<'_>,
+) -> Result<UtilityResult, PgError> {
+    let table_arg = args.required(0)?.to_string();
+    let coord = begin_catalog_change(cache).await?;
+    let relid = resolve_relation(&coord, &table_arg).await?;
+    let row = coord
+        .query_one(
+            "SELECT n.nspname::text, c.relname::text, c.relkind::text, c.relpersistence::text, \
+                    coalesce(c.reloptions, '{}')::text[], \
+                    EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i WHERE i.inhrelid = c.oid OR i.inhparent = c.oid), \
+                    EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid = c.oid) \
+             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
+            &[&relid],
+        )
+        .await
+        .map_err(db_err("cannot read the table"))?;
+    let (schema, name): (String, String) = (row.get(0), row.get(1));
+    let relkind: String = row.get(2);
+    let persistence: String = row.get(3);
+    if row.get::<_, bool>(6) {
+        return Err(PgError::new(
+            "42P16",
+            format!("table \"{name}\" is already distributed"),
+        ));
+    }
+    if relkind != "r" || row.get::<_, bool>(5) || persistence == "t" {
+        return Err(PgError::not_supported(format!(
+            "cannot create reference table \"{name}\": only regular, non-temporary tables without inheritance are supported by pgshard"
+        )));
+    }
+    let qualified = quote_qualified(&schema, &name);
+    coord
+        .batch_execute(&format!("LOCK TABLE ONLY {qualified} IN EXCLUSIVE MODE"))
+        .await
+        .map_err(db_err(&format!("cannot lock table {qualified}")))?;
+    let columns = read_columns(&coord, relid).await?;
+    if columns.iter().any(|c| c.uses_sequence || c.identity) {
+        return Err(PgError::not_supported(format!(
+            "cannot create reference table \"{name}\": columns using sequences are not supported by pgshard yet"
+        )));
+    }
+    let (constraints, indexes) = read_constraints_and_indexes(&coord, relid, &name, None).await?;
+    let def = TableDef {
+        schema: schema.clone(),
+        name: name.clone(),
+        unlogged: persistence == "u",
+        columns,
+        reloptions: row.get(4),
+        constraints,
+        indexes,
+    };
+    let nodes = read_nodes(&coord).await?;
+    if nodes.is_empty() {
+        return Err(PgError::new(
+            sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "cannot create a reference table: there are no active worker nodes",
+        ));
+    }
+    let shard_id: i64 = coord
+        .query_one("SELECT nextval('pg_catalog.pg_dist_shardid_seq')", &[])
+        .await
+        .map_err(db_err("cannot allocate a shard id"))?
+        .get(0);
+    let shard = ShardPlan {
+        shard_id,
+        min: i32::MIN,
+        max: i32::MAX,
+        groups: nodes.iter().map(|n| n.group).collect(),
+    };
+    let colocation_id: i32 = coord
+        .query_one(
+            "INSERT INTO pg_catalog.pg_dist_colocation (colocationid, shardcount, replicationfactor, \
+               distributioncolumntype, distributioncolumncollation) \
+             VALUES (nextval('pg_catalog.pg_dist_colocationid_seq'), 1, $1, 0, 0) RETURNING colocationid",
+            &[&(nodes.len() as i32)],
+        )
+        .await
+        .map_err(db_err("cannot insert into pg_dist_colocation"))?
+        .get(0);
+    coord
+        .execute(
+            "INSERT INTO pg_catalog.pg_dist_partition (logicalrelid, partmethod, partkey, colocationid, repmodel, autoconverted) \
+             VALUES ($1::oid::regclass, 'n', NULL, $2, 't', false)",
+            &[&relid, &colocation_id],
+        )
+        .await
+        .map_err(db_err("cannot insert into pg_dist_partition"))?;
+    coord
+        .execute(
+            "INSERT INTO pg_catalog.pg_dist_shard (logicalrelid, shardid, shardstorage, shardminvalue, shardmaxvalue) \
+             VALUES ($1::oid::regclass, $2, 't', NULL, NULL)",
+            &[&relid, &shard_id],
+        )
+        .await
+        .map_err(db_err("cannot insert into pg_dist_shard"))?;
+    coord
+        .execute(
+            "INSERT INTO pg_catalog.pg_dist_placement (placementid, shardid, shardstate, shardlength, groupid) \
+             SELECT nextval('pg_catalog.pg_dist_placement_placementid_seq'), $1, 1, 0, g FROM unnest($2::int4[]) g",
+            &[&shard_id, &shard.groups],
+        )
+        .await
+        .map_err(db_err("cannot insert into pg_dist_placement"))?;
+
+    let node_by_group: HashMap<_, _> = nodes.iter().map(|n| (n.group, n)).collect();
+    ensure_worker_schemas(
+        cache.config(),
+        &schema,
+        std::slice::from_ref(&shard),
+        &node_by_group,
+    )
+    .await?;
+    let mut participants = super::shards::open_participants(
+        cache.config(),
+        nodes.iter().map(|n| (n.group, n.host.clone(), n.port)),
+    )
+    .await?;
+    let result = load_placements(&coord, &participants, &def, shard_id).await;
+    if let Err(e) = result {
+        twopc::abort(&participants).await;
+        return Err(e);
+    }
+    twopc::commit_distributed(&coord, &mut participants, "ref", || async {
+        coord
+            .batch_execute(&format!("TRUNCATE ONLY {qualified}"))
+            .await
+            .map_err(db_err(&format!("cannot empty the local table {qualified}")))?;
+        bump_version(&coord).await
+    })
+    .await?;
+    cache.reload().await;
+    Ok(UtilityResult::void(args.name))
+}
+
+/// Creates the shard on every participant and streams the shell's rows to all.
+async fn load_placements(
+    coord: &tokio_postgres::Client,
+    participants: &[Participant],
+    def: &TableDef,
+    shard_id: i64,
+) -> Result<(), PgError> {
+    let create = create_shard_table_sql(def, shard_id);
+    let post = shard_post_load_sql(def, shard_id)?;
+    let cols: Vec<String> = def
+        .columns
+        .iter()
+        .filter(|c| !c.generated)
+        .map(|c| quote_ident(&c.name))
+        .collect();
+    let shard = quote_qualified(&def.schema, &shard_table_name(&def.name, shard_id));
+    let in_sql = format!("COPY {shard} ({}) FROM STDIN", cols.join(", "));
+    let out_sql = format!(
+        "COPY (SELECT {} FROM ONLY {}) TO STDOUT",
+        cols.join(", "),
+        quote_qualified(&def.schema, &def.name)
+    );
+    let ctx = |p: &Participant, sql: &str| {
+        format!(
+            "shard {shard_id} on node {}, statement \"{}\"",
+            p.node(),
+            abbreviate(sql)
+        )
+    };
+    for p in participants {
+        p.client
+            .batch_execute(&create)
+            .await
+            .map_err(|e| PgError::from_client_error(&ctx(p, &create), &e))?;
+    }
+    let mut sinks = Vec::new();
+    for p in participants {
+        let sink = p
+            .client
+            .copy_in::<_, Bytes>(in_sql.as_str())
+            .await
+            .map_err(|e| PgError::from_client_error(&ctx(p, &in_sql), &e))?;
+        sinks.push(Box::pin(sink));
+    }
+    let stream = coord
+        .copy_out(out_sql.as_str())
+        .await
+        .map_err(db_err("cannot read the table's rows"))?;
+    let mut stream = Box::pin(stream);
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(db_err("cannot read the table's rows"))?;
+        let sent = join_all(sinks.iter_mut().map(|s| s.send(chunk.clone()))).await;
+        for (r, p) in sent.into_iter().zip(participants) {
+            r.map_err(|e| PgError::from_client_error(&ctx(p, &in_sql), &e))?;
+        }
+    }
+    for (s, p) in sinks.iter_mut().zip(participants) {
+        s.as_mut()
+            .finish()
+            .await
+            .map_err(|e| PgError::from_client_error(&ctx(p, &in_sql), &e))?;
+    }
+    for p in participants {
+        for sql in &post {
+            p.client
+                .batch_execute(sql)
+                .await
+                .map_err(|e| PgError::from_client_error(&ctx(p, sql), &e))?;
+        }
+    }
+    Ok(())
+}
+
+/// A write (INSERT/UPDATE/DELETE) on a reference table: the statement, with the
+/// shard's name spliced in, on every placement, committed with 2PC. Returns the
+/// row count (the same on every placement).
+pub async fn write_all_placements(
+    cache: &CatalogCache,
+    table: &Arc<DistTable>,
+    sql: &str,
+) -> Result<u64, PgError> {
+    let catalog = cache.snapshot();
+    let shard = table.shards.first().ok_or_else(|| {
+        PgError::internal(format!("reference table \"{}\" has no shard", table.name))
+    })?;
+    let mut nodes = Vec::new();
+    for g in &shard.placement_groups {
+        let n = catalog.node_for_group(*g).ok_or_else(|| {
+            PgError::new(
+                sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!(
+                    "placement of shard {} is in group {g}, which has no active node",
+                    shard.shard_id
+                ),
+            )
+        })?;
+        nodes.push((*g, n.host.clone(), n.port));
+    }
+    let mut participants =
+        super::shards::open_participants(cache.config(), nodes.into_iter()).await?;
+    let results = join_all(participants.iter().map(|p| async move {
+        p.client.execute(sql, &[]).await.map_err(|e| {
+            PgError::from_client_error(
+                &format!(
+                    "shard {} on node {}, statement \"{}\"",
+                    shard.shard_id,
+                    p.node(),
+                    abbreviate(sql)
+                ),
+                &e,
+            )
+        })
+    }))
+    .await;
+    let mut count = None;
+    for r in results {
+        match r {
+            Ok(n) => {
+                count.get_or_insert(n);
+            }
+            Err(e) => {
+                twopc::abort(&participants).await;
+                return Err(e);
+            }
+        }
+    }
+    let coord = control::connect_coordinator(cache.config()).await?;
+    coord
+        .batch_execute("BEGIN")
+        .await
+        .map_err(db_err("cannot begin on the coordinator node"))?;
+    twopc::commit_distributed(&coord, &mut participants, "refw", || async { Ok(()) }).await?;
+    Ok(count.unwrap_or(0))
+}

@@ -1,0 +1,423 @@
+//! DDL propagation, reference tables and pushed-down joins against real servers.
+//!
+//! - After each DDL statement sent through pgshard, every shard's definition (columns,
+//!   types, defaults, NOT NULL from `pg_attribute`; indexes from `pg_indexes`;
+//!   constraints from `pg_constraint`), read from the workers' catalogs directly with
+//!   the `_<shardid>` suffixes taken out, equals the coordinator's shell table's.
+//! - A DDL statement that fails on one shard (an object created there beforehand)
+//!   leaves the shell and every other shard unchanged.
+//! - Rows read back after the DDL sequence equal a plain PostgreSQL's that ran the
+//!   same statements; unsafe shapes are refused with 0A000.
+
+mod common;
+
+use common::{cluster, plain_postgres};
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+/// One table's definition as its catalogs show it, object names without shard suffix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Definition {
+    columns: Vec<String>,
+    indexes: Vec<String>,
+    constraints: Vec<String>,
+}
+
+async fn definition(c: &Client, schema: &str, table: &str, strip: &str) -> Definition {
+    let oid_sql = "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                   WHERE n.nspname = $1 AND c.relname = $2";
+    let oid: u32 = c
+        .query_one(oid_sql, &[&schema, &table])
+        .await
+        .unwrap()
+        .get(0);
+    let columns = c
+        .query(
+            "SELECT a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || \
+                    coalesce(' DEFAULT ' || pg_get_expr(d.adbin, d.adrelid), '') || \
+                    CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END \
+             FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
+             WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            &[&oid],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect();
+    let mut indexes: Vec<String> = c
+        .query(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = $2",
+            &[&schema, &table],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(0).replace(strip, ""))
+        .collect();
+    indexes.sort();
+    let mut constraints: Vec<String> = c
+        .query(
+            "SELECT conname || ' ' || pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = $1",
+            &[&oid],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(0).replace(strip, ""))
+        .collect();
+    constraints.sort();
+    Definition {
+        columns,
+        indexes,
+        constraints,
+    }
+}
+
+/// The shard tables (`<table>_<digits>`) on one server.
+async fn shard_tables(c: &Client, table: &str) -> Vec<String> {
+    c.query(
+        "SELECT relname::text FROM pg_class WHERE relkind = 'r' AND relname ~ ('^' || $1 || '_[0-9]+$') \
+         AND relnamespace = 'public'::regnamespace ORDER BY 1",
+        &[&table],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+/// The shell's definition and every shard placement's, read on the servers directly.
+async fn definitions(table: &str) -> (Definition, Vec<(String, Definition)>) {
+    let cl = cluster();
+    let coord = cl.direct(cl.coordinator_port).await;
+    let shell = definition(&coord, "public", table, "").await;
+    let mut shards = Vec::new();
+    for port in &cl.worker_ports {
+        let w = cl.direct(*port).await;
+        for n in shard_tables(&w, table).await {
+            let suffix = &n[table.len()..];
+            let d = definition(&w, "public", &n, suffix).await;
+            shards.push((format!("{n} on {port}"), d));
+        }
+    }
+    (shell, shards)
+}
+
+async fn assert_shards_match(table: &str, shard_count: usize, after: &str) {
+    let (shell, shards) = definitions(table).await;
+    assert_eq!(
+        shards.len(),
+        shard_count,
+        "after {after}: shards {shards:?}"
+    );
+    for (name, d) in &shards {
+        assert_eq!(
+            d, &shell,
+            "after {after}: shard {name} differs from the shell"
+        );
+    }
+}
+
+async fn exec(c: &Client, sql: &str) {
+    c.batch_execute(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+}
+
+async fn sqlstate_of(c: &Client, sql: &str) -> String {
+    match c.batch_execute(sql).await {
+        Ok(()) => panic!("{sql}: expected an error"),
+        Err(e) => e
+            .as_db_error()
+            .map(|d| d.code().code().to_string())
+            .unwrap_or_else(|| panic!("{sql}: {e}")),
+    }
+}
+
+/// Rows of a query as text, sorted (multi-shard reads come in shard order).
+async fn sorted_rows(c: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
+    let mut rows: Vec<Vec<Option<String>>> = c
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
+        .into_iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+            }
+            _ => None,
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ddl_reaches_every_shard_and_the_shell() {
+    let pgs = cluster().client().await;
+    let plain = plain_postgres().client().await;
+    let setup = "CREATE TABLE ddl_t (k int, v int, w text); \
+                 INSERT INTO ddl_t SELECT i, i * 10, 'w' || i FROM generate_series(1, 50) i";
+    exec(
+        &pgs,
+        "DROP TABLE IF EXISTS ddl_t; DROP TABLE IF EXISTS ddl_u",
+    )
+    .await;
+    exec(
+        &plain,
+        "DROP TABLE IF EXISTS ddl_t; DROP TABLE IF EXISTS ddl_u",
+    )
+    .await;
+    exec(&pgs, setup).await;
+    exec(&plain, setup).await;
+    exec(&pgs, "SET citus.shard_count = 4").await;
+    exec(&pgs, "SELECT create_distributed_table('ddl_t', 'k')").await;
+    assert_shards_match("ddl_t", 4, "create_distributed_table").await;
+
+    let steps = [
+        "CREATE INDEX ddl_t_v ON ddl_t (v)",
+        "CREATE INDEX ON ddl_t (w)",
+        "CREATE UNIQUE INDEX ON ddl_t (v, k)",
+        r#"CREATE INDEX "Odd ""Name" ON ddl_t USING hash (w)"#,
+        "ALTER TABLE ddl_t ADD COLUMN x int DEFAULT 7",
+        "ALTER TABLE ddl_t ALTER COLUMN x SET DEFAULT 8, ALTER COLUMN w SET NOT NULL",
+        "INSERT INTO ddl_t (k, v, w) VALUES (51, 510, 'w51')",
+        "ALTER TABLE ddl_t ADD CONSTRAINT v_pos CHECK (v >= 0)",
+        "ALTER TABLE ddl_t ADD CHECK (x > 0), ADD COLUMN y text CHECK (y <> '')",
+        "ALTER TABLE ddl_t ADD PRIMARY KEY (k, v)",
+        "ALTER TABLE ddl_t ALTER COLUMN v TYPE bigint",
+        "ALTER TABLE ddl_t RENAME COLUMN w TO ww",
+        "ALTER TABLE ddl_t RENAME CONSTRAINT v_pos TO v_nonneg",
+        "ALTER TABLE ddl_t DROP CONSTRAINT v_nonneg",
+        "DROP INDEX ddl_t_v",
+        "CREATE INDEX CONCURRENTLY ddl_t_c ON ddl_t (x)",
+        "DROP INDEX CONCURRENTLY ddl_t_c",
+        "ALTER TABLE ddl_t ALTER COLUMN x DROP DEFAULT, ALTER COLUMN ww DROP NOT NULL",
+        "ALTER TABLE ddl_t DROP COLUMN y",
+        "ALTER TABLE ddl_t RENAME COLUMN k TO kk",
+        "INSERT INTO ddl_t (kk, v, ww) VALUES (52, 520, NULL)",
+    ];
+    for step in steps {
+        exec(&pgs, step).await;
+        exec(&plain, step).await;
+        assert_shards_match("ddl_t", 4, step).await;
+    }
+    // The renamed distribution column still routes.
+    let q = "SELECT * FROM ddl_t WHERE kk = 52";
+    assert_eq!(sorted_rows(&pgs, q).await, sorted_rows(&plain, q).await);
+    exec(&pgs, "ALTER TABLE ddl_t RENAME TO ddl_u").await;
+    exec(&plain, "ALTER TABLE ddl_t RENAME TO ddl_u").await;
+    assert_shards_match("ddl_u", 4, "RENAME TO").await;
+    for port in &cluster().worker_ports {
+        let old = shard_tables(&cluster().direct(*port).await, "ddl_t").await;
+        assert!(old.is_empty(), "old shard names remain: {old:?}");
+    }
+    for q in [
+        "SELECT * FROM ddl_u",
+        "SELECT kk, ww, x FROM ddl_u WHERE kk = 7",
+        "SELECT count(*), sum(v) FROM ddl_u",
+    ] {
+        assert_eq!(
+            sorted_rows(&pgs, q).await,
+            sorted_rows(&plain, q).await,
+            "{q}"
+        );
+    }
+
+    for refused in [
+        "ALTER TABLE ddl_u DROP COLUMN kk",
+        "ALTER TABLE ddl_u ALTER COLUMN kk TYPE bigint",
+        "ALTER TABLE ddl_u ADD CONSTRAINT u UNIQUE (v)",
+        "CREATE UNIQUE INDEX ON ddl_u (v)",
+        "ALTER TABLE ddl_u ADD COLUMN s serial",
+        "ALTER TABLE ddl_u ADD FOREIGN KEY (v) REFERENCES ddl_u (kk)",
+        "ALTER TABLE ddl_u CLUSTER ON ddl_u_pkey",
+    ] {
+        assert_eq!(sqlstate_of(&pgs, refused).await, "0A000", "{refused}");
+    }
+    assert_shards_match("ddl_u", 4, "refusals").await;
+    // PostgreSQL's own errors come back unchanged (the shell checks first).
+    assert_eq!(
+        sqlstate_of(&pgs, "ALTER TABLE ddl_u ADD COLUMN v int").await,
+        "42701"
+    );
+    exec(&pgs, "DROP TABLE ddl_u").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ddl_failing_on_one_shard_changes_nothing() {
+    let cl = cluster();
+    let pgs = cl.client().await;
+    exec(&pgs, "DROP TABLE IF EXISTS ddl_f").await;
+    exec(
+        &pgs,
+        "CREATE TABLE ddl_f (k int, v int); INSERT INTO ddl_f SELECT i, i FROM generate_series(1, 20) i",
+    )
+    .await;
+    exec(&pgs, "SET citus.shard_count = 4").await;
+    exec(&pgs, "SELECT create_distributed_table('ddl_f', 'k')").await;
+    // Tamper with one shard on the second worker: it gets a column and an index first.
+    let w = cl.direct(cl.worker_ports[1]).await;
+    let shard: String = w
+        .query_one(
+            "SELECT relname::text FROM pg_class WHERE relname ~ '^ddl_f_[0-9]+$' ORDER BY 1 LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let shard_id = &shard["ddl_f_".len()..];
+    exec(&w, &format!("ALTER TABLE {shard} ADD COLUMN y int")).await;
+    exec(&w, &format!("CREATE INDEX fi_{shard_id} ON {shard} (v)")).await;
+    let (shell_before, shards_before) = definitions("ddl_f").await;
+
+    for sql in [
+        "ALTER TABLE ddl_f ADD COLUMN z int, ADD COLUMN y int",
+        "CREATE INDEX fi ON ddl_f (k)",
+    ] {
+        let err = pgs.batch_execute(sql).await.expect_err(sql);
+        let db = err.as_db_error().expect("a server error");
+        assert!(
+            db.message().contains(&format!("shard {shard_id}"))
+                && db.message().contains(&format!(":{}", cl.worker_ports[1])),
+            "{sql}: the error names shard and node: {}",
+            db.message()
+        );
+        let (shell, shards) = definitions("ddl_f").await;
+        assert_eq!(shell, shell_before, "{sql}: the shell changed");
+        assert_eq!(shards, shards_before, "{sql}: a shard changed");
+    }
+    // No prepared transaction is left behind anywhere.
+    for port in &cl.worker_ports {
+        let n: i64 = cl
+            .direct(*port)
+            .await
+            .query_one("SELECT count(*) FROM pg_prepared_xacts", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 0, "prepared transactions left on {port}");
+    }
+    exec(&pgs, "DROP TABLE ddl_f").await;
+}
+
+/// Rows of one shard table on every worker holding it.
+async fn placements_rows(table: &str) -> Vec<Vec<Vec<Option<String>>>> {
+    let cl = cluster();
+    let mut out = Vec::new();
+    for port in &cl.worker_ports {
+        let w = cl.direct(*port).await;
+        for n in shard_tables(&w, table).await {
+            out.push(sorted_rows(&w, &format!("SELECT * FROM {n}")).await);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reference_tables_and_pushed_down_joins() {
+    let cl = cluster();
+    let pgs = cl.client().await;
+    let plain = plain_postgres().client().await;
+    let setup = "DROP TABLE IF EXISTS ref_r, ja, jb, jc; \
+         CREATE TABLE ref_r (id int PRIMARY KEY, name text); \
+         INSERT INTO ref_r SELECT i, 'n' || i FROM generate_series(1, 5) i; \
+         CREATE TABLE ja (k int, v int, rid int); \
+         INSERT INTO ja SELECT i, i * 3, i % 7 FROM generate_series(1, 40) i; \
+         CREATE TABLE jb (k int, w int); \
+         INSERT INTO jb SELECT i, i * 5 FROM generate_series(1, 40, 2) i; \
+         CREATE TABLE jc (k int, w int); \
+         INSERT INTO jc SELECT i, i FROM generate_series(1, 10) i";
+    exec(&pgs, setup).await;
+    exec(&plain, setup).await;
+    exec(&pgs, "SELECT create_reference_table('ref_r')").await;
+    exec(&pgs, "SET citus.shard_count = 4").await;
+    exec(&pgs, "SELECT create_distributed_table('ja', 'k')").await;
+    exec(
+        &pgs,
+        "SELECT create_distributed_table('jb', 'k', colocate_with => 'ja')",
+    )
+    .await;
+    exec(&pgs, "SET citus.shard_count = 3").await;
+    exec(&pgs, "SELECT create_distributed_table('jc', 'k')").await;
+
+    // One placement per worker, all equal to the oracle.
+    let expect = sorted_rows(&plain, "SELECT * FROM ref_r").await;
+    let placements = placements_rows("ref_r").await;
+    assert_eq!(placements.len(), cl.worker_ports.len());
+    assert!(placements.iter().all(|p| *p == expect), "{placements:?}");
+    let kind = sorted_rows(
+        &pgs,
+        "SELECT citus_table_type, shard_count::text FROM citus_tables WHERE table_name = 'ref_r'::regclass",
+    )
+    .await;
+    assert_eq!(kind, vec![vec![Some("reference".into()), Some("1".into())]]);
+
+    // Writes reach every placement.
+    for w in [
+        "INSERT INTO ref_r VALUES (6, 'six'), (7, 'seven')",
+        "UPDATE ref_r SET name = 'two' WHERE id = 2",
+        "DELETE FROM ref_r WHERE id = 3",
+    ] {
+        exec(&pgs, w).await;
+        exec(&plain, w).await;
+        let expect = sorted_rows(&plain, "SELECT * FROM ref_r").await;
+        let placements = placements_rows("ref_r").await;
+        assert!(
+            placements.iter().all(|p| *p == expect),
+            "after {w}: {placements:?}"
+        );
+        assert_eq!(sorted_rows(&pgs, "SELECT * FROM ref_r").await, expect);
+    }
+    // A failing write (duplicate key) changes no placement.
+    assert_eq!(
+        sqlstate_of(&pgs, "INSERT INTO ref_r VALUES (1, 'dup')").await,
+        "23505"
+    );
+    let placements = placements_rows("ref_r").await;
+    assert!(placements.iter().all(|p| *p == placements[0]));
+
+    for q in [
+        // Reference joins: router and multi-shard.
+        "SELECT ja.k, ja.v, r.name FROM ja JOIN ref_r r ON ja.rid = r.id WHERE ja.k = 5",
+        "SELECT ja.k, r.name FROM ja JOIN ref_r r ON ja.rid = r.id",
+        "SELECT ja.k, r.name FROM ja LEFT JOIN ref_r r ON ja.rid = r.id WHERE ja.v > 30",
+        // Co-located joins: router and multi-shard.
+        "SELECT ja.k, ja.v, jb.w FROM ja JOIN jb ON ja.k = jb.k WHERE ja.k = 7",
+        "SELECT ja.k, jb.w FROM ja, jb WHERE jb.k = ja.k",
+        "SELECT ja.k, jb.w FROM ja LEFT JOIN jb ON ja.k = jb.k",
+        "SELECT count(*), sum(jb.w) FROM ja JOIN jb USING (k) JOIN ref_r ON ref_r.id = ja.rid",
+    ] {
+        assert_eq!(
+            sorted_rows(&pgs, q).await,
+            sorted_rows(&plain, q).await,
+            "{q}"
+        );
+    }
+    for q in [
+        "SELECT * FROM ja JOIN jb ON ja.v = jb.w",
+        "SELECT * FROM ja JOIN jc ON ja.k = jc.k",
+        "SELECT * FROM ref_r r LEFT JOIN ja ON ja.rid = r.id",
+        "SELECT * FROM ja LEFT JOIN jb ON ja.v = jb.w WHERE ja.k = jb.k",
+    ] {
+        assert_eq!(sqlstate_of(&pgs, q).await, "0A000", "{q}");
+    }
+    // DDL reaches every placement of a reference table too.
+    exec(&pgs, "ALTER TABLE ref_r ADD COLUMN extra int DEFAULT 1").await;
+    assert_shards_match(
+        "ref_r",
+        cl.worker_ports.len(),
+        "ALTER TABLE on a reference table",
+    )
+    .await;
+
+    exec(&pgs, "SELECT undistribute_table('ref_r')").await;
+    exec(&plain, "ALTER TABLE ref_r ADD COLUMN extra int DEFAULT 1").await;
+    let q = "SELECT * FROM ref_r";
+    assert_eq!(sorted_rows(&pgs, q).await, sorted_rows(&plain, q).await);
+    assert!(placements_rows("ref_r").await.is_empty());
+    exec(&pgs, "SELECT create_reference_table('ref_r')").await;
+    exec(&pgs, "DROP TABLE ref_r, ja, jb, jc").await;
+    assert!(placements_rows("ref_r").await.is_empty());
+}
