@@ -1,5 +1,6 @@
 //! SQL text: parsing with PostgreSQL's own grammar, analysis of what a statement
 //! touches, rewriting of table names to shard names, and quoting.
 
+pub mod clauses;
 pub mod parse;
 pub mod quote;
