@@ -6,7 +6,8 @@
 //!   DISTINCT (ON), expressions over aggregates. It runs through the simple protocol and
 //!   through the extended protocol.
 //! - A random generator (seeded: `PGSHARD_DIFF_SEED`, count `PGSHARD_DIFF_QUERIES`,
-//!   one query only: `PGSHARD_DIFF_ONLY=<index>`) writes filters, groupings, aggregates,
+//!   one query only: `PGSHARD_DIFF_ONLY=<index>`, list without running: `PGSHARD_DIFF_LIST=1`,
+//!   more mismatches shown: `PGSHARD_DIFF_SHOW=<n>`) writes filters, groupings, aggregates,
 //!   orders, limits and offsets over two tables with every common type and many NULLs;
 //!   a quarter of the queries run through the extended protocol with `$n` parameters.
 //! - Multi-shard UPDATE/DELETE: row counts, RETURNING rows, contents, atomicity.
@@ -942,9 +943,6 @@ fn compare(types: &[Type], ordered: bool, want: Outcome, got: Outcome) -> Verdic
                 count: c2,
             },
         ) => {
-            if n1 != n2 {
-                return Verdict::Mismatch(format!("expected columns {n1:?}, got {n2:?}"));
-            }
             if c1 != c2 {
                 return Verdict::Mismatch(format!("expected row count {c1:?}, got {c2:?}"));
             }
@@ -982,6 +980,12 @@ fn compare(types: &[Type], ordered: bool, want: Outcome, got: Outcome) -> Verdic
                         }
                     }
                 }
+            }
+            // Names last: a wrong value matters more than a wrong column name.
+            if n1 != n2 {
+                return Verdict::Mismatch(format!(
+                    "column names: expected {n1:?}, got {n2:?} (values agree)"
+                ));
             }
             Verdict::Agree { close }
         }
@@ -1513,7 +1517,7 @@ impl<'a> Gen<'a> {
     fn having(&mut self) -> String {
         let mut parts = Vec::new();
         for _ in 0..self.r.range(1, 2) {
-            parts.push(match self.r.below(5) {
+            parts.push(match self.r.below(8) {
                 0 => format!("count(*) > {}", self.r.range(0, 6)),
                 1 => {
                     let c = self.col_where(|c| c.ty.is_int() || c.ty == Ty::Num);
@@ -1527,7 +1531,24 @@ impl<'a> Gen<'a> {
                     let c = self.col_where(|c| c.ty.is_number());
                     format!("avg({}) is not null", c.name)
                 }
-                _ => format!("count(distinct {}) >= 2", self.col().name),
+                4 => format!("count(distinct {}) >= 2", self.col().name),
+                5 if self.extended => {
+                    self.params.push(Param::I8(self.r.range(0, 5)));
+                    format!("count(*) > ${}", self.params.len())
+                }
+                5 => format!("count(*) >= {}", self.r.range(0, 5)),
+                6 => {
+                    let c = self.col_where(|c| c.ty.is_int());
+                    format!(
+                        "max({0})::numeric - min({0}) > {1}",
+                        c.name,
+                        self.r.range(0, 500)
+                    )
+                }
+                _ => {
+                    let c = self.col_where(|c| c.ty.is_int());
+                    format!("coalesce(sum({}), 0) * 2 > count(*)", c.name)
+                }
             });
         }
         let op = if self.r.chance(0.7) { " and " } else { " or " };
@@ -1638,6 +1659,15 @@ fn generate(seed: u64, index: usize, t: &TableDef, p: &Pools) -> GenQuery {
                     targets.push((k.clone(), true, Some(i)));
                 }
             }
+            // Functions of plain-column keys (valid: the column is grouped).
+            for k in &keys {
+                if let Some(c) = t.cols.iter().find(|c| c.name == k) {
+                    if g.r.chance(0.2) {
+                        let f = *g.r.pick(forms(SCALAR_FORMS, c.ty));
+                        targets.push((f.replace("{c}", c.name), true, None));
+                    }
+                }
+            }
             for _ in 0..g.r.range(1, 4) {
                 let a = g.aggregate();
                 targets.push((a.sql, a.exact, None));
@@ -1691,6 +1721,13 @@ fn generate(seed: u64, index: usize, t: &TableDef, p: &Pools) -> GenQuery {
                         targets[pos].0.clone()
                     };
                     order.push(format!("{item}{}", g.direction()));
+                }
+                if g.r.chance(0.3) {
+                    // An aggregate or an expression over aggregates not in the output.
+                    let a = g.aggregate();
+                    if a.exact {
+                        order.push(format!("{}{}", a.sql, g.direction()));
+                    }
                 }
                 // All grouping keys: the order is total.
                 for k in &keys {
@@ -1796,6 +1833,7 @@ struct Tally {
     close: usize,
     extended: usize,
     mismatches: Vec<String>,
+    mismatch_kinds: BTreeMap<&'static str, usize>,
     /// (category, reason) -> count
     reasons: BTreeMap<(String, String), usize>,
     per_category: BTreeMap<String, (usize, usize)>,
@@ -1828,7 +1866,17 @@ impl Tally {
                     .entry((category.to_string(), reason_key(&msg)))
                     .or_default() += 1;
             }
-            Verdict::Mismatch(m) => self.mismatches.push(format!("{what}\n    {m}")),
+            Verdict::Mismatch(m) => {
+                let kind = if m.starts_with("column names") {
+                    "column names only"
+                } else if m.contains("error") {
+                    "error vs rows or other error"
+                } else {
+                    "rows or values"
+                };
+                *self.mismatch_kinds.entry(kind).or_default() += 1;
+                self.mismatches.push(format!("{what}\n    {m}"));
+            }
         }
     }
 
@@ -1864,7 +1912,25 @@ impl Tally {
                 println!("    {n:>5}  {cat:<12} {reason}");
             }
         }
-        for m in self.mismatches.iter().take(10) {
+        if !self.mismatches.is_empty() {
+            println!("  mismatches by kind: {:?}", self.mismatch_kinds);
+        }
+        // Value mismatches first: they are the worst.
+        let mut shown: Vec<&String> = self
+            .mismatches
+            .iter()
+            .filter(|m| !m.contains("column names:"))
+            .collect();
+        shown.extend(
+            self.mismatches
+                .iter()
+                .filter(|m| m.contains("column names:")),
+        );
+        let limit = std::env::var("PGSHARD_DIFF_SHOW")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(10);
+        for m in shown.into_iter().take(limit) {
             println!("MISMATCH {m}");
         }
     }
@@ -1893,6 +1959,15 @@ async fn generated_queries_match_postgres() {
             })
             .collect(),
     );
+    if std::env::var_os("PGSHARD_DIFF_LIST").is_some() {
+        for q in queries.iter() {
+            println!(
+                "#{} {:?} {:?} {}  {:?}",
+                q.index, q.category, q.extended, q.sql, q.params
+            );
+        }
+        return;
+    }
     println!(
         "differential: seed {seed} (PGSHARD_DIFF_SEED), {} generated queries \
          (PGSHARD_DIFF_QUERIES), {LANES} connection pairs",
