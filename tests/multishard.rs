@@ -168,6 +168,47 @@ async fn multi_shard_statements_match_plain_postgres() {
         .collect();
     assert_eq!(a, b);
 
+    // A parameter inside an aggregate's FILTER.
+    let q = "SELECT g, count(*) FILTER (WHERE t <> $1), sum(id) FILTER (WHERE id > $2) FROM items GROUP BY g ORDER BY g LIMIT 4 OFFSET $3";
+    let args: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&"b1", &5i32, &1i64];
+    let show = |r: Vec<tokio_postgres::Row>| -> Vec<String> {
+        r.iter()
+            .map(|r| {
+                format!(
+                    "{:?} {} {:?}",
+                    r.get::<_, Option<i32>>(0),
+                    r.get::<_, i64>(1),
+                    r.get::<_, Option<i64>>(2)
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        show(shard.query(q, &args).await.unwrap()),
+        show(plain.query(q, &args).await.unwrap())
+    );
+    // Output column names are PostgreSQL's, in the simple protocol too.
+    for q in [
+        "SELECT count(*), every(b), avg(id)::int, sum(n) * 2, max(t) AS m FROM items GROUP BY g",
+        "SELECT count(*) FROM items HAVING count(*) > 10",
+    ] {
+        let names = |m: Vec<SimpleQueryMessage>| -> Vec<String> {
+            m.iter()
+                .find_map(|x| match x {
+                    SimpleQueryMessage::Row(r) => {
+                        Some(r.columns().iter().map(|c| c.name().to_string()).collect())
+                    }
+                    _ => None,
+                })
+                .unwrap()
+        };
+        assert_eq!(
+            names(shard.simple_query(q).await.unwrap()),
+            names(plain.simple_query(q).await.unwrap()),
+            "{q}"
+        );
+    }
+
     // Shapes pgshard refuses rather than answering wrongly.
     for q in [
         "SELECT id FROM items UNION SELECT id FROM items",

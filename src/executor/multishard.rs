@@ -328,12 +328,17 @@ impl Session {
     async fn create_partials_table(
         conn: &mut PooledConn,
         stage: &CombineStage,
+        param_types: &[u32],
     ) -> PgResult<Vec<PartialColumn>> {
+        let shape = crate::planner::aggregate::shape_with_params(&stage.shape, param_types)
+            .map_err(|what| {
+                PgError::not_supported(format!("pgshard does not support {what} yet"))
+            })?;
         let sql = format!(
             "BEGIN; CREATE TEMP TABLE {PARTIALS_TABLE} ON COMMIT DROP AS {} WITH NO DATA; \
              SELECT attname, atttypid, format_type(atttypid, atttypmod) FROM pg_catalog.pg_attribute \
              WHERE attrelid = '{PARTIALS_TABLE}'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-            stage.shape
+            shape
         );
         msg::write_query(&mut conn.wbuf, &sql);
         conn.flush().await?;
@@ -387,7 +392,7 @@ impl Session {
         let coord = self.shared.coordinator.clone();
         let mut conn = self.private_conn(&coord).await?;
         let (cols, exprs) = loop {
-            let cols = Self::create_partials_table(&mut conn, stage).await?;
+            let cols = Self::create_partials_table(&mut conn, stage, params.types).await?;
             match combine::partial_expressions(&stage.partials, &|name| {
                 cols.iter()
                     .find(|c| c.name == name)
@@ -888,7 +893,7 @@ impl Session {
         // The coordinator's own plan of the combine, over the (empty) temporary table.
         let coord = self.shared.coordinator.clone();
         let mut conn = self.private_conn(&coord).await?;
-        let cols = Self::create_partials_table(&mut conn, stage).await?;
+        let cols = Self::create_partials_table(&mut conn, stage, &[]).await?;
         let exprs = combine::partial_expressions(&stage.partials, &|name| {
             cols.iter()
                 .find(|c| c.name == name)

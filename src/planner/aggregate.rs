@@ -16,7 +16,9 @@
 
 use super::func_name;
 use crate::catalog::DistTable;
-use crate::sql::clauses::{call_end, call_open_paren, select_clauses, SelectClauses};
+use crate::sql::clauses::{
+    call_end, call_open_paren, select_clauses, target_entry_ends, SelectClauses,
+};
 use crate::sql::parse::RelRef;
 use crate::sql::quote::{quote_ident, quote_qualified};
 use pg_query::protobuf::node::Node as N;
@@ -316,7 +318,10 @@ pub fn plan_combine(
     // ---- raw rows ----
     let cols: Vec<String> = needed.iter().map(|c| quote_ident(c)).collect();
     let select_list = cols.join(", ");
-    let pushdown = if aggs.is_empty() && !has_window && s.group_clause.is_empty() {
+    // A set-returning function in the target list could turn a shard's first rows
+    // into fewer output rows than LIMIT needs: no pushdown then.
+    let target_calls = target_function_calls(&root, clauses.target);
+    let pushdown = if aggs.is_empty() && !has_window && s.group_clause.is_empty() && !target_calls {
         limit_pushdown(s, text, &clauses, table)
     } else {
         None
@@ -447,6 +452,32 @@ pub fn plan_combine(
             "SELECT {list} FROM {shell} AS {}{group_by}",
             quote_ident(&alias)
         );
+        // Output names stay the client's: an entry whose aggregate is replaced by its
+        // combine gets PostgreSQL's name for the original expression as an alias.
+        let ends = target_entry_ends(text, clauses.target)?;
+        if ends.len() != s.target_list.len() {
+            return None;
+        }
+        let mut entry_start = clauses.target.0;
+        for (t, end) in s.target_list.iter().zip(ends) {
+            let start = std::mem::replace(&mut entry_start, end);
+            let Some(N::ResTarget(rt)) = t.node.as_ref() else {
+                return None;
+            };
+            let Some(val) = rt.val.as_deref() else {
+                return None;
+            };
+            let has_agg = aggs.iter().any(|a| a.start >= start && a.end <= end);
+            if !rt.name.is_empty() || !has_agg {
+                continue;
+            }
+            let name = figure_colname(val).0.unwrap_or_else(|| "?column?".into());
+            edits.push((
+                end,
+                end,
+                CombinePiece::Text(format!(" AS {}", quote_ident(&name))),
+            ));
+        }
         Some(CombineStage {
             worker,
             shape,
@@ -456,6 +487,127 @@ pub fn plan_combine(
         })
     })();
     Ok(CombinePlan { partial, raw })
+}
+
+/// PostgreSQL's name for an output column without an alias (FigureColname), with
+/// its strength: 2 a real name, 1 a fallback (`case`, a type name), 0 none.
+pub fn figure_colname(n: &protobuf::Node) -> (Option<String>, u8) {
+    let Some(node) = n.node.as_ref() else {
+        return (None, 0);
+    };
+    let last_string = |nodes: &[protobuf::Node]| {
+        nodes.iter().rev().find_map(|f| match f.node.as_ref() {
+            Some(N::String(s)) => Some(s.sval.clone()),
+            _ => None,
+        })
+    };
+    match node {
+        N::ColumnRef(c) => match c.fields.last().and_then(|f| f.node.as_ref()) {
+            Some(N::String(s)) => (Some(s.sval.clone()), 2),
+            _ => (None, 0),
+        },
+        N::AIndirection(i) => match last_string(&i.indirection) {
+            Some(s) => (Some(s), 2),
+            None => i.arg.as_deref().map_or((None, 0), figure_colname),
+        },
+        N::FuncCall(fc) => (last_string(&fc.funcname), 2),
+        N::AExpr(e) if e.kind == protobuf::AExprKind::AexprNullif as i32 => {
+            (Some("nullif".into()), 2)
+        }
+        N::TypeCast(tc) => {
+            let (name, strength) = tc.arg.as_deref().map_or((None, 0), figure_colname);
+            if strength > 1 {
+                return (name, strength);
+            }
+            match tc.type_name.as_ref().and_then(|t| last_string(&t.names)) {
+                Some(t) => (Some(t), 1),
+                None => (name, strength),
+            }
+        }
+        N::CollateClause(c) => c.arg.as_deref().map_or((None, 0), figure_colname),
+        N::CaseExpr(_) => (Some("case".into()), 1),
+        N::AArrayExpr(_) => (Some("array".into()), 2),
+        N::RowExpr(_) => (Some("row".into()), 2),
+        N::CoalesceExpr(_) => (Some("coalesce".into()), 2),
+        N::MinMaxExpr(m) => (
+            Some(
+                if m.op == protobuf::MinMaxOp::IsGreatest as i32 {
+                    "greatest"
+                } else {
+                    "least"
+                }
+                .into(),
+            ),
+            2,
+        ),
+        N::GroupingFunc(_) => (Some("grouping".into()), 2),
+        _ => (None, 0),
+    }
+}
+
+/// The shape query with each parameter `$n` replaced by a NULL of its type: the
+/// temporary table is created by a simple query, which has no parameters, and a
+/// parameter inside an aggregate's arguments or FILTER decides the partial's type.
+pub fn shape_with_params(shape: &str, types: &[u32]) -> Result<String, String> {
+    let toks = crate::sql::clauses::tokens(shape, 0).ok_or("unreadable shape")?;
+    let mut out = String::with_capacity(shape.len());
+    let mut at = 0;
+    for t in toks {
+        let tok = &shape[t.start..t.end];
+        let Some(n) = tok.strip_prefix('$').and_then(|d| d.parse::<usize>().ok()) else {
+            continue;
+        };
+        let oid = types.get(n.wrapping_sub(1)).copied().unwrap_or(0);
+        let name = builtin_type_name(oid).ok_or_else(|| {
+            format!("a parameter of type {oid} inside an aggregate across shards")
+        })?;
+        out.push_str(&shape[at..t.start]);
+        out.push_str(&format!("CAST(NULL AS {name})"));
+        at = t.end;
+    }
+    out.push_str(&shape[at..]);
+    Ok(out)
+}
+
+fn builtin_type_name(oid: u32) -> Option<&'static str> {
+    Some(match oid {
+        16 => "pg_catalog.bool",
+        17 => "pg_catalog.bytea",
+        18 => "pg_catalog.char",
+        19 => "pg_catalog.name",
+        20 => "pg_catalog.int8",
+        21 => "pg_catalog.int2",
+        23 => "pg_catalog.int4",
+        25 | 0 => "pg_catalog.text",
+        26 => "pg_catalog.oid",
+        114 => "pg_catalog.json",
+        700 => "pg_catalog.float4",
+        701 => "pg_catalog.float8",
+        790 => "pg_catalog.money",
+        1042 => "pg_catalog.bpchar",
+        1043 => "pg_catalog.varchar",
+        1082 => "pg_catalog.date",
+        1083 => "pg_catalog.time",
+        1114 => "pg_catalog.timestamp",
+        1184 => "pg_catalog.timestamptz",
+        1186 => "pg_catalog.interval",
+        1266 => "pg_catalog.timetz",
+        1700 => "pg_catalog.numeric",
+        2950 => "pg_catalog.uuid",
+        3802 => "pg_catalog.jsonb",
+        1007 => "pg_catalog.int4[]",
+        1016 => "pg_catalog.int8[]",
+        1009 => "pg_catalog.text[]",
+        _ => return None,
+    })
+}
+
+/// Whether a function is called inside the target list span.
+fn target_function_calls(root: &N, target: (usize, usize)) -> bool {
+    root.nodes().iter().any(|(n, _, _, _)| {
+        matches!(n, NodeRef::FuncCall(fc)
+            if (fc.location.max(0) as usize) >= target.0 && (fc.location.max(0) as usize) < target.1)
+    })
 }
 
 /// A column reference's name parts (None for `*`).

@@ -288,7 +288,7 @@ fn group_by_columns_aggregate_on_the_shards() {
     );
     assert_eq!(
         p.combine_sql(&|i| format!("C{i}")),
-        "select v, C0 from pg_temp.pgs_partials AS \"t\" group by v order by C0 desc limit 10"
+        "select v, C0 AS \"count\" from pg_temp.pgs_partials AS \"t\" group by v order by C0 desc limit 10"
     );
     assert_eq!(p.partials, vec![aggregate::PartialKind::Count]);
     // avg is a sum and a count on the shards; WHERE stays on the shards.
@@ -300,7 +300,7 @@ fn group_by_columns_aggregate_on_the_shards() {
     );
     assert_eq!(
         p.combine_sql(&|_| "A".into()),
-        "select v, A from pg_temp.pgs_partials x  group by 1"
+        "select v, A AS \"avg\" from pg_temp.pgs_partials x  group by 1"
     );
 }
 
@@ -330,6 +330,9 @@ fn other_shapes_pull_the_rows_they_read() {
         c.raw.worker_sql("S"),
         "SELECT \"k\" FROM S AS \"t\" WHERE v = 'x' ORDER BY \"k\" DESC NULLS FIRST LIMIT (5)::int8 + (2)::int8"
     );
+    // A set-returning function may yield fewer rows than it reads: no pushdown.
+    let c = combine_of("select generate_series(1, k) from t order by k limit 5");
+    assert_eq!(c.raw.worker_sql("S"), "SELECT \"k\" FROM S AS \"t\"");
     // An output name shadowing a column: no pushdown.
     let c = combine_of("select v as k from t order by k limit 5");
     assert_eq!(c.raw.worker_sql("S"), "SELECT \"k\", \"v\" FROM S AS \"t\"");
@@ -367,4 +370,26 @@ fn multi_shard_modify_and_explain_plans() {
         Plan::Explain(_)
     ));
     assert!(matches!(plan_of("explain select 1"), Plan::Local));
+}
+
+#[test]
+fn combined_columns_keep_their_names() {
+    let c = combine_of(
+        "select count(*), every(k > 1), avg(k)::int, sum(k) + 1, count(*) as n from t group by v",
+    );
+    let sql = c
+        .partial
+        .as_ref()
+        .unwrap()
+        .combine_sql(&|i| format!("C{i}"));
+    assert_eq!(
+        sql,
+        "select C0 AS \"count\", C1 AS \"every\", C2::int AS \"avg\", C3 + 1 AS \"?column?\", C0 as n from pg_temp.pgs_partials AS \"t\" group by v"
+    );
+    assert_eq!(
+        aggregate::shape_with_params("SELECT count(*) filter (where v <> $1) FROM x", &[25])
+            .unwrap(),
+        "SELECT count(*) filter (where v <> CAST(NULL AS pg_catalog.text)) FROM x"
+    );
+    assert!(aggregate::shape_with_params("SELECT sum($1)", &[99999]).is_err());
 }

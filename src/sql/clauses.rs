@@ -348,6 +348,23 @@ pub fn call_end(text: &str, start: usize) -> Option<usize> {
     Some(toks[last].end)
 }
 
+/// The end of each entry of a target list spanning `span` (entries split at
+/// top-level commas), just after its last token.
+pub fn target_entry_ends(text: &str, span: (usize, usize)) -> Option<Vec<usize>> {
+    let toks = tokens(&text[..span.1], span.0)?;
+    let mut ends = Vec::new();
+    let mut last_end = None;
+    for t in &toks {
+        if t.depth == 0 && t.kind == TokenKind::Other && &text[t.start..t.end] == "," {
+            ends.push(last_end?);
+        } else {
+            last_end = Some(t.end);
+        }
+    }
+    ends.push(last_end?);
+    Some(ends)
+}
+
 /// The start of the opening parenthesis of the call starting at `start`.
 pub fn call_open_paren(text: &str, start: usize) -> Option<usize> {
     tokens(text, start)?
@@ -416,6 +433,25 @@ mod tests {
         assert_eq!(body(q, c.order), "1");
         assert!(select_clauses("select 1 union select 2").is_none());
         assert!(select_clauses("with x as (select 1) select * from x").is_none());
+    }
+
+    #[test]
+    fn target_entries() {
+        let q = "select a, f(b, c) AS x , 'y,z' from t";
+        let c = select_clauses(q).unwrap();
+        let ends: Vec<&str> = target_entry_ends(q, c.target)
+            .unwrap()
+            .into_iter()
+            .map(|e| &q[..e])
+            .collect();
+        assert_eq!(
+            ends,
+            vec![
+                "select a",
+                "select a, f(b, c) AS x",
+                "select a, f(b, c) AS x , 'y,z'"
+            ]
+        );
     }
 
     #[test]
