@@ -1296,6 +1296,19 @@ impl<'a> Gen<'a> {
     }
 
     fn scalar(&mut self) -> String {
+        if self.extended && self.r.chance(0.08) {
+            // A parameter in the target list or ORDER BY.
+            return if self.r.chance(0.5) {
+                let c = self.col_where(|c| c.ty == Ty::Text);
+                self.params
+                    .push(Param::Text(self.r.pick(&self.p.text).clone()));
+                format!("coalesce({}, ${})", c.name, self.params.len())
+            } else {
+                let c = self.col_where(|c| c.ty == Ty::I4);
+                self.params.push(Param::I8(self.r.range(-100, 100)));
+                format!("{}::int8 + ${}", c.name, self.params.len())
+            };
+        }
         let c = self.col();
         let f = *self.r.pick(forms(SCALAR_FORMS, c.ty));
         f.replace("{c}", c.name)
@@ -1641,6 +1654,16 @@ fn generate(seed: u64, index: usize, t: &TableDef, p: &Pools) -> GenQuery {
             let mut sql = format!("select {} from {table}{wh}", aggs.join(", "));
             if g.r.chance(0.05) {
                 sql += &format!(" having {}", g.having());
+            }
+            // One row (or none): LIMIT/OFFSET are deterministic even without ORDER BY.
+            if g.r.chance(0.05) {
+                sql += *g.r.pick(&[
+                    " limit 1",
+                    " limit 0",
+                    " offset 1",
+                    " offset 0",
+                    " limit 5 offset 0",
+                ]);
             }
             (sql, false)
         }
@@ -2288,4 +2311,146 @@ async fn multi_shard_update_delete_match_postgres() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// The harness's own logic.
+
+#[cfg(test)]
+mod harness {
+    use super::*;
+
+    fn rows(v: &[(&str, Option<&str>)]) -> Outcome {
+        Outcome::Rows {
+            names: vec!["a".into(), "b".into()],
+            rows: v
+                .iter()
+                .map(|(a, b)| vec![Some(a.to_string()), b.map(str::to_string)])
+                .collect(),
+            count: None,
+        }
+    }
+
+    fn err(code: &str) -> Outcome {
+        Outcome::Error {
+            code: code.into(),
+            message: "m".into(),
+        }
+    }
+
+    #[test]
+    fn comparison_tells_agreement_refusal_and_mismatch_apart() {
+        let t = [Type::INT4, Type::FLOAT8];
+        let a = || rows(&[("1", Some("0.1")), ("2", Some("0.2"))]);
+        let swapped = || rows(&[("2", Some("0.2")), ("1", Some("0.1"))]);
+        assert!(matches!(
+            compare(&t, false, a(), swapped()),
+            Verdict::Agree { close: false }
+        ));
+        assert!(matches!(
+            compare(&t, true, a(), swapped()),
+            Verdict::Mismatch(_)
+        ));
+        let near = || rows(&[("1", Some("0.10000000000000002")), ("2", Some("0.2"))]);
+        assert!(matches!(
+            compare(&t, true, a(), near()),
+            Verdict::Agree { close: true }
+        ));
+        let off = rows(&[("1", Some("0.1001")), ("2", Some("0.2"))]);
+        assert!(matches!(compare(&t, true, a(), off), Verdict::Mismatch(_)));
+        let null = rows(&[("1", None), ("2", Some("0.2"))]);
+        assert!(matches!(compare(&t, true, a(), null), Verdict::Mismatch(_)));
+        // Exact types get no tolerance.
+        let exact = [Type::INT4, Type::NUMERIC];
+        assert!(matches!(
+            compare(&exact, true, a(), near()),
+            Verdict::Mismatch(_)
+        ));
+        let nan = || rows(&[("1", Some("NaN"))]);
+        assert!(matches!(
+            compare(&t, true, nan(), nan()),
+            Verdict::Agree { .. }
+        ));
+        assert!(matches!(
+            compare(&t, true, nan(), rows(&[("1", Some("Infinity"))])),
+            Verdict::Mismatch(_)
+        ));
+        assert!(matches!(
+            compare(&t, true, a(), rows(&[("1", Some("0.1"))])),
+            Verdict::Mismatch(_)
+        ));
+        assert!(matches!(
+            compare(&t, true, err("22012"), err("22012")),
+            Verdict::BothError(_)
+        ));
+        assert!(matches!(
+            compare(&t, true, err("22012"), err("22003")),
+            Verdict::Mismatch(_)
+        ));
+        assert!(matches!(
+            compare(&t, true, a(), err("0A000")),
+            Verdict::Refused(_)
+        ));
+        assert!(matches!(
+            compare(&t, true, err("22012"), err("0A000")),
+            Verdict::Refused(_)
+        ));
+        assert!(matches!(
+            compare(&t, true, a(), err("XX000")),
+            Verdict::Mismatch(_)
+        ));
+        assert!(matches!(
+            compare(&t, true, err("22012"), a()),
+            Verdict::Mismatch(_)
+        ));
+        let renamed = Outcome::Rows {
+            names: vec!["a".into(), "c".into()],
+            rows: vec![
+                vec![Some("1".into()), Some("0.1".into())],
+                vec![Some("2".into()), Some("0.2".into())],
+            ],
+            count: None,
+        };
+        assert!(
+            matches!(compare(&t, true, a(), renamed), Verdict::Mismatch(m) if m.starts_with("column names"))
+        );
+    }
+
+    #[test]
+    fn top_level_order_by_is_found_outside_parentheses_and_quotes() {
+        assert!(has_top_level_order_by("select a from t order by a"));
+        assert!(!has_top_level_order_by(
+            "select string_agg(a, ',' order by a) from t"
+        ));
+        assert!(!has_top_level_order_by("select 'order by' from t"));
+        assert!(has_top_level_order_by(
+            "select (a) from t where b = 'x' ORDER BY 1"
+        ));
+    }
+
+    /// Same seed, same queries; LIMIT/OFFSET and DISTINCT ON only under an ORDER BY that
+    /// ends with a unique key or all grouping keys (so the compared order is total).
+    #[test]
+    fn generator_is_deterministic_and_orders_what_it_limits() {
+        let (defs, pools) = (tables(), pools());
+        for i in 0..3000 {
+            let t = &defs[i % 2];
+            let q = generate(11, i, t, &pools);
+            assert_eq!(q.sql, generate(11, i, t, &pools).sql);
+            let top_limit = q.sql.rsplit(')').next().unwrap().contains(" limit ")
+                && q.category != Category::Aggregate;
+            if top_limit || q.sql.contains(" offset ") && q.category != Category::Aggregate {
+                assert!(q.ordered && has_top_level_order_by(&q.sql), "{}", q.sql);
+            }
+            if q.category == Category::DistinctOn || q.category == Category::Plain && q.ordered {
+                assert!(q.sql.contains("id"), "{}", q.sql);
+            }
+            let placeholders = (1..=q.params.len()).all(|n| q.sql.contains(&format!("${n}")));
+            assert!(
+                placeholders && (q.extended || q.params.is_empty()),
+                "{}",
+                q.sql
+            );
+        }
+    }
 }
