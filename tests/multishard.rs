@@ -115,6 +115,14 @@ async fn multi_shard_statements_match_plain_postgres() {
         "SELECT id, rank() OVER (ORDER BY n NULLS LAST, id) FROM items ORDER BY id LIMIT 10",
         "SELECT g, percentile_cont(0.5) WITHIN GROUP (ORDER BY f) FROM items GROUP BY g ORDER BY g",
         "SELECT b, count(*) FROM items GROUP BY 1 ORDER BY 1",
+        "SELECT g, count(*) FROM items GROUP BY g HAVING g > 2 ORDER BY g",
+        "SELECT * FROM items ORDER BY id LIMIT 3",
+        "SELECT items.t, count(*) FROM items GROUP BY items.t ORDER BY 2 DESC, 1 LIMIT 5",
+        "SELECT x.g, max(x.n), count(*) AS c FROM items x WHERE x.id > 7 GROUP BY x.g ORDER BY c, 1",
+        "SELECT g, json_agg(id ORDER BY id) FROM items WHERE id < 30 GROUP BY g ORDER BY g",
+        "SELECT min(t COLLATE \"C\"), max(t), min(DISTINCT g) FROM items",
+        "SELECT g, count(*) FROM items GROUP BY g ORDER BY g LIMIT ALL",
+        "SELECT sum(id)::float8 / 3, avg(id)::int, count(*)::text FROM items",
     ];
     for q in ordered {
         same(&shard, &plain, q, true).await;
