@@ -116,6 +116,10 @@ async fn multi_shard_statements_match_plain_postgres() {
         "SELECT g, percentile_cont(0.5) WITHIN GROUP (ORDER BY f) FROM items GROUP BY g ORDER BY g",
         "SELECT b, count(*) FROM items GROUP BY 1 ORDER BY 1",
         "SELECT g, count(*) FROM items GROUP BY g HAVING g > 2 ORDER BY g",
+        // Inside a block the shards' reads see the block's own writes.
+        "BEGIN; INSERT INTO items (id, g, t) VALUES (5001, 2, 'Zz new'); \
+         INSERT INTO items (id, g, t) VALUES (5002, 2, 'zz newer'); \
+         SELECT g, count(*), max(t) FROM items GROUP BY g ORDER BY g; ROLLBACK",
         "SELECT * FROM items ORDER BY id LIMIT 3",
         "SELECT items.t, count(*) FROM items GROUP BY items.t ORDER BY 2 DESC, 1 LIMIT 5",
         "SELECT x.g, max(x.n), count(*) AS c FROM items x WHERE x.id > 7 GROUP BY x.g ORDER BY c, 1",
