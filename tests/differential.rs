@@ -636,6 +636,27 @@ async fn load_table(t: &TableDef, name: &str, pools: &Pools, seed: u64) {
         ))
         .await
         .unwrap_or_else(|e| panic!("create_distributed_table of {name}: {e}"));
+    // The comparison is only worth something if the table really is spread over shards.
+    let shards = shard
+        .query_one(
+            "select count(*) from pg_dist_shard where logicalrelid = $1::text::regclass",
+            &[&name],
+        )
+        .await
+        .unwrap();
+    assert_eq!(shards.get::<_, i64>(0), 32, "shards of {name}");
+    for &port in &cluster().worker_ports {
+        let w = cluster().direct(port).await;
+        let n: i64 = w
+            .query_one(
+                "select count(*) from pg_class where relkind = 'r' and relname ~ $1",
+                &[&format!("^{name}_[0-9]+$")],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 16, "shards of {name} on the worker at port {port}");
+    }
     plain
         .batch_execute(&format!("analyze {name}"))
         .await
