@@ -366,13 +366,59 @@ impl Session {
                 _ => {}
             }
         }
-        match err {
-            Some(e) => {
-                conn.simple("ROLLBACK").await.ok();
-                Err(e)
-            }
-            None => Ok(cols),
+        if let Some(e) = err {
+            conn.simple("ROLLBACK").await.ok();
+            return Err(e);
         }
+        if let Some(shell) = &stage.key_of {
+            if let Err(e) = Self::copy_primary_key(conn, shell, &cols).await {
+                conn.simple("ROLLBACK").await.ok();
+                return Err(e);
+            }
+        }
+        Ok(cols)
+    }
+
+    /// Gives the temporary table the shell table's primary key when it has all its
+    /// columns (see `CombineStage::key_of`).
+    async fn copy_primary_key(
+        conn: &mut PooledConn,
+        shell: &str,
+        cols: &[PartialColumn],
+    ) -> PgResult<()> {
+        let sql = format!(
+            "SELECT a.attname FROM pg_catalog.pg_index i              CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)              JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum              WHERE i.indrelid = {}::regclass AND i.indisprimary ORDER BY k.ord",
+            quote_literal(shell)
+        );
+        msg::write_query(&mut conn.wbuf, &sql);
+        conn.flush().await?;
+        let mut key = Vec::new();
+        let mut err = None;
+        loop {
+            let f = conn.read().await?;
+            match f.tag {
+                b'D' => {
+                    if let Some(Some(v)) = msg::decode_data_row(&f.body)?.into_iter().next() {
+                        key.push(String::from_utf8_lossy(&v).into_owned());
+                    }
+                }
+                b'E' if err.is_none() => err = Some(PgError::from_server_fields(f.body)),
+                b'Z' => break,
+                _ => {}
+            }
+        }
+        if let Some(e) = err {
+            return Err(e);
+        }
+        if key.is_empty() || !key.iter().all(|k| cols.iter().any(|c| &c.name == k)) {
+            return Ok(());
+        }
+        let list: Vec<String> = key.iter().map(|k| quote_ident(k)).collect();
+        conn.simple(&format!(
+            "ALTER TABLE {PARTIALS_TABLE} ADD PRIMARY KEY ({})",
+            list.join(", ")
+        ))
+        .await
     }
 
     /// Runs a combine plan: the shards' rows are copied into a temporary table on the

@@ -98,6 +98,10 @@ pub struct CombineStage {
     pub partials: Vec<PartialKind>,
     /// Whether shards send raw rows (the size limit matters most here).
     pub raw_rows: bool,
+    /// Raw rows grouped on the coordinator: the shell table (quoted) whose primary key
+    /// the temporary table copies when it has all its columns, so PostgreSQL's
+    /// functional-dependency rule (`GROUP BY id` selecting other columns) holds there too.
+    pub key_of: Option<String>,
 }
 
 impl CombineStage {
@@ -344,6 +348,7 @@ pub fn plan_combine(
         combine: combine_text(&[]),
         partials: vec![],
         raw_rows: true,
+        key_of: (!s.group_clause.is_empty()).then(|| shell.clone()),
     };
 
     // ---- partial aggregation ----
@@ -484,6 +489,7 @@ pub fn plan_combine(
             combine: combine_text(&edits),
             partials: kinds,
             raw_rows: false,
+            key_of: None,
         })
     })();
     Ok(CombinePlan { partial, raw })
