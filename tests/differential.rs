@@ -6,7 +6,8 @@
 //!   DISTINCT (ON), expressions over aggregates. It runs through the simple protocol and
 //!   through the extended protocol.
 //! - A random generator (seeded: `PGSHARD_DIFF_SEED`, count `PGSHARD_DIFF_QUERIES`,
-//!   one query only: `PGSHARD_DIFF_ONLY=<index>`) writes filters, groupings, aggregates,
+//!   one query only: `PGSHARD_DIFF_ONLY=<index>`, list without running: `PGSHARD_DIFF_LIST=1`,
+//!   more mismatches shown: `PGSHARD_DIFF_SHOW=<n>`) writes filters, groupings, aggregates,
 //!   orders, limits and offsets over two tables with every common type and many NULLs;
 //!   a quarter of the queries run through the extended protocol with `$n` parameters.
 //! - Multi-shard UPDATE/DELETE: row counts, RETURNING rows, contents, atomicity.
@@ -635,6 +636,27 @@ async fn load_table(t: &TableDef, name: &str, pools: &Pools, seed: u64) {
         ))
         .await
         .unwrap_or_else(|e| panic!("create_distributed_table of {name}: {e}"));
+    // The comparison is only worth something if the table really is spread over shards.
+    let shards = shard
+        .query_one(
+            "select count(*) from pg_dist_shard where logicalrelid = $1::text::regclass",
+            &[&name],
+        )
+        .await
+        .unwrap();
+    assert_eq!(shards.get::<_, i64>(0), 32, "shards of {name}");
+    for &port in &cluster().worker_ports {
+        let w = cluster().direct(port).await;
+        let n: i64 = w
+            .query_one(
+                "select count(*) from pg_class where relkind = 'r' and relname ~ $1",
+                &[&format!("^{name}_[0-9]+$")],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 16, "shards of {name} on the worker at port {port}");
+    }
     plain
         .batch_execute(&format!("analyze {name}"))
         .await
@@ -942,9 +964,6 @@ fn compare(types: &[Type], ordered: bool, want: Outcome, got: Outcome) -> Verdic
                 count: c2,
             },
         ) => {
-            if n1 != n2 {
-                return Verdict::Mismatch(format!("expected columns {n1:?}, got {n2:?}"));
-            }
             if c1 != c2 {
                 return Verdict::Mismatch(format!("expected row count {c1:?}, got {c2:?}"));
             }
@@ -982,6 +1001,12 @@ fn compare(types: &[Type], ordered: bool, want: Outcome, got: Outcome) -> Verdic
                         }
                     }
                 }
+            }
+            // Names last: a wrong value matters more than a wrong column name.
+            if n1 != n2 {
+                return Verdict::Mismatch(format!(
+                    "column names: expected {n1:?}, got {n2:?} (values agree)"
+                ));
             }
             Verdict::Agree { close }
         }
@@ -1292,6 +1317,19 @@ impl<'a> Gen<'a> {
     }
 
     fn scalar(&mut self) -> String {
+        if self.extended && self.r.chance(0.08) {
+            // A parameter in the target list or ORDER BY.
+            return if self.r.chance(0.5) {
+                let c = self.col_where(|c| c.ty == Ty::Text);
+                self.params
+                    .push(Param::Text(self.r.pick(&self.p.text).clone()));
+                format!("coalesce({}, ${})", c.name, self.params.len())
+            } else {
+                let c = self.col_where(|c| c.ty == Ty::I4);
+                self.params.push(Param::I8(self.r.range(-100, 100)));
+                format!("{}::int8 + ${}", c.name, self.params.len())
+            };
+        }
         let c = self.col();
         let f = *self.r.pick(forms(SCALAR_FORMS, c.ty));
         f.replace("{c}", c.name)
@@ -1513,7 +1551,7 @@ impl<'a> Gen<'a> {
     fn having(&mut self) -> String {
         let mut parts = Vec::new();
         for _ in 0..self.r.range(1, 2) {
-            parts.push(match self.r.below(5) {
+            parts.push(match self.r.below(8) {
                 0 => format!("count(*) > {}", self.r.range(0, 6)),
                 1 => {
                     let c = self.col_where(|c| c.ty.is_int() || c.ty == Ty::Num);
@@ -1527,7 +1565,24 @@ impl<'a> Gen<'a> {
                     let c = self.col_where(|c| c.ty.is_number());
                     format!("avg({}) is not null", c.name)
                 }
-                _ => format!("count(distinct {}) >= 2", self.col().name),
+                4 => format!("count(distinct {}) >= 2", self.col().name),
+                5 if self.extended => {
+                    self.params.push(Param::I8(self.r.range(0, 5)));
+                    format!("count(*) > ${}", self.params.len())
+                }
+                5 => format!("count(*) >= {}", self.r.range(0, 5)),
+                6 => {
+                    let c = self.col_where(|c| c.ty.is_int());
+                    format!(
+                        "max({0})::numeric - min({0}) > {1}",
+                        c.name,
+                        self.r.range(0, 500)
+                    )
+                }
+                _ => {
+                    let c = self.col_where(|c| c.ty.is_int());
+                    format!("coalesce(sum({}), 0) * 2 > count(*)", c.name)
+                }
             });
         }
         let op = if self.r.chance(0.7) { " and " } else { " or " };
@@ -1621,6 +1676,16 @@ fn generate(seed: u64, index: usize, t: &TableDef, p: &Pools) -> GenQuery {
             if g.r.chance(0.05) {
                 sql += &format!(" having {}", g.having());
             }
+            // One row (or none): LIMIT/OFFSET are deterministic even without ORDER BY.
+            if g.r.chance(0.05) {
+                sql += *g.r.pick(&[
+                    " limit 1",
+                    " limit 0",
+                    " offset 1",
+                    " offset 0",
+                    " limit 5 offset 0",
+                ]);
+            }
             (sql, false)
         }
         Category::GroupBy => {
@@ -1636,6 +1701,15 @@ fn generate(seed: u64, index: usize, t: &TableDef, p: &Pools) -> GenQuery {
             for (i, k) in keys.iter().enumerate() {
                 if g.r.chance(0.85) {
                     targets.push((k.clone(), true, Some(i)));
+                }
+            }
+            // Functions of plain-column keys (valid: the column is grouped).
+            for k in &keys {
+                if let Some(c) = t.cols.iter().find(|c| c.name == k) {
+                    if g.r.chance(0.2) {
+                        let f = *g.r.pick(forms(SCALAR_FORMS, c.ty));
+                        targets.push((f.replace("{c}", c.name), true, None));
+                    }
                 }
             }
             for _ in 0..g.r.range(1, 4) {
@@ -1691,6 +1765,13 @@ fn generate(seed: u64, index: usize, t: &TableDef, p: &Pools) -> GenQuery {
                         targets[pos].0.clone()
                     };
                     order.push(format!("{item}{}", g.direction()));
+                }
+                if g.r.chance(0.3) {
+                    // An aggregate or an expression over aggregates not in the output.
+                    let a = g.aggregate();
+                    if a.exact {
+                        order.push(format!("{}{}", a.sql, g.direction()));
+                    }
                 }
                 // All grouping keys: the order is total.
                 for k in &keys {
@@ -1796,6 +1877,7 @@ struct Tally {
     close: usize,
     extended: usize,
     mismatches: Vec<String>,
+    mismatch_kinds: BTreeMap<&'static str, usize>,
     /// (category, reason) -> count
     reasons: BTreeMap<(String, String), usize>,
     per_category: BTreeMap<String, (usize, usize)>,
@@ -1828,7 +1910,17 @@ impl Tally {
                     .entry((category.to_string(), reason_key(&msg)))
                     .or_default() += 1;
             }
-            Verdict::Mismatch(m) => self.mismatches.push(format!("{what}\n    {m}")),
+            Verdict::Mismatch(m) => {
+                let kind = if m.starts_with("column names") {
+                    "column names only"
+                } else if m.contains("error") {
+                    "error vs rows or other error"
+                } else {
+                    "rows or values"
+                };
+                *self.mismatch_kinds.entry(kind).or_default() += 1;
+                self.mismatches.push(format!("{what}\n    {m}"));
+            }
         }
     }
 
@@ -1864,7 +1956,25 @@ impl Tally {
                 println!("    {n:>5}  {cat:<12} {reason}");
             }
         }
-        for m in self.mismatches.iter().take(10) {
+        if !self.mismatches.is_empty() {
+            println!("  mismatches by kind: {:?}", self.mismatch_kinds);
+        }
+        // Value mismatches first: they are the worst.
+        let mut shown: Vec<&String> = self
+            .mismatches
+            .iter()
+            .filter(|m| !m.contains("column names:"))
+            .collect();
+        shown.extend(
+            self.mismatches
+                .iter()
+                .filter(|m| m.contains("column names:")),
+        );
+        let limit = std::env::var("PGSHARD_DIFF_SHOW")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(10);
+        for m in shown.into_iter().take(limit) {
             println!("MISMATCH {m}");
         }
     }
@@ -1893,6 +2003,15 @@ async fn generated_queries_match_postgres() {
             })
             .collect(),
     );
+    if std::env::var_os("PGSHARD_DIFF_LIST").is_some() {
+        for q in queries.iter() {
+            println!(
+                "#{} {:?} {:?} {}  {:?}",
+                q.index, q.category, q.extended, q.sql, q.params
+            );
+        }
+        return;
+    }
     println!(
         "differential: seed {seed} (PGSHARD_DIFF_SEED), {} generated queries \
          (PGSHARD_DIFF_QUERIES), {LANES} connection pairs",
@@ -2213,4 +2332,146 @@ async fn multi_shard_update_delete_match_postgres() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// The harness's own logic.
+
+#[cfg(test)]
+mod harness {
+    use super::*;
+
+    fn rows(v: &[(&str, Option<&str>)]) -> Outcome {
+        Outcome::Rows {
+            names: vec!["a".into(), "b".into()],
+            rows: v
+                .iter()
+                .map(|(a, b)| vec![Some(a.to_string()), b.map(str::to_string)])
+                .collect(),
+            count: None,
+        }
+    }
+
+    fn err(code: &str) -> Outcome {
+        Outcome::Error {
+            code: code.into(),
+            message: "m".into(),
+        }
+    }
+
+    #[test]
+    fn comparison_tells_agreement_refusal_and_mismatch_apart() {
+        let t = [Type::INT4, Type::FLOAT8];
+        let a = || rows(&[("1", Some("0.1")), ("2", Some("0.2"))]);
+        let swapped = || rows(&[("2", Some("0.2")), ("1", Some("0.1"))]);
+        assert!(matches!(
+            compare(&t, false, a(), swapped()),
+            Verdict::Agree { close: false }
+        ));
+        assert!(matches!(
+            compare(&t, true, a(), swapped()),
+            Verdict::Mismatch(_)
+        ));
+        let near = || rows(&[("1", Some("0.10000000000000002")), ("2", Some("0.2"))]);
+        assert!(matches!(
+            compare(&t, true, a(), near()),
+            Verdict::Agree { close: true }
+        ));
+        let off = rows(&[("1", Some("0.1001")), ("2", Some("0.2"))]);
+        assert!(matches!(compare(&t, true, a(), off), Verdict::Mismatch(_)));
+        let null = rows(&[("1", None), ("2", Some("0.2"))]);
+        assert!(matches!(compare(&t, true, a(), null), Verdict::Mismatch(_)));
+        // Exact types get no tolerance.
+        let exact = [Type::INT4, Type::NUMERIC];
+        assert!(matches!(
+            compare(&exact, true, a(), near()),
+            Verdict::Mismatch(_)
+        ));
+        let nan = || rows(&[("1", Some("NaN"))]);
+        assert!(matches!(
+            compare(&t, true, nan(), nan()),
+            Verdict::Agree { .. }
+        ));
+        assert!(matches!(
+            compare(&t, true, nan(), rows(&[("1", Some("Infinity"))])),
+            Verdict::Mismatch(_)
+        ));
+        assert!(matches!(
+            compare(&t, true, a(), rows(&[("1", Some("0.1"))])),
+            Verdict::Mismatch(_)
+        ));
+        assert!(matches!(
+            compare(&t, true, err("22012"), err("22012")),
+            Verdict::BothError(_)
+        ));
+        assert!(matches!(
+            compare(&t, true, err("22012"), err("22003")),
+            Verdict::Mismatch(_)
+        ));
+        assert!(matches!(
+            compare(&t, true, a(), err("0A000")),
+            Verdict::Refused(_)
+        ));
+        assert!(matches!(
+            compare(&t, true, err("22012"), err("0A000")),
+            Verdict::Refused(_)
+        ));
+        assert!(matches!(
+            compare(&t, true, a(), err("XX000")),
+            Verdict::Mismatch(_)
+        ));
+        assert!(matches!(
+            compare(&t, true, err("22012"), a()),
+            Verdict::Mismatch(_)
+        ));
+        let renamed = Outcome::Rows {
+            names: vec!["a".into(), "c".into()],
+            rows: vec![
+                vec![Some("1".into()), Some("0.1".into())],
+                vec![Some("2".into()), Some("0.2".into())],
+            ],
+            count: None,
+        };
+        assert!(
+            matches!(compare(&t, true, a(), renamed), Verdict::Mismatch(m) if m.starts_with("column names"))
+        );
+    }
+
+    #[test]
+    fn top_level_order_by_is_found_outside_parentheses_and_quotes() {
+        assert!(has_top_level_order_by("select a from t order by a"));
+        assert!(!has_top_level_order_by(
+            "select string_agg(a, ',' order by a) from t"
+        ));
+        assert!(!has_top_level_order_by("select 'order by' from t"));
+        assert!(has_top_level_order_by(
+            "select (a) from t where b = 'x' ORDER BY 1"
+        ));
+    }
+
+    /// Same seed, same queries; LIMIT/OFFSET and DISTINCT ON only under an ORDER BY that
+    /// ends with a unique key or all grouping keys (so the compared order is total).
+    #[test]
+    fn generator_is_deterministic_and_orders_what_it_limits() {
+        let (defs, pools) = (tables(), pools());
+        for i in 0..3000 {
+            let t = &defs[i % 2];
+            let q = generate(11, i, t, &pools);
+            assert_eq!(q.sql, generate(11, i, t, &pools).sql);
+            let top_limit = q.sql.rsplit(')').next().unwrap().contains(" limit ")
+                && q.category != Category::Aggregate;
+            if top_limit || q.sql.contains(" offset ") && q.category != Category::Aggregate {
+                assert!(q.ordered && has_top_level_order_by(&q.sql), "{}", q.sql);
+            }
+            if q.category == Category::DistinctOn || q.category == Category::Plain && q.ordered {
+                assert!(q.sql.contains("id"), "{}", q.sql);
+            }
+            let placeholders = (1..=q.params.len()).all(|n| q.sql.contains(&format!("${n}")));
+            assert!(
+                placeholders && (q.extended || q.params.is_empty()),
+                "{}",
+                q.sql
+            );
+        }
+    }
 }

@@ -124,7 +124,6 @@ fn invalid_parameter_for_the_distribution_column() {
 }
 
 #[test]
-#[ignore = "pgshard limitation: ORDER BY across shards gives 0A000"]
 fn order_by_across_shards() {
     known_bug("order_by_across_shards");
 }

@@ -3,6 +3,7 @@
 //! shards' partial values, so types, NULLs and collation follow PostgreSQL exactly.
 
 use crate::error::{PgError, PgResult};
+use crate::planner::aggregate::{partial_column, partial_count_column, PartialKind};
 use crate::planner::AggKind;
 use crate::sql::quote::quote_ident;
 
@@ -75,6 +76,79 @@ pub fn combine_query(
     )
 }
 
+/// Signature and header of COPY's binary format (no flags, no extension).
+pub const COPY_BINARY_HEADER: [u8; 19] = *b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
+
+/// A DataRow body in text format as one line of COPY's text format: tab-separated,
+/// `\N` for NULL, backslash escapes for backslash, newline, carriage return and tab.
+pub fn copy_text_row(body: &bytes::Bytes, out: &mut bytes::BytesMut) -> PgResult<()> {
+    let row = crate::frontend::messages::decode_data_row(body)?;
+    for (i, v) in row.iter().enumerate() {
+        if i > 0 {
+            out.extend_from_slice(b"\t");
+        }
+        match v {
+            None => out.extend_from_slice(b"\\N"),
+            Some(v) => {
+                for &b in v.iter() {
+                    match b {
+                        b'\\' => out.extend_from_slice(b"\\\\"),
+                        b'\n' => out.extend_from_slice(b"\\n"),
+                        b'\r' => out.extend_from_slice(b"\\r"),
+                        b'\t' => out.extend_from_slice(b"\\t"),
+                        _ => out.extend_from_slice(&[b]),
+                    }
+                }
+            }
+        }
+    }
+    out.extend_from_slice(b"\n");
+    Ok(())
+}
+
+const NUMERIC: u32 = 1700;
+const FLOAT8: u32 = 701;
+const INTERVAL: u32 = 1186;
+
+/// The combine expression of each partial aggregate over the temporary table's
+/// partial columns (`type_of(column)` gives their type oid and SQL name). None when
+/// some aggregate has no exact combine for its partial type (then raw rows are used).
+pub fn partial_expressions(
+    kinds: &[PartialKind],
+    type_of: &dyn Fn(&str) -> Option<(u32, String)>,
+) -> Option<Vec<String>> {
+    let mut out = Vec::with_capacity(kinds.len());
+    for (i, k) in kinds.iter().enumerate() {
+        let col = partial_column(i);
+        let c = quote_ident(&col);
+        let (oid, type_name) = type_of(&col)?;
+        out.push(match k {
+            // Partial counts are int8; their sum is numeric in PostgreSQL.
+            PartialKind::Count => format!("coalesce(sum({c}), 0)::int8"),
+            // The sum of partial sums has the partials' type (sum(int4) partials are
+            // int8, and so is the answer; sum(int8) partials are numeric...).
+            PartialKind::Sum => format!("sum({c})::{type_name}"),
+            PartialKind::Min => format!("min({c})"),
+            PartialKind::Max => format!("max({c})"),
+            PartialKind::BoolAnd => format!("bool_and({c})"),
+            PartialKind::BoolOr => format!("bool_or({c})"),
+            PartialKind::BitAnd => format!("bit_and({c})"),
+            PartialKind::BitOr => format!("bit_or({c})"),
+            PartialKind::Avg => {
+                let n = quote_ident(&partial_count_column(i));
+                match oid {
+                    // avg(int2/int4) and avg(int8)/avg(numeric): numeric sum / count,
+                    // PostgreSQL's own final step (numeric_div).
+                    INT8 | NUMERIC => format!("(sum({c})::numeric / sum({n})::numeric)"),
+                    FLOAT8 | INTERVAL => format!("(sum({c}) / sum({n})::float8)"),
+                    _ => return None,
+                }
+            }
+        });
+    }
+    Some(out)
+}
+
 /// Applies OFFSET and LIMIT to a stream position: whether row number `i` (0-based,
 /// over all shards) is sent to the client.
 pub fn row_selected(i: u64, offset: i64, limit: Option<i64>) -> bool {
@@ -105,6 +179,53 @@ mod tests {
         assert_eq!(
             q,
             "SELECT sum(c0)::int8 AS \"sum\", min(c1) AS \"m\"\"x\" FROM (VALUES ($1, $2), ($3, $4)) AS partials(c0, c1)"
+        );
+    }
+
+    #[test]
+    fn copy_text_escapes() {
+        let mut row = bytes::BytesMut::new();
+        crate::frontend::messages::write_data_row(
+            &mut row,
+            &[Some(&b"a\tb\\c\nd"[..]), None, Some(&b"\xc3\xa9"[..])],
+        );
+        let b = row.split_off(5).freeze();
+        let mut out = bytes::BytesMut::new();
+        copy_text_row(&b, &mut out).unwrap();
+        assert_eq!(&out[..], b"a\\tb\\\\c\\nd\t\\N\t\xc3\xa9\n");
+    }
+
+    #[test]
+    fn partial_combines_keep_types() {
+        let types = |name: &str| -> Option<(u32, String)> {
+            Some(match name {
+                "pgs_a0" => (INT8, "bigint".into()),
+                "pgs_a1" => (INT8, "bigint".into()),
+                "pgs_a2" => (NUMERIC, "numeric".into()),
+                _ => (700, "real".into()),
+            })
+        };
+        let e = partial_expressions(
+            &[PartialKind::Count, PartialKind::Sum, PartialKind::Avg],
+            &types,
+        )
+        .unwrap();
+        assert_eq!(e[0], "coalesce(sum(\"pgs_a0\"), 0)::int8");
+        assert_eq!(e[1], "sum(\"pgs_a1\")::bigint");
+        assert_eq!(
+            e[2],
+            "(sum(\"pgs_a2\")::numeric / sum(\"pgs_c2\")::numeric)"
+        );
+        // avg(float4) partial sums lose precision: no partial combine.
+        assert!(
+            partial_expressions(&[PartialKind::Min, PartialKind::Avg], &|n: &str| {
+                Some(if n == "pgs_a1" {
+                    (700, "real".into())
+                } else {
+                    (23, "integer".into())
+                })
+            })
+            .is_none()
         );
     }
 

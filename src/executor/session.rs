@@ -9,6 +9,8 @@
 //! one node stops the rest of the batch exactly as PostgreSQL would.
 
 use super::combine;
+#[path = "multishard.rs"]
+mod multishard;
 use super::shared::{RunningBackends, Shared};
 use super::statements::{backend_name, MAX_PREPARED_PER_CONNECTION};
 use crate::backend::{NodeAddr, PooledConn};
@@ -35,6 +37,8 @@ use tokio::net::tcp::OwnedWriteHalf;
 
 /// COPY into/out of distributed tables and multi-row INSERTs across shards.
 mod bulk;
+/// Citus's default `citus.max_intermediate_result_size`: 1 GB.
+const DEFAULT_MAX_INTERMEDIATE_KB: i64 = 1024 * 1024;
 
 /// Flush results to the client once this much is buffered.
 const CLIENT_FLUSH_AT: usize = 64 * 1024;
@@ -114,6 +118,9 @@ pub struct Session {
     citus: CitusSettings,
     commit_protocol: String,
     explain_all_tasks: bool,
+    /// `citus.max_intermediate_result_size` in kB (-1: no limit): most data shards
+    /// send to a combine step on the coordinator node.
+    max_intermediate_kb: i64,
     txn: TxnState,
     begin_text: String,
     /// Active savepoints of the block, oldest first: replayed after BEGIN on a node
@@ -176,6 +183,7 @@ impl Session {
             },
             commit_protocol: cfg.citus.multi_shard_commit_protocol.clone(),
             explain_all_tasks: false,
+            max_intermediate_kb: DEFAULT_MAX_INTERMEDIATE_KB,
             txn: TxnState::Idle,
             begin_text: String::new(),
             savepoints: Vec::new(),
@@ -733,9 +741,12 @@ impl Session {
             return Err(e.clone());
         }
         let meta = match &plan {
-            Plan::Local | Plan::Router(_) | Plan::MultiShard(_) | Plan::InsertRows(_) => {
-                self.describe_on_coordinator(&sql, declared).await?
-            }
+            Plan::Local
+            | Plan::Router(_)
+            | Plan::MultiShard(_)
+            | Plan::InsertRows(_)
+            | Plan::MultiShardModify(_)
+            | Plan::Explain(_) => self.describe_on_coordinator(&sql, declared).await?,
             _ => Self::meta_without_backend(&plan, declared),
         };
         Ok(Arc::new(Prepared {
@@ -1369,6 +1380,11 @@ impl Session {
             Plan::InsertRows(p) => self.insert_rows(p, params, formats, describe, sink).await,
             Plan::CopyIn(p) => self.copy_in(p, params.bind.is_some(), sink).await,
             Plan::CopyOut(p) => self.copy_out(p, sink).await,
+            Plan::MultiShardModify(m) => {
+                self.multi_shard_modify(m, params, formats, describe, sink)
+                    .await
+            }
+            Plan::Explain(e) => self.explain(e, params, formats, describe, sink).await,
             Plan::DropTables { tables } => {
                 if self.txn != TxnState::Idle {
                     return Err(PgError::not_supported("DROP TABLE of a distributed table inside a transaction block is not supported yet"));
@@ -1497,6 +1513,12 @@ impl Session {
                 }
             }
             "citus.max_adaptive_executor_pool_size" => {}
+            "citus.max_intermediate_result_size" => {
+                self.max_intermediate_kb = match value {
+                    None => DEFAULT_MAX_INTERMEDIATE_KB,
+                    Some(v) => parse_kb(v).ok_or_else(|| bad(v))?,
+                }
+            }
             _ => {
                 return Err(PgError::new(
                     "42704",
@@ -1518,6 +1540,12 @@ impl Session {
             "citus.max_adaptive_executor_pool_size" => {
                 self.shared.cfg.max_connections_per_node.to_string()
             }
+            "citus.max_intermediate_result_size" => match self.max_intermediate_kb {
+                -1 => "-1".into(),
+                kb if kb % (1024 * 1024) == 0 => format!("{}GB", kb / (1024 * 1024)),
+                kb if kb % 1024 == 0 => format!("{}MB", kb / 1024),
+                kb => format!("{kb}kB"),
+            },
             _ => {
                 return Err(PgError::new(
                     "42704",
@@ -1879,271 +1907,6 @@ impl Session {
         Ok(())
     }
 
-    // ---- multi-shard reads -------------------------------------------------
-
-    async fn multi_shard(
-        &mut self,
-        plan: &MultiShardPlan,
-        params: &BoundParams<'_>,
-        formats: &[i16],
-        describe: bool,
-        sink: &mut ResultSink,
-    ) -> PgResult<()> {
-        self.check_no_aggregates(&plan.functions).await?;
-        let catalog = self.shared.catalog.snapshot();
-        let table = &plan.table;
-        let aggregate = matches!(plan.shape, MultiShardShape::Aggregate { .. });
-        let shard_formats: Vec<i16> = if aggregate { vec![] } else { formats.to_vec() };
-        let limit = match plan.limit {
-            Bound::None => None,
-            Bound::Const(n) => Some(n),
-            Bound::Param(i) => params
-                .text(i)?
-                .map(|t| {
-                    t.trim().parse::<i64>().map_err(|_| {
-                        PgError::new(sqlstate::INVALID_TEXT_REPRESENTATION, "invalid LIMIT")
-                    })
-                })
-                .transpose()?,
-        };
-        // Group the shards by node, in shard order.
-        let mut by_node: Vec<(NodeAddr, Vec<&ShardInterval>)> = Vec::new();
-        for shard in &table.shards {
-            let addr = placement_addr(&catalog, shard)?;
-            match by_node.iter_mut().find(|(a, _)| *a == addr) {
-                Some((_, v)) => v.push(shard),
-                None => by_node.push((addr, vec![shard])),
-            }
-        }
-        let empty = BindMsg::default_empty();
-        let bind = params.bind.unwrap_or(&empty);
-        let mut first = true;
-        for (addr, shards) in &by_node {
-            let idx = self.join(addr, false).await?;
-            self.drain_all().await?;
-            let h = &mut self.held[idx];
-            for s in shards {
-                msg::write_parse(
-                    &mut h.conn.wbuf,
-                    "",
-                    &plan.template.for_shard(s.shard_id),
-                    params.types,
-                );
-                msg::write_bind(
-                    &mut h.conn.wbuf,
-                    "",
-                    "",
-                    &bind.param_formats,
-                    &bind.params,
-                    &shard_formats,
-                );
-                if first {
-                    msg::write_describe(&mut h.conn.wbuf, b'P', "");
-                    first = false;
-                }
-                msg::write_execute(&mut h.conn.wbuf, "", 0);
-            }
-            msg::write_sync(&mut h.conn.wbuf);
-            h.in_batch = false;
-            h.conn.flush().await?;
-        }
-        // Read every node's answers (they ran in parallel meanwhile).
-        let mut err: Option<PgError> = None;
-        let mut row_desc: Option<Bytes> = None;
-        let mut partials: Vec<Vec<Option<Bytes>>> = Vec::new();
-        let mut seen: u64 = 0;
-        let mut sent: u64 = 0;
-        for (addr, _) in &by_node {
-            let idx = self.held_index(addr).expect("joined above");
-            loop {
-                let f = self.held[idx].conn.read().await?;
-                match f.tag {
-                    b'Z' => break,
-                    b'E' => {
-                        if err.is_none() {
-                            err = Some(PgError::from_server_fields(f.body));
-                        }
-                    }
-                    b'T' => row_desc = Some(f.body),
-                    b'D' if err.is_none() => {
-                        if aggregate {
-                            partials.push(msg::decode_data_row(&f.body)?);
-                        } else {
-                            if combine::row_selected(seen, plan.offset, limit) {
-                                if sent == 0 && describe {
-                                    if let Some(rd) = &row_desc {
-                                        sink.push_frame(b'T', rd.clone());
-                                    }
-                                }
-                                sink.push_frame(b'D', f.body);
-                                sent += 1;
-                                if sink.frames.len() > 512 {
-                                    let frames: Vec<Frame> = sink.frames.drain(..).collect();
-                                    sink.spill(frames, &mut self.out);
-                                    self.flush_client().await?;
-                                }
-                            }
-                            seen += 1;
-                        }
-                    }
-                    b'N' => sink.push_frame(b'N', f.body),
-                    _ => {}
-                }
-            }
-        }
-        if let Some(e) = err {
-            return Err(e);
-        }
-        match &plan.shape {
-            MultiShardShape::Plain => {
-                if sent == 0 && describe {
-                    match &row_desc {
-                        Some(rd) => sink.push_frame(b'T', rd.clone()),
-                        None => {}
-                    }
-                }
-                sink.complete(&format!("SELECT {sent}"));
-                Ok(())
-            }
-            MultiShardShape::Aggregate { aggs, names } => {
-                let fields = msg::decode_row_description(row_desc.as_deref().unwrap_or(&[0, 0]))?;
-                self.combine_aggregates(
-                    aggs, names, &fields, partials, formats, describe, limit, sink,
-                )
-                .await
-            }
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn combine_aggregates(
-        &mut self,
-        aggs: &[AggKind],
-        names: &[String],
-        partial_fields: &[FieldDesc],
-        partials: Vec<Vec<Option<Bytes>>>,
-        formats: &[i16],
-        describe: bool,
-        limit: Option<i64>,
-        sink: &mut ResultSink,
-    ) -> PgResult<()> {
-        if aggs.iter().all(|a| *a == AggKind::Count) {
-            let mut values = Vec::new();
-            for i in 0..aggs.len() {
-                let total = combine::add_counts(
-                    partials.iter().map(|r| r.get(i).and_then(|v| v.as_deref())),
-                )?;
-                values.push(if result_format(formats, i) == 1 {
-                    total.to_be_bytes().to_vec()
-                } else {
-                    total.to_string().into_bytes()
-                });
-            }
-            if describe {
-                let fields: Vec<FieldDesc> = names
-                    .iter()
-                    .enumerate()
-                    .map(|(i, n)| {
-                        FieldDesc::computed(n, combine::INT8, 8, result_format(formats, i))
-                    })
-                    .collect();
-                sink.row_description(&fields);
-            }
-            let rows = if limit == Some(0) { 0 } else { 1 };
-            if rows == 1 {
-                let refs: Vec<Option<&[u8]>> = values.iter().map(|v| Some(v.as_slice())).collect();
-                sink.data_row(&refs);
-            }
-            sink.complete(&format!("SELECT {rows}"));
-            return Ok(());
-        }
-        let types: Vec<u32> = partial_fields.iter().map(|f| f.type_oid).collect();
-        let query = combine::combine_query(aggs, &types, names, partials.len());
-        let mut param_types = Vec::new();
-        let mut values = Vec::new();
-        for row in &partials {
-            for (i, v) in row.iter().enumerate() {
-                param_types.push(types.get(i).copied().unwrap_or(0));
-                values.push(v.clone());
-            }
-        }
-        let coord = self.shared.coordinator.clone();
-        let idx = self.join(&coord, false).await?;
-        self.drain_all().await?;
-        let h = &mut self.held[idx];
-        msg::write_parse(&mut h.conn.wbuf, "", &query, &param_types);
-        msg::write_bind(&mut h.conn.wbuf, "", "", &[], &values, formats);
-        if describe {
-            msg::write_describe(&mut h.conn.wbuf, b'P', "");
-        }
-        msg::write_execute(&mut h.conn.wbuf, "", 0);
-        msg::write_sync(&mut h.conn.wbuf);
-        h.in_batch = false;
-        h.conn.flush().await?;
-        let mut err = None;
-        loop {
-            let f = self.held[idx].conn.read().await?;
-            match f.tag {
-                b'Z' => break,
-                b'E' => err = Some(PgError::from_server_fields(f.body)),
-                b'T' | b'D' | b'C' | b'N' => sink.push_frame(f.tag, f.body),
-                _ => {}
-            }
-        }
-        match err {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
-    /// Refuses a multi-shard read calling a user-defined aggregate or window function.
-    async fn check_no_aggregates(&mut self, names: &[String]) -> PgResult<()> {
-        let unknown: Vec<String> = {
-            let cache = self.shared.aggregate_names.lock().unwrap();
-            names
-                .iter()
-                .filter(|n| !cache.contains_key(*n))
-                .cloned()
-                .collect()
-        };
-        if !unknown.is_empty() {
-            let list: Vec<String> = unknown.iter().map(|n| quote_literal(n)).collect();
-            let sql = format!(
-                "SELECT proname FROM pg_catalog.pg_proc WHERE proname IN ({}) AND prokind IN ('a', 'w')",
-                list.join(", ")
-            );
-            let coord = self.shared.coordinator.clone();
-            let mut conn = self.shared.pools.node(&coord).acquire().await?;
-            msg::write_query(&mut conn.wbuf, &sql);
-            conn.flush().await?;
-            let mut aggs = Vec::new();
-            loop {
-                let f = conn.read().await?;
-                match f.tag {
-                    b'D' => {
-                        if let Some(Some(v)) = msg::decode_data_row(&f.body)?.into_iter().next() {
-                            aggs.push(String::from_utf8_lossy(&v).into_owned());
-                        }
-                    }
-                    b'Z' => break,
-                    _ => {}
-                }
-            }
-            let mut cache = self.shared.aggregate_names.lock().unwrap();
-            for n in unknown {
-                let is_agg = aggs.contains(&n);
-                cache.insert(n, is_agg);
-            }
-        }
-        let cache = self.shared.aggregate_names.lock().unwrap();
-        if let Some(n) = names.iter().find(|n| cache.get(*n) == Some(&true)) {
-            return Err(PgError::not_supported(format!(
-                "pgshard does not support the aggregate or window function {n}() in queries across shards yet"
-            )));
-        }
-        Ok(())
-    }
-
     /// Called when the client goes away: held connections inside a transaction are
     /// closed (PostgreSQL rolls them back), never returned to a pool mid-transaction.
     pub fn close(&mut self) {
@@ -2155,6 +1918,25 @@ impl Session {
         self.held.clear();
         self.running.lock().unwrap().clear();
     }
+}
+
+/// A size setting in kB: `-1`, `512`, `64kB`, `10MB`, `1GB`.
+fn parse_kb(v: &str) -> Option<i64> {
+    let v = v.trim();
+    let digits_end = v
+        .char_indices()
+        .find(|(i, c)| !(c.is_ascii_digit() || (*i == 0 && *c == '-')))
+        .map_or(v.len(), |(i, _)| i);
+    let n: i64 = v[..digits_end].parse().ok()?;
+    let unit = v[digits_end..].trim();
+    let kb = match unit {
+        "" | "kB" => n,
+        "MB" => n.checked_mul(1024)?,
+        "GB" => n.checked_mul(1024 * 1024)?,
+        "TB" => n.checked_mul(1024 * 1024 * 1024)?,
+        _ => return None,
+    };
+    (kb >= -1).then_some(kb)
 }
 
 fn aborted_error() -> PgError {

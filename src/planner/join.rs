@@ -368,14 +368,7 @@ pub fn plan_join(
             })))
         }
         None => {
-            let first_edit = edits[0].clone();
-            multishard::plan_select_joined(
-                s,
-                text,
-                vec![first_edit],
-                ptable,
-                Some(Joined { edits, targets }),
-            )
+            multishard::plan_select_joined(s, text, ptable, Joined { edits, targets })
         }
     }
 }

@@ -6,7 +6,9 @@
 
 pub mod copy;
 pub mod ddl;
+pub mod aggregate;
 pub mod distvalue;
+pub mod explain;
 pub mod fastpath;
 pub mod insert;
 pub mod join;
@@ -104,6 +106,10 @@ pub enum Plan {
     CopyIn(Arc<copy::CopyInPlan>),
     /// COPY TO STDOUT from a distributed table or a selection on one.
     CopyOut(Arc<copy::CopyOutPlan>),
+    /// UPDATE / DELETE on every shard of a table.
+    MultiShardModify(Arc<multishard::ModifyPlan>),
+    /// EXPLAIN of a statement on distributed tables.
+    Explain(Arc<explain::ExplainPlan>),
     /// DROP TABLE naming distributed tables.
     DropTables {
         tables: Vec<Arc<DistTable>>,
@@ -138,6 +144,7 @@ pub const CITUS_SETTINGS: &[&str] = &[
     "citus.multi_shard_commit_protocol",
     "citus.explain_all_tasks",
     "citus.max_adaptive_executor_pool_size",
+    "citus.max_intermediate_result_size",
 ];
 
 /// Plans one parsed statement against a catalog snapshot.
@@ -185,6 +192,9 @@ pub fn plan(
     }
     if catalog.is_empty() {
         return Ok(Plan::Local);
+    }
+    if let N::ExplainStmt(e) = node {
+        return plan_explain(e, stmt, catalog, is_utility_function);
     }
     if let N::DropStmt(d) = node {
         if d.remove_type == protobuf::ObjectType::ObjectTable as i32 {
@@ -278,6 +288,35 @@ pub fn plan(
             "pgshard does not support this statement on the distributed table \"{}\" yet",
             dist[0].1.name
         )))),
+    }
+}
+
+/// EXPLAIN: the explained statement is planned; where it runs on the coordinator node
+/// the EXPLAIN goes there unchanged, otherwise pgshard explains it in Citus's shape.
+fn plan_explain(
+    e: &protobuf::ExplainStmt,
+    stmt: &Statement,
+    catalog: &Catalog,
+    is_utility_function: &dyn Fn(&str) -> bool,
+) -> PgResult<Plan> {
+    let Some((inner, prefix, analyze, costs)) = explain::split_explain(e, &stmt.text)? else {
+        return Ok(Plan::Local);
+    };
+    let inner_plan = plan(&inner, catalog, is_utility_function)?;
+    match inner_plan {
+        Plan::Local => Ok(Plan::Local),
+        Plan::Router(_) | Plan::MultiShard(_) | Plan::MultiShardModify(_) => {
+            Ok(Plan::Explain(Arc::new(explain::ExplainPlan {
+                inner: inner_plan,
+                prefix,
+                analyze,
+                costs,
+            })))
+        }
+        Plan::Unsupported(e) => Ok(Plan::Unsupported(e)),
+        _ => Ok(Plan::Unsupported(PgError::not_supported(
+            "pgshard does not support EXPLAIN of this statement",
+        ))),
     }
 }
 

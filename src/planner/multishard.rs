@@ -3,10 +3,12 @@
 //! (LIMIT pushed down as LIMIT+OFFSET, then re-applied) and count/sum/min/max without
 //! GROUP BY. Everything else is refused with 0A000 rather than answered wrongly.
 
+use super::aggregate::{plan_combine, CombinePlan};
 use super::template::{Edit, RelTarget, ShardSqlTemplate};
 use super::{func_name, Plan};
 use crate::catalog::DistTable;
 use crate::error::{PgError, PgResult};
+use crate::sql::parse::RelRef;
 use pg_query::protobuf::a_const::Val;
 use pg_query::protobuf::node::Node as N;
 use pg_query::protobuf::{self, LimitOption, SetOperation};
@@ -29,6 +31,9 @@ pub enum MultiShardShape {
         aggs: Vec<AggKind>,
         names: Vec<String>,
     },
+    /// Shards fill a temporary table on the coordinator node, which runs the
+    /// client's statement over it (`aggregate.rs`).
+    Combine,
 }
 
 /// LIMIT / OFFSET as the coordinator re-applies them.
@@ -49,6 +54,20 @@ pub struct MultiShardPlan {
     /// Functions called in the target list that might be user-defined aggregates or
     /// window functions: the executor checks them against the coordinator node.
     pub functions: Vec<String>,
+    /// The combine plan (shape Combine), or the exact fallback of the other shapes
+    /// when a function turns out to be a user-defined aggregate.
+    pub combine: Option<Arc<CombinePlan>>,
+}
+
+/// UPDATE or DELETE without a fixed distribution value: the statement runs on every
+/// shard; row counts are added, RETURNING rows concatenated.
+#[derive(Debug)]
+pub struct ModifyPlan {
+    pub table: Arc<DistTable>,
+    pub template: ShardSqlTemplate,
+    /// "UPDATE" or "DELETE" (the command tag).
+    pub verb: &'static str,
+    pub returning: bool,
 }
 
 fn refuse(what: &str) -> PgResult<Plan> {
@@ -64,36 +83,17 @@ pub struct Joined {
     pub targets: Vec<RelTarget>,
 }
 
-pub fn plan_select(
-    s: &protobuf::SelectStmt,
-    text: &str,
-    rel_edit: Edit,
-    table: Arc<DistTable>,
-) -> PgResult<Plan> {
-    plan_select_joined(s, text, vec![rel_edit], table, None)
-}
-
+/// A join of co-located / reference tables across all shards: only the streamed
+/// shapes (plain selections, count/sum/min/max without GROUP BY); the coordinator
+/// combine step works over one table's rows.
 pub fn plan_select_joined(
     s: &protobuf::SelectStmt,
     text: &str,
-    rel_edits: Vec<Edit>,
     table: Arc<DistTable>,
-    joined: Option<Joined>,
+    joined: Joined,
 ) -> PgResult<Plan> {
     if s.op != SetOperation::SetopNone as i32 {
         return refuse("UNION / INTERSECT / EXCEPT");
-    }
-    if !s.distinct_clause.is_empty() {
-        return refuse("DISTINCT");
-    }
-    if !s.group_clause.is_empty() || s.having_clause.is_some() {
-        return refuse("GROUP BY / HAVING");
-    }
-    if !s.sort_clause.is_empty() {
-        return refuse("ORDER BY");
-    }
-    if !s.window_clause.is_empty() {
-        return refuse("window functions");
     }
     if !s.locking_clause.is_empty() {
         return refuse("FOR UPDATE / FOR SHARE");
@@ -101,25 +101,106 @@ pub fn plan_select_joined(
     if s.into_clause.is_some() {
         return refuse("SELECT INTO");
     }
-    if joined.is_none()
-        && (s.from_clause.len() != 1
-            || !matches!(s.from_clause[0].node.as_ref(), Some(N::RangeVar(_))))
-    {
+    if s.limit_option == LimitOption::WithTies as i32 {
+        return refuse("FETCH ... WITH TIES");
+    }
+    let simple = s.distinct_clause.is_empty()
+        && s.group_clause.is_empty()
+        && s.having_clause.is_none()
+        && s.sort_clause.is_empty()
+        && s.window_clause.is_empty();
+    if simple {
+        if let Some(p) = plan_streamed(s, text, joined.edits, Some(joined.targets), &table, None)? {
+            return Ok(p);
+        }
+    }
+    refuse("joins other than plain selections and count/sum/min/max (no GROUP BY, ORDER BY or DISTINCT)")
+}
+
+pub fn plan_select(
+    s: &protobuf::SelectStmt,
+    text: &str,
+    rel: &RelRef,
+    rel_edit: Edit,
+    table: Arc<DistTable>,
+) -> PgResult<Plan> {
+    if s.op != SetOperation::SetopNone as i32 {
+        return refuse("UNION / INTERSECT / EXCEPT");
+    }
+    if !s.locking_clause.is_empty() {
+        return refuse("FOR UPDATE / FOR SHARE");
+    }
+    if s.into_clause.is_some() {
+        return refuse("SELECT INTO");
+    }
+    if s.from_clause.len() != 1 || !matches!(s.from_clause[0].node.as_ref(), Some(N::RangeVar(_))) {
         return refuse("joins or several FROM items");
     }
     if s.limit_option == LimitOption::WithTies as i32 {
         return refuse("FETCH ... WITH TIES");
     }
+    let combine = match plan_combine(s, text, rel, &table, KNOWN_AGGREGATES) {
+        Ok(c) => Some(Arc::new(c)),
+        Err(what) => return refuse(&what),
+    };
+    let simple = s.distinct_clause.is_empty()
+        && s.group_clause.is_empty()
+        && s.having_clause.is_none()
+        && s.sort_clause.is_empty()
+        && s.window_clause.is_empty();
+    if simple {
+        if let Some(p) = plan_streamed(s, text, vec![rel_edit], None, &table, combine.clone())? {
+            return Ok(p);
+        }
+    }
+    Ok(Plan::MultiShard(Arc::new(MultiShardPlan {
+        template: ShardSqlTemplate::new(text, &table, vec![]),
+        table,
+        shape: MultiShardShape::Combine,
+        limit: Bound::None,
+        offset: 0,
+        functions: combine_functions(s),
+        combine,
+    })))
+}
+
+/// Function names anywhere in the target list, HAVING and ORDER BY: a user-defined
+/// aggregate among them rules partial aggregation out.
+fn combine_functions(s: &protobuf::SelectStmt) -> Vec<String> {
+    let mut out = Vec::new();
+    let root = N::SelectStmt(Box::new(s.clone()));
+    for (n, _, _, _) in root.nodes() {
+        if let pg_query::NodeRef::FuncCall(fc) = n {
+            if let Some(name) = func_name(fc) {
+                if !KNOWN_AGGREGATES.contains(&name.as_str()) && !out.contains(&name) {
+                    out.push(name);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Plain selections and count/sum/min/max without GROUP BY: rows streamed from the
+/// shards. None when the statement needs the combine step instead.
+fn plan_streamed(
+    s: &protobuf::SelectStmt,
+    text: &str,
+    rel_edits: Vec<Edit>,
+    targets: Option<Vec<RelTarget>>,
+    table: &Arc<DistTable>,
+    combine: Option<Arc<CombinePlan>>,
+) -> PgResult<Option<Plan>> {
     let mut functions = Vec::new();
     let mut aggs = Vec::new();
     let mut names = Vec::new();
     let mut plain_columns = 0;
     for t in &s.target_list {
         let Some(N::ResTarget(rt)) = t.node.as_ref() else {
-            return refuse("this target list");
+            return Ok(None);
         };
         let Some(val) = rt.val.as_deref() else {
-            return refuse("this target list");
+            return Ok(None);
         };
         match aggregate_of(val) {
             Some(Ok(kind)) => {
@@ -130,28 +211,27 @@ pub fn plan_select_joined(
                     rt.name.clone()
                 });
             }
-            Some(Err(what)) => return refuse(what),
+            Some(Err(_)) => return Ok(None),
             None => {
                 if !plain_expression(val, &mut functions) {
-                    return refuse("this expression");
+                    return Ok(None);
                 }
                 plain_columns += 1;
             }
         }
     }
     if !aggs.is_empty() && plain_columns > 0 {
-        return refuse("aggregates mixed with other columns without GROUP BY");
+        return Ok(None);
     }
-    let limit = bound(s.limit_count.as_deref())?;
-    let offset = match bound(s.limit_offset.as_deref())? {
-        Bound::None => 0,
-        Bound::Const(n) => n,
-        Bound::Param(_) => return refuse("OFFSET given as a parameter"),
+    let Ok(limit) = bound(s.limit_count.as_deref()) else {
+        return Ok(None);
     };
-    let (mut edits, targets) = match joined {
-        Some(j) => (j.edits, Some(j.targets)),
-        None => (rel_edits, None),
+    let offset = match bound(s.limit_offset.as_deref()) {
+        Ok(Bound::None) => 0,
+        Ok(Bound::Const(n)) => n,
+        _ => return Ok(None),
     };
+    let mut edits = rel_edits;
     let shape = if aggs.is_empty() {
         // Each shard returns up to LIMIT+OFFSET rows and skips none.
         if let (Some(off), true) = (s.limit_offset.as_deref(), offset > 0) {
@@ -163,7 +243,7 @@ pub fn plan_select_joined(
                     n.saturating_add(offset).to_string(),
                 )?),
                 (Bound::None, _) => {}
-                _ => return refuse("LIMIT given as a parameter together with OFFSET"),
+                _ => return Ok(None),
             }
         }
         MultiShardShape::Plain
@@ -172,24 +252,22 @@ pub fn plan_select_joined(
     };
     if !matches!(shape, MultiShardShape::Plain)
         && (s.limit_count.is_some() || s.limit_offset.is_some())
+        && (offset > 0 || matches!(limit, Bound::Const(0) | Bound::Param(_)))
     {
-        // The shards keep the aggregate's single partial row: take LIMIT/OFFSET out of
-        // their query's effect by applying them only on the coordinator.
-        if offset > 0 || matches!(limit, Bound::Const(0) | Bound::Param(_)) {
-            return refuse("LIMIT 0 / OFFSET on aggregates");
-        }
+        return Ok(None);
     }
-    Ok(Plan::MultiShard(Arc::new(MultiShardPlan {
+    Ok(Some(Plan::MultiShard(Arc::new(MultiShardPlan {
         template: match targets {
             Some(t) => ShardSqlTemplate::with_relations(text, t, edits),
-            None => ShardSqlTemplate::new(text, &table, edits),
+            None => ShardSqlTemplate::new(text, table, edits),
         },
-        table,
+        table: table.clone(),
         shape,
         limit,
         offset,
         functions,
-    })))
+        combine,
+    }))))
 }
 
 fn agg_name(k: AggKind) -> &'static str {
@@ -269,7 +347,7 @@ fn aggregate_of(val: &protobuf::Node) -> Option<Result<AggKind, &'static str>> {
     Some(Ok(kind))
 }
 
-const KNOWN_AGGREGATES: &[&str] = &[
+pub const KNOWN_AGGREGATES: &[&str] = &[
     "count",
     "sum",
     "min",

@@ -66,7 +66,7 @@ pub fn plan_dml(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> Pg
                     let read_only = s.locking_clause.is_empty() && s.into_clause.is_none();
                     Ok(routed(text, table, edit, v, expr, read_only))
                 }
-                _ => multishard::plan_select(s, text, edit, table),
+                _ => multishard::plan_select(s, text, rel, edit, table),
             }
         }
         N::UpdateStmt(u) => {
@@ -88,9 +88,14 @@ pub fn plan_dml(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> Pg
             }
             match find_equality(u.where_clause.as_deref(), &col, &names_table) {
                 Some((v, expr)) => Ok(routed(text, table, edit, v, expr, false)),
-                None => unsupported(format!(
-                    "pgshard does not support UPDATE of the distributed table \"{}\" without a condition fixing \"{}\" to one value yet",
-                    table.name, col.name
+                None => Ok(modify_all(
+                    text,
+                    table,
+                    edit,
+                    "UPDATE",
+                    u.returning_clause
+                        .as_ref()
+                        .is_some_and(|r| !r.exprs.is_empty()),
                 )),
             }
         }
@@ -103,9 +108,14 @@ pub fn plan_dml(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> Pg
             }
             match find_equality(d.where_clause.as_deref(), &col, &names_table) {
                 Some((v, expr)) => Ok(routed(text, table, edit, v, expr, false)),
-                None => unsupported(format!(
-                    "pgshard does not support DELETE from the distributed table \"{}\" without a condition fixing \"{}\" to one value yet",
-                    table.name, col.name
+                None => Ok(modify_all(
+                    text,
+                    table,
+                    edit,
+                    "DELETE",
+                    d.returning_clause
+                        .as_ref()
+                        .is_some_and(|r| !r.exprs.is_empty()),
                 )),
             }
         }
@@ -114,6 +124,21 @@ pub fn plan_dml(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> Pg
             unsupported("pgshard does not support this statement on distributed tables yet".into())
         }
     }
+}
+
+fn modify_all(
+    text: &str,
+    table: Arc<DistTable>,
+    edit: Edit,
+    verb: &'static str,
+    returning: bool,
+) -> Plan {
+    Plan::MultiShardModify(Arc::new(multishard::ModifyPlan {
+        template: ShardSqlTemplate::new(text, &table, vec![edit]),
+        table,
+        verb,
+        returning,
+    }))
 }
 
 fn routed(

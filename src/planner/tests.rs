@@ -98,9 +98,15 @@ fn never_routes_what_it_cannot_prove() {
         plan_of("select * from t where k in (1, 2)"),
         Plan::MultiShard(_)
     ));
-    assert!(unsupported("update t set v = 'x'"));
+    assert!(matches!(
+        plan_of("update t set v = 'x'"),
+        Plan::MultiShardModify(_)
+    ));
     assert!(unsupported("update t set k = 2 where k = 1"));
-    assert!(unsupported("delete from t where v = 'x'"));
+    assert!(matches!(
+        plan_of("delete from t where v = 'x'"),
+        Plan::MultiShardModify(_)
+    ));
     assert!(unsupported("insert into t select * from t"));
     assert!(
         matches!(plan_of("insert into t values (null, 'x')"), Plan::Unsupported(e) if e.code == "23502")
@@ -139,9 +145,17 @@ fn multi_shard_shapes() {
         "select avg(k) from t",
         "select count(distinct v) from t",
         "select k, count(*) over () from t",
+        "select k, count(*) from t",
+    ] {
+        assert!(
+            matches!(plan_of(sql), Plan::MultiShard(m) if m.shape == MultiShardShape::Combine),
+            "{sql}"
+        );
+    }
+    for sql in [
         "select * from t join u on t.k = u.k",
         "select * from t union select * from t",
-        "select k, count(*) from t",
+        "select * from t for update",
     ] {
         assert!(unsupported(sql), "{sql}");
     }
@@ -281,4 +295,127 @@ fn invalid_distribution_values_reach_postgresql() {
         )),
         other => panic!("{other:?}"),
     }
+}
+
+fn combine_of(sql: &str) -> std::sync::Arc<aggregate::CombinePlan> {
+    match plan_of(sql) {
+        Plan::MultiShard(m) if m.shape == MultiShardShape::Combine => m.combine.clone().unwrap(),
+        other => panic!("{sql}: {other:?}"),
+    }
+}
+
+#[test]
+fn group_by_columns_aggregate_on_the_shards() {
+    let c = combine_of("select v, count(*) from t group by v order by count(*) desc limit 10");
+    let p = c.partial.as_ref().expect("partial aggregation");
+    assert_eq!(
+        p.worker_sql("S"),
+        "SELECT \"v\", count(*) AS \"pgs_a0\" FROM S AS \"t\" GROUP BY \"v\""
+    );
+    assert_eq!(
+        p.combine_sql(&|i| format!("C{i}")),
+        "select v, C0 AS \"count\" from pg_temp.pgs_partials AS \"t\" group by v order by C0 desc limit 10"
+    );
+    assert_eq!(p.partials, vec![aggregate::PartialKind::Count]);
+    // avg is a sum and a count on the shards; WHERE stays on the shards.
+    let c = combine_of("select v, avg(k) filter (where k > 1) from t x where x.k <> 3 group by 1");
+    let p = c.partial.as_ref().unwrap();
+    assert_eq!(
+        p.worker_sql("S"),
+        "SELECT \"v\", sum(k) filter (where k > 1) AS \"pgs_a0\", count(k) filter (where k > 1) AS \"pgs_c0\" FROM S AS \"x\" WHERE x.k <> 3 GROUP BY \"v\""
+    );
+    assert_eq!(
+        p.combine_sql(&|_| "A".into()),
+        "select v, A AS \"avg\" from pg_temp.pgs_partials x  group by 1"
+    );
+}
+
+#[test]
+fn other_shapes_pull_the_rows_they_read() {
+    // Ordered aggregates, DISTINCT aggregates, group expressions: raw rows.
+    for sql in [
+        "select v, string_agg(v, ',' order by k) from t group by v",
+        "select count(distinct v) from t",
+        "select k % 3, count(*) from t group by k % 3",
+        "select k, rank() over (order by v) from t",
+    ] {
+        let c = combine_of(sql);
+        assert!(c.partial.is_none(), "{sql}");
+        assert!(c.raw.raw_rows);
+        let w = c.raw.worker_sql("S");
+        let k_read = sql.contains('k');
+        assert!(
+            w.contains("\"k\"") == k_read && w.contains("\"v\"") == sql.contains('v'),
+            "{sql}: {w}"
+        );
+    }
+    // Sorting by a plain column: LIMIT + OFFSET pushed down with the sort.
+    let c =
+        combine_of("select k from t where v = 'x' order by k desc nulls first limit 5 offset 2");
+    assert_eq!(
+        c.raw.worker_sql("S"),
+        "SELECT \"k\" FROM S AS \"t\" WHERE v = 'x' ORDER BY \"k\" DESC NULLS FIRST LIMIT (5)::int8 + (2)::int8"
+    );
+    // A set-returning function may yield fewer rows than it reads: no pushdown.
+    let c = combine_of("select generate_series(1, k) from t order by k limit 5");
+    assert_eq!(c.raw.worker_sql("S"), "SELECT \"k\" FROM S AS \"t\"");
+    // An output name shadowing a column: no pushdown.
+    let c = combine_of("select v as k from t order by k limit 5");
+    assert_eq!(c.raw.worker_sql("S"), "SELECT \"k\", \"v\" FROM S AS \"t\"");
+    assert!(unsupported("select k from t union select k from t"));
+}
+
+#[test]
+fn multi_shard_modify_and_explain_plans() {
+    match plan_of("update t set v = 'x' where v = 'y' returning k") {
+        Plan::MultiShardModify(m) => {
+            assert_eq!(m.verb, "UPDATE");
+            assert!(m.returning);
+            assert_eq!(
+                m.template.for_shard(102008),
+                "update \"public\".\"t_102008\" AS \"t\" set v = 'x' where v = 'y' returning k"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        plan_of("delete from t"),
+        Plan::MultiShardModify(_)
+    ));
+    assert!(unsupported("update t set k = 2"));
+    match plan_of("explain (costs off) select count(*) from t group by v") {
+        Plan::Explain(e) => {
+            assert_eq!(e.prefix, "explain (costs off) ");
+            assert!(!e.costs && !e.analyze);
+            assert!(matches!(e.inner, Plan::MultiShard(_)));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        plan_of("explain analyze select * from t where k = 1"),
+        Plan::Explain(_)
+    ));
+    assert!(matches!(plan_of("explain select 1"), Plan::Local));
+}
+
+#[test]
+fn combined_columns_keep_their_names() {
+    let c = combine_of(
+        "select count(*), every(k > 1), avg(k)::int, sum(k) + 1, count(*) as n from t group by v",
+    );
+    let sql = c
+        .partial
+        .as_ref()
+        .unwrap()
+        .combine_sql(&|i| format!("C{i}"));
+    assert_eq!(
+        sql,
+        "select C0 AS \"count\", C1 AS \"every\", C2::int AS \"avg\", C3 + 1 AS \"?column?\", C0 as n from pg_temp.pgs_partials AS \"t\" group by v"
+    );
+    assert_eq!(
+        aggregate::shape_with_params("SELECT count(*) filter (where v <> $1) FROM x", &[25])
+            .unwrap(),
+        "SELECT count(*) filter (where v <> CAST(NULL AS pg_catalog.text)) FROM x"
+    );
+    assert!(aggregate::shape_with_params("SELECT sum($1)", &[99999]).is_err());
 }

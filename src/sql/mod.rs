@@ -2,5 +2,6 @@
 //! touches, rewriting of table names to shard names, and quoting.
 
 pub mod copy_format;
+pub mod clauses;
 pub mod parse;
 pub mod quote;

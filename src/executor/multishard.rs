@@ -1,0 +1,983 @@
+//! Multi-shard execution (a child module of `session`, so it shares the session's
+//! connections and transaction state): reads streamed from every shard, reads
+//! combined on the coordinator node's PostgreSQL over the shards' rows, UPDATE and
+//! DELETE on every shard, and EXPLAIN of distributed statements in Citus's shape.
+
+use super::*;
+use crate::planner::aggregate::{CombinePlan, CombineStage, PARTIALS_TABLE};
+use crate::planner::explain::ExplainPlan;
+use crate::planner::multishard::ModifyPlan;
+use crate::sql::quote::quote_qualified;
+
+/// Types created by initdb: their binary form is the same on every node (user-defined
+/// types' oids differ between nodes, so their rows travel as text).
+const FIRST_NORMAL_OBJECT_ID: u32 = 16384;
+
+/// A column of the coordinator's temporary table.
+struct PartialColumn {
+    name: String,
+    type_oid: u32,
+    type_name: String,
+}
+
+/// Shards grouped by the node holding them, in shard order.
+fn shards_by_node<'a>(
+    catalog: &Catalog,
+    table: &'a crate::catalog::DistTable,
+) -> PgResult<Vec<(NodeAddr, Vec<&'a ShardInterval>)>> {
+    let mut by_node: Vec<(NodeAddr, Vec<&ShardInterval>)> = Vec::new();
+    for shard in &table.shards {
+        let addr = placement_addr(catalog, shard)?;
+        match by_node.iter_mut().find(|(a, _)| *a == addr) {
+            Some((_, v)) => v.push(shard),
+            None => by_node.push((addr, vec![shard])),
+        }
+    }
+    Ok(by_node)
+}
+
+impl Session {
+    /// A multi-shard read: streamed from the shards, or combined on the coordinator node.
+    pub(super) async fn multi_shard(
+        &mut self,
+        plan: &MultiShardPlan,
+        params: &BoundParams<'_>,
+        formats: &[i16],
+        describe: bool,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        let user_aggregate = self.calls_aggregate(&plan.functions).await?;
+        if let Some(c) = &plan.combine {
+            if plan.shape == MultiShardShape::Combine || user_aggregate {
+                // A user-defined aggregate is computed over raw rows, never per shard.
+                let stage = match (&c.partial, user_aggregate) {
+                    (Some(p), false) => p,
+                    _ => &c.raw,
+                };
+                return self
+                    .run_combine(plan, c, stage, params, formats, describe, sink)
+                    .await;
+            }
+        }
+        if user_aggregate || plan.shape == MultiShardShape::Combine {
+            return Err(PgError::not_supported(
+                "pgshard does not support user-defined aggregates in this query across shards yet",
+            ));
+        }
+        let catalog = self.shared.catalog.snapshot();
+        let table = &plan.table;
+        let aggregate = matches!(plan.shape, MultiShardShape::Aggregate { .. });
+        let shard_formats: Vec<i16> = if aggregate { vec![] } else { formats.to_vec() };
+        let limit = match plan.limit {
+            Bound::None => None,
+            Bound::Const(n) => Some(n),
+            Bound::Param(i) => params
+                .text(i)?
+                .map(|t| {
+                    t.trim().parse::<i64>().map_err(|_| {
+                        PgError::new(sqlstate::INVALID_TEXT_REPRESENTATION, "invalid LIMIT")
+                    })
+                })
+                .transpose()?,
+        };
+        let by_node = shards_by_node(&catalog, table)?;
+        let empty = BindMsg::default_empty();
+        let bind = params.bind.unwrap_or(&empty);
+        let mut first = true;
+        for (addr, shards) in &by_node {
+            let idx = self.join(addr, false).await?;
+            self.drain_all().await?;
+            let h = &mut self.held[idx];
+            for s in shards {
+                msg::write_parse(
+                    &mut h.conn.wbuf,
+                    "",
+                    &plan.template.for_shard(s.shard_id),
+                    params.types,
+                );
+                msg::write_bind(
+                    &mut h.conn.wbuf,
+                    "",
+                    "",
+                    &bind.param_formats,
+                    &bind.params,
+                    &shard_formats,
+                );
+                if first {
+                    msg::write_describe(&mut h.conn.wbuf, b'P', "");
+                    first = false;
+                }
+                msg::write_execute(&mut h.conn.wbuf, "", 0);
+            }
+            msg::write_sync(&mut h.conn.wbuf);
+            h.in_batch = false;
+            h.conn.flush().await?;
+        }
+        // Read every node's answers (they ran in parallel meanwhile).
+        let mut err: Option<PgError> = None;
+        let mut row_desc: Option<Bytes> = None;
+        let mut partials: Vec<Vec<Option<Bytes>>> = Vec::new();
+        let mut seen: u64 = 0;
+        let mut sent: u64 = 0;
+        for (addr, _) in &by_node {
+            let idx = self.held_index(addr).expect("joined above");
+            loop {
+                let f = self.held[idx].conn.read().await?;
+                match f.tag {
+                    b'Z' => break,
+                    b'E' => {
+                        if err.is_none() {
+                            err = Some(PgError::from_server_fields(f.body));
+                        }
+                    }
+                    b'T' => row_desc = Some(f.body),
+                    b'D' if err.is_none() => {
+                        if aggregate {
+                            partials.push(msg::decode_data_row(&f.body)?);
+                        } else {
+                            if combine::row_selected(seen, plan.offset, limit) {
+                                if sent == 0 && describe {
+                                    if let Some(rd) = &row_desc {
+                                        sink.push_frame(b'T', rd.clone());
+                                    }
+                                }
+                                sink.push_frame(b'D', f.body);
+                                sent += 1;
+                                if sink.frames.len() > 512 {
+                                    let frames: Vec<Frame> = sink.frames.drain(..).collect();
+                                    sink.spill(frames, &mut self.out);
+                                    self.flush_client().await?;
+                                }
+                            }
+                            seen += 1;
+                        }
+                    }
+                    b'N' => sink.push_frame(b'N', f.body),
+                    _ => {}
+                }
+            }
+        }
+        if let Some(e) = err {
+            return Err(e);
+        }
+        match &plan.shape {
+            MultiShardShape::Plain => {
+                if sent == 0 && describe {
+                    match &row_desc {
+                        Some(rd) => sink.push_frame(b'T', rd.clone()),
+                        None => {}
+                    }
+                }
+                sink.complete(&format!("SELECT {sent}"));
+                Ok(())
+            }
+            MultiShardShape::Combine => Err(PgError::internal("combine plan without stages")),
+            MultiShardShape::Aggregate { aggs, names } => {
+                let fields = msg::decode_row_description(row_desc.as_deref().unwrap_or(&[0, 0]))?;
+                self.combine_aggregates(
+                    aggs, names, &fields, partials, formats, describe, limit, sink,
+                )
+                .await
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn combine_aggregates(
+        &mut self,
+        aggs: &[AggKind],
+        names: &[String],
+        partial_fields: &[FieldDesc],
+        partials: Vec<Vec<Option<Bytes>>>,
+        formats: &[i16],
+        describe: bool,
+        limit: Option<i64>,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        if aggs.iter().all(|a| *a == AggKind::Count) {
+            let mut values = Vec::new();
+            for i in 0..aggs.len() {
+                let total = combine::add_counts(
+                    partials.iter().map(|r| r.get(i).and_then(|v| v.as_deref())),
+                )?;
+                values.push(if result_format(formats, i) == 1 {
+                    total.to_be_bytes().to_vec()
+                } else {
+                    total.to_string().into_bytes()
+                });
+            }
+            if describe {
+                let fields: Vec<FieldDesc> = names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| {
+                        FieldDesc::computed(n, combine::INT8, 8, result_format(formats, i))
+                    })
+                    .collect();
+                sink.row_description(&fields);
+            }
+            let rows = if limit == Some(0) { 0 } else { 1 };
+            if rows == 1 {
+                let refs: Vec<Option<&[u8]>> = values.iter().map(|v| Some(v.as_slice())).collect();
+                sink.data_row(&refs);
+            }
+            sink.complete(&format!("SELECT {rows}"));
+            return Ok(());
+        }
+        let types: Vec<u32> = partial_fields.iter().map(|f| f.type_oid).collect();
+        let query = combine::combine_query(aggs, &types, names, partials.len());
+        let mut param_types = Vec::new();
+        let mut values = Vec::new();
+        for row in &partials {
+            for (i, v) in row.iter().enumerate() {
+                param_types.push(types.get(i).copied().unwrap_or(0));
+                values.push(v.clone());
+            }
+        }
+        let coord = self.shared.coordinator.clone();
+        let idx = self.join(&coord, false).await?;
+        self.drain_all().await?;
+        let h = &mut self.held[idx];
+        msg::write_parse(&mut h.conn.wbuf, "", &query, &param_types);
+        msg::write_bind(&mut h.conn.wbuf, "", "", &[], &values, formats);
+        if describe {
+            msg::write_describe(&mut h.conn.wbuf, b'P', "");
+        }
+        msg::write_execute(&mut h.conn.wbuf, "", 0);
+        msg::write_sync(&mut h.conn.wbuf);
+        h.in_batch = false;
+        h.conn.flush().await?;
+        let mut err = None;
+        loop {
+            let f = self.held[idx].conn.read().await?;
+            match f.tag {
+                b'Z' => break,
+                b'E' => err = Some(PgError::from_server_fields(f.body)),
+                b'T' | b'D' | b'C' | b'N' => sink.push_frame(f.tag, f.body),
+                _ => {}
+            }
+        }
+        match err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether any of these functions is an aggregate or window function on the
+    /// coordinator node (user-defined ones included); cached per process.
+    async fn calls_aggregate(&mut self, names: &[String]) -> PgResult<bool> {
+        let unknown: Vec<String> = {
+            let cache = self.shared.aggregate_names.lock().unwrap();
+            names
+                .iter()
+                .filter(|n| !cache.contains_key(*n))
+                .cloned()
+                .collect()
+        };
+        if !unknown.is_empty() {
+            let list: Vec<String> = unknown.iter().map(|n| quote_literal(n)).collect();
+            let sql = format!(
+                "SELECT proname FROM pg_catalog.pg_proc WHERE proname IN ({}) AND prokind IN ('a', 'w')",
+                list.join(", ")
+            );
+            let coord = self.shared.coordinator.clone();
+            let mut conn = self.shared.pools.node(&coord).acquire().await?;
+            msg::write_query(&mut conn.wbuf, &sql);
+            conn.flush().await?;
+            let mut aggs = Vec::new();
+            loop {
+                let f = conn.read().await?;
+                match f.tag {
+                    b'D' => {
+                        if let Some(Some(v)) = msg::decode_data_row(&f.body)?.into_iter().next() {
+                            aggs.push(String::from_utf8_lossy(&v).into_owned());
+                        }
+                    }
+                    b'Z' => break,
+                    _ => {}
+                }
+            }
+            let mut cache = self.shared.aggregate_names.lock().unwrap();
+            for n in unknown {
+                let is_agg = aggs.contains(&n);
+                cache.insert(n, is_agg);
+            }
+        }
+        let cache = self.shared.aggregate_names.lock().unwrap();
+        Ok(names.iter().any(|n| cache.get(n) == Some(&true)))
+    }
+
+    /// A pooled connection to `addr` carrying this session's settings (outside the
+    /// session's own transaction: pgshard's private work there).
+    async fn private_conn(&self, addr: &NodeAddr) -> PgResult<PooledConn> {
+        let mut conn = self.shared.pools.node(addr).acquire().await?;
+        if conn.settings_fingerprint != self.settings_fp {
+            let mut s = String::from("RESET ALL;");
+            for x in &self.settings {
+                s.push_str(x);
+                s.push(';');
+            }
+            conn.simple(&s).await?;
+            conn.settings_fingerprint = self.settings_fp;
+        }
+        Ok(conn)
+    }
+
+    /// BEGIN and the temporary table of a stage's worker rows (exact types from the
+    /// shell table). Returns its columns.
+    async fn create_partials_table(
+        conn: &mut PooledConn,
+        stage: &CombineStage,
+        param_types: &[u32],
+    ) -> PgResult<Vec<PartialColumn>> {
+        let shape = crate::planner::aggregate::shape_with_params(&stage.shape, param_types)
+            .map_err(|what| {
+                PgError::not_supported(format!("pgshard does not support {what} yet"))
+            })?;
+        let sql = format!(
+            "BEGIN; CREATE TEMP TABLE {PARTIALS_TABLE} ON COMMIT DROP AS {} WITH NO DATA; \
+             SELECT attname, atttypid, format_type(atttypid, atttypmod) FROM pg_catalog.pg_attribute \
+             WHERE attrelid = '{PARTIALS_TABLE}'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            shape
+        );
+        msg::write_query(&mut conn.wbuf, &sql);
+        conn.flush().await?;
+        let mut cols = Vec::new();
+        let mut err = None;
+        loop {
+            let f = conn.read().await?;
+            match f.tag {
+                b'D' => {
+                    let row = msg::decode_data_row(&f.body)?;
+                    let text = |i: usize| {
+                        row.get(i)
+                            .and_then(|v| v.as_deref())
+                            .map(|v| String::from_utf8_lossy(v).into_owned())
+                            .unwrap_or_default()
+                    };
+                    cols.push(PartialColumn {
+                        name: text(0),
+                        type_oid: text(1).parse().unwrap_or(0),
+                        type_name: text(2),
+                    });
+                }
+                b'E' if err.is_none() => err = Some(PgError::from_server_fields(f.body)),
+                b'Z' => break,
+                _ => {}
+            }
+        }
+        if let Some(e) = err {
+            conn.simple("ROLLBACK").await.ok();
+            return Err(e);
+        }
+        if let Some(shell) = &stage.key_of {
+            if let Err(e) = Self::copy_primary_key(conn, shell, &cols).await {
+                conn.simple("ROLLBACK").await.ok();
+                return Err(e);
+            }
+        }
+        Ok(cols)
+    }
+
+    /// Gives the temporary table the shell table's primary key when it has all its
+    /// columns (see `CombineStage::key_of`).
+    async fn copy_primary_key(
+        conn: &mut PooledConn,
+        shell: &str,
+        cols: &[PartialColumn],
+    ) -> PgResult<()> {
+        let sql = format!(
+            "SELECT a.attname FROM pg_catalog.pg_index i              CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)              JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum              WHERE i.indrelid = {}::regclass AND i.indisprimary ORDER BY k.ord",
+            quote_literal(shell)
+        );
+        msg::write_query(&mut conn.wbuf, &sql);
+        conn.flush().await?;
+        let mut key = Vec::new();
+        let mut err = None;
+        loop {
+            let f = conn.read().await?;
+            match f.tag {
+                b'D' => {
+                    if let Some(Some(v)) = msg::decode_data_row(&f.body)?.into_iter().next() {
+                        key.push(String::from_utf8_lossy(&v).into_owned());
+                    }
+                }
+                b'E' if err.is_none() => err = Some(PgError::from_server_fields(f.body)),
+                b'Z' => break,
+                _ => {}
+            }
+        }
+        if let Some(e) = err {
+            return Err(e);
+        }
+        if key.is_empty() || !key.iter().all(|k| cols.iter().any(|c| &c.name == k)) {
+            return Ok(());
+        }
+        let list: Vec<String> = key.iter().map(|k| quote_ident(k)).collect();
+        conn.simple(&format!(
+            "ALTER TABLE {PARTIALS_TABLE} ADD PRIMARY KEY ({})",
+            list.join(", ")
+        ))
+        .await
+    }
+
+    /// Runs a combine plan: the shards' rows are copied into a temporary table on the
+    /// coordinator node, which answers the client's statement over it.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_combine(
+        &mut self,
+        plan: &MultiShardPlan,
+        cp: &CombinePlan,
+        mut stage: &CombineStage,
+        params: &BoundParams<'_>,
+        formats: &[i16],
+        describe: bool,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        let catalog = self.shared.catalog.snapshot();
+        let coord = self.shared.coordinator.clone();
+        let mut conn = self.private_conn(&coord).await?;
+        let (cols, exprs) = loop {
+            let cols = Self::create_partials_table(&mut conn, stage, params.types).await?;
+            match combine::partial_expressions(&stage.partials, &|name| {
+                cols.iter()
+                    .find(|c| c.name == name)
+                    .map(|c| (c.type_oid, c.type_name.clone()))
+            }) {
+                Some(exprs) => break (cols, exprs),
+                None if !stage.raw_rows => {
+                    // A partial type without an exact combine (avg of float4): raw rows.
+                    conn.simple("ROLLBACK").await?;
+                    stage = &cp.raw;
+                }
+                None => return Err(PgError::internal("raw rows need no partial combine")),
+            }
+        };
+        let combine_sql = stage.combine_sql(&|i| exprs[i].clone());
+        let r = self
+            .fill_and_combine(
+                &mut conn,
+                plan,
+                stage,
+                &cols,
+                &combine_sql,
+                params,
+                formats,
+                describe,
+                sink,
+                &catalog,
+            )
+            .await;
+        if r.is_err() {
+            // Whatever state the COPY or the combine left: the server cleans up.
+            conn.broken = true;
+        }
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn fill_and_combine(
+        &mut self,
+        conn: &mut PooledConn,
+        plan: &MultiShardPlan,
+        stage: &CombineStage,
+        cols: &[PartialColumn],
+        combine_sql: &str,
+        params: &BoundParams<'_>,
+        formats: &[i16],
+        describe: bool,
+        sink: &mut ResultSink,
+        catalog: &Catalog,
+    ) -> PgResult<()> {
+        let binary = cols.iter().all(|c| c.type_oid < FIRST_NORMAL_OBJECT_ID);
+        msg::write_query(
+            &mut conn.wbuf,
+            &format!(
+                "COPY {PARTIALS_TABLE} FROM STDIN{}",
+                if binary { " (FORMAT binary)" } else { "" }
+            ),
+        );
+        conn.flush().await?;
+        loop {
+            let f = conn.read().await?;
+            match f.tag {
+                b'G' => break,
+                b'E' => {
+                    let e = PgError::from_server_fields(f.body);
+                    conn.drain_to_ready().await.ok();
+                    return Err(e);
+                }
+                _ => {}
+            }
+        }
+        if binary {
+            msg::write_raw(&mut conn.wbuf, b'd', &combine::COPY_BINARY_HEADER);
+        }
+        // The shards' worker queries, pipelined per node.
+        let by_node = shards_by_node(catalog, &plan.table)?;
+        let empty = BindMsg::default_empty();
+        let bind = params.bind.unwrap_or(&empty);
+        let row_format: Vec<i16> = vec![if binary { 1 } else { 0 }];
+        for (addr, shards) in &by_node {
+            let idx = self.join(addr, false).await?;
+            self.drain_all().await?;
+            let h = &mut self.held[idx];
+            for s in shards {
+                let name = quote_qualified(&plan.table.schema, &plan.table.shard_name(s.shard_id));
+                msg::write_parse(&mut h.conn.wbuf, "", &stage.worker_sql(&name), params.types);
+                msg::write_bind(
+                    &mut h.conn.wbuf,
+                    "",
+                    "",
+                    &bind.param_formats,
+                    &bind.params,
+                    &row_format,
+                );
+                msg::write_execute(&mut h.conn.wbuf, "", 0);
+            }
+            msg::write_sync(&mut h.conn.wbuf);
+            h.in_batch = false;
+            h.conn.flush().await?;
+        }
+        let limit_kb = self.max_intermediate_kb;
+        let mut bytes: u64 = 0;
+        let mut err: Option<PgError> = None;
+        for (addr, _) in &by_node {
+            let idx = self.held_index(addr).expect("joined above");
+            loop {
+                let f = self.held[idx].conn.read().await?;
+                match f.tag {
+                    b'Z' => break,
+                    b'E' => {
+                        if err.is_none() {
+                            err = Some(PgError::from_server_fields(f.body));
+                        }
+                    }
+                    b'D' if err.is_none() => {
+                        bytes += f.body.len() as u64;
+                        if limit_kb >= 0 && bytes > (limit_kb as u64) * 1024 {
+                            let mut e = PgError::new(
+                                sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                                format!(
+                                    "the intermediate result size exceeds citus.max_intermediate_result_size (currently {limit_kb} kB)"
+                                ),
+                            );
+                            e.hint = Some("To run the current query, set citus.max_intermediate_result_size to a higher value or -1 to disable.".into());
+                            err = Some(e);
+                            continue;
+                        }
+                        if binary {
+                            msg::write_raw(&mut conn.wbuf, b'd', &f.body);
+                        } else {
+                            let mut line = BytesMut::new();
+                            combine::copy_text_row(&f.body, &mut line)?;
+                            msg::write_raw(&mut conn.wbuf, b'd', &line);
+                        }
+                        if conn.wbuf.len() >= 256 * 1024 {
+                            conn.flush().await?;
+                        }
+                    }
+                    b'N' => sink.push_frame(b'N', f.body),
+                    _ => {}
+                }
+            }
+        }
+        if let Some(e) = err {
+            return Err(e);
+        }
+        if binary {
+            msg::write_raw(&mut conn.wbuf, b'd', &(-1i16).to_be_bytes());
+        }
+        msg::write_raw(&mut conn.wbuf, b'c', &[]);
+        conn.flush().await?;
+        conn.drain_to_ready().await?;
+        // The client's statement over the rows, with its parameters and formats.
+        msg::write_parse(&mut conn.wbuf, "", combine_sql, params.types);
+        msg::write_bind(
+            &mut conn.wbuf,
+            "",
+            "",
+            &bind.param_formats,
+            &bind.params,
+            formats,
+        );
+        if describe {
+            msg::write_describe(&mut conn.wbuf, b'P', "");
+        }
+        msg::write_execute(&mut conn.wbuf, "", 0);
+        msg::write_sync(&mut conn.wbuf);
+        msg::write_query(&mut conn.wbuf, "ROLLBACK");
+        conn.flush().await?;
+        let mut err = None;
+        let mut ready = 0;
+        while ready < 2 {
+            let f = conn.read().await?;
+            match f.tag {
+                b'Z' => ready += 1,
+                b'E' if err.is_none() => err = Some(PgError::from_server_fields(f.body)),
+                b'T' | b'D' | b'C' | b'N' if ready == 0 && err.is_none() => {
+                    sink.push_frame(f.tag, f.body);
+                    if sink.frames.len() > 512 {
+                        let frames: Vec<Frame> = sink.frames.drain(..).collect();
+                        sink.spill(frames, &mut self.out);
+                        self.flush_client().await?;
+                    }
+                }
+                _ => {}
+            }
+        }
+        match err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    // ---- multi-shard UPDATE / DELETE ---------------------------------------
+
+    /// UPDATE or DELETE on every shard. In autocommit on several nodes the statement
+    /// is one transaction committed with 2PC; inside a block it joins the block.
+    pub(super) async fn multi_shard_modify(
+        &mut self,
+        m: &ModifyPlan,
+        params: &BoundParams<'_>,
+        formats: &[i16],
+        describe: bool,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        let catalog = self.shared.catalog.snapshot();
+        let by_node = shards_by_node(&catalog, &m.table)?;
+        let implicit = self.txn == TxnState::Idle && by_node.len() > 1;
+        if implicit {
+            self.upgrade_to_implicit_block().await?;
+        }
+        let r = self
+            .modify_on_shards(m, &by_node, params, formats, describe, sink)
+            .await;
+        if implicit && params.bind.is_none() {
+            // Simple protocol: the statement is its own transaction.
+            self.implicit_block = false;
+            let finished = self.finish_transaction(r.is_ok()).await;
+            r?;
+            return finished;
+        }
+        r
+    }
+
+    async fn modify_on_shards(
+        &mut self,
+        m: &ModifyPlan,
+        by_node: &[(NodeAddr, Vec<&ShardInterval>)],
+        params: &BoundParams<'_>,
+        formats: &[i16],
+        describe: bool,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        let empty = BindMsg::default_empty();
+        let bind = params.bind.unwrap_or(&empty);
+        let mut first = true;
+        for (addr, shards) in by_node {
+            let idx = self.join(addr, true).await?;
+            self.drain_all().await?;
+            let h = &mut self.held[idx];
+            for s in shards {
+                msg::write_parse(
+                    &mut h.conn.wbuf,
+                    "",
+                    &m.template.for_shard(s.shard_id),
+                    params.types,
+                );
+                msg::write_bind(
+                    &mut h.conn.wbuf,
+                    "",
+                    "",
+                    &bind.param_formats,
+                    &bind.params,
+                    formats,
+                );
+                if first && describe && m.returning {
+                    msg::write_describe(&mut h.conn.wbuf, b'P', "");
+                }
+                first = false;
+                msg::write_execute(&mut h.conn.wbuf, "", 0);
+            }
+            msg::write_sync(&mut h.conn.wbuf);
+            h.in_batch = false;
+            h.conn.flush().await?;
+        }
+        let mut err: Option<PgError> = None;
+        let mut total: u64 = 0;
+        for (addr, _) in by_node {
+            let idx = self.held_index(addr).expect("joined above");
+            loop {
+                let f = self.held[idx].conn.read().await?;
+                match f.tag {
+                    b'Z' => break,
+                    b'E' => {
+                        if err.is_none() {
+                            err = Some(PgError::from_server_fields(f.body));
+                        }
+                    }
+                    b'T' | b'D' if err.is_none() => {
+                        sink.push_frame(f.tag, f.body);
+                        if sink.frames.len() > 512 {
+                            let frames: Vec<Frame> = sink.frames.drain(..).collect();
+                            sink.spill(frames, &mut self.out);
+                            self.flush_client().await?;
+                        }
+                    }
+                    b'C' => {
+                        let tag = msg::command_tag(&f.body);
+                        total += tag
+                            .rsplit(' ')
+                            .next()
+                            .and_then(|n| n.parse::<u64>().ok())
+                            .unwrap_or(0);
+                    }
+                    b'N' => sink.push_frame(b'N', f.body),
+                    _ => {}
+                }
+            }
+        }
+        if let Some(e) = err {
+            return Err(e);
+        }
+        sink.complete(&format!("{} {total}", m.verb));
+        Ok(())
+    }
+
+    // ---- EXPLAIN -----------------------------------------------------------
+
+    /// Runs `sql` on `addr` inside the session's transaction and returns the first
+    /// column of its rows (EXPLAIN output).
+    async fn text_rows_on(
+        &mut self,
+        addr: &NodeAddr,
+        sql: &str,
+        write: bool,
+    ) -> PgResult<Vec<String>> {
+        let idx = self.join(addr, write).await?;
+        self.drain_all().await?;
+        let h = &mut self.held[idx];
+        msg::write_query(&mut h.conn.wbuf, sql);
+        h.in_batch = false;
+        h.conn.flush().await?;
+        let mut rows = Vec::new();
+        let mut err = None;
+        loop {
+            let f = self.held[idx].conn.read().await?;
+            match f.tag {
+                b'D' => {
+                    if let Some(Some(v)) = msg::decode_data_row(&f.body)?.into_iter().next() {
+                        rows.push(String::from_utf8_lossy(&v).into_owned());
+                    }
+                }
+                b'E' if err.is_none() => err = Some(PgError::from_server_fields(f.body)),
+                b'Z' => break,
+                _ => {}
+            }
+        }
+        match err {
+            Some(e) => Err(e),
+            None => Ok(rows),
+        }
+    }
+
+    pub(super) async fn explain(
+        &mut self,
+        e: &ExplainPlan,
+        params: &BoundParams<'_>,
+        formats: &[i16],
+        describe: bool,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        if params.bind.is_some_and(|b| !b.params.is_empty()) {
+            return Err(PgError::not_supported(
+                "pgshard does not support EXPLAIN of distributed queries with parameters yet",
+            ));
+        }
+        let catalog = self.shared.catalog.snapshot();
+        let all_tasks = self.explain_all_tasks;
+        let dbname = self.shared.cfg.database.clone();
+        let lines = match &e.inner {
+            Plan::Router(r) => {
+                let shard = route_bound(r, &[], &BindMsg::default_empty(), &catalog)?;
+                let addr = placement_addr(&catalog, shard)?;
+                let sql = format!("{}{}", e.prefix, r.template.for_shard(shard.shard_id));
+                let worker = self
+                    .text_rows_on(&addr, &sql, e.analyze && !r.read_only)
+                    .await?;
+                crate::planner::explain::custom_scan(
+                    1,
+                    &[(addr.host.clone(), addr.port, worker)],
+                    &dbname,
+                    true,
+                    e.costs,
+                    0,
+                )
+            }
+            Plan::MultiShard(m) => self.explain_multi_shard(e, m, &catalog, all_tasks).await?,
+            Plan::MultiShardModify(m) => {
+                if e.analyze {
+                    return Err(PgError::not_supported(
+                        "pgshard does not support EXPLAIN ANALYZE of multi-shard UPDATE/DELETE yet",
+                    ));
+                }
+                let tasks = m
+                    .table
+                    .shards
+                    .iter()
+                    .map(|s| (s.shard_id, m.template.for_shard(s.shard_id)))
+                    .collect::<Vec<_>>();
+                self.explain_tasks(e, &m.table, &tasks, &catalog, all_tasks, 0)
+                    .await?
+            }
+            Plan::Unsupported(err) => return Err(err.clone()),
+            _ => {
+                return Err(PgError::not_supported(
+                    "pgshard does not support EXPLAIN of this statement",
+                ))
+            }
+        };
+        if describe {
+            sink.row_description(&[FieldDesc::computed(
+                "QUERY PLAN",
+                25,
+                -1,
+                result_format(formats, 0),
+            )]);
+        }
+        for l in &lines {
+            sink.data_row(&[Some(l.as_bytes())]);
+        }
+        sink.complete("EXPLAIN");
+        Ok(())
+    }
+
+    /// The Custom Scan block of `tasks` (shard id, shard SQL): the first task or all.
+    async fn explain_tasks(
+        &mut self,
+        e: &ExplainPlan,
+        table: &crate::catalog::DistTable,
+        tasks: &[(ShardId, String)],
+        catalog: &Catalog,
+        all_tasks: bool,
+        rows: u64,
+    ) -> PgResult<Vec<String>> {
+        let shown = if all_tasks {
+            tasks.len()
+        } else {
+            1.min(tasks.len())
+        };
+        let mut explained = Vec::new();
+        for (shard_id, sql) in tasks.iter().take(shown) {
+            let shard = table
+                .shards
+                .iter()
+                .find(|s| s.shard_id == *shard_id)
+                .ok_or_else(|| PgError::internal("shard vanished"))?;
+            let addr = placement_addr(catalog, shard)?;
+            let lines = self
+                .text_rows_on(&addr, &format!("{}{sql}", e.prefix), false)
+                .await?;
+            explained.push((addr.host.clone(), addr.port, lines));
+        }
+        Ok(crate::planner::explain::custom_scan(
+            tasks.len(),
+            &explained,
+            &self.shared.cfg.database,
+            all_tasks,
+            e.costs,
+            rows,
+        ))
+    }
+
+    async fn explain_multi_shard(
+        &mut self,
+        e: &ExplainPlan,
+        m: &MultiShardPlan,
+        catalog: &Catalog,
+        all_tasks: bool,
+    ) -> PgResult<Vec<String>> {
+        let user_aggregate = self.calls_aggregate(&m.functions).await?;
+        let stage = match (&m.combine, &m.shape) {
+            (Some(c), MultiShardShape::Combine) => Some(match (&c.partial, user_aggregate) {
+                (Some(p), false) => p,
+                _ => &c.raw,
+            }),
+            (Some(c), _) if user_aggregate => Some(&c.raw),
+            _ => None,
+        };
+        let tasks: Vec<(ShardId, String)> = m
+            .table
+            .shards
+            .iter()
+            .map(|s| {
+                let sql = match stage {
+                    Some(st) => st.worker_sql(&quote_qualified(
+                        &m.table.schema,
+                        &m.table.shard_name(s.shard_id),
+                    )),
+                    None => m.template.for_shard(s.shard_id),
+                };
+                (s.shard_id, sql)
+            })
+            .collect();
+        let scan = self
+            .explain_tasks(e, &m.table, &tasks, catalog, all_tasks, 100000)
+            .await?;
+        let Some(stage) = stage else {
+            return Ok(match &m.shape {
+                MultiShardShape::Aggregate { .. } => {
+                    crate::planner::explain::under("Aggregate", e.costs, scan)
+                }
+                _ if m.limit != Bound::None || m.offset > 0 => {
+                    crate::planner::explain::under("Limit", e.costs, scan)
+                }
+                _ => scan,
+            });
+        };
+        // The coordinator's own plan of the combine, over the (empty) temporary table.
+        let coord = self.shared.coordinator.clone();
+        let mut conn = self.private_conn(&coord).await?;
+        let cols = Self::create_partials_table(&mut conn, stage, &[]).await?;
+        let exprs = combine::partial_expressions(&stage.partials, &|name| {
+            cols.iter()
+                .find(|c| c.name == name)
+                .map(|c| (c.type_oid, c.type_name.clone()))
+        });
+        let Some(exprs) = exprs else {
+            conn.simple("ROLLBACK").await.ok();
+            return Ok(scan);
+        };
+        let combine_sql = stage.combine_sql(&|i| exprs[i].clone());
+        let explain_sql = format!(
+            "EXPLAIN (COSTS {}) {combine_sql}",
+            if e.costs { "on" } else { "off" }
+        );
+        msg::write_query(&mut conn.wbuf, &explain_sql);
+        conn.flush().await?;
+        let mut coordinator_lines = Vec::new();
+        let mut err = None;
+        loop {
+            let f = conn.read().await?;
+            match f.tag {
+                b'D' => {
+                    if let Some(Some(v)) = msg::decode_data_row(&f.body)?.into_iter().next() {
+                        coordinator_lines.push(String::from_utf8_lossy(&v).into_owned());
+                    }
+                }
+                b'E' if err.is_none() => err = Some(PgError::from_server_fields(f.body)),
+                b'Z' => break,
+                _ => {}
+            }
+        }
+        conn.simple("ROLLBACK").await.ok();
+        if let Some(e) = err {
+            return Err(e);
+        }
+        Ok(crate::planner::explain::splice_scan(
+            &coordinator_lines,
+            &scan,
+        ))
+    }
+}
