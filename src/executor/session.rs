@@ -656,7 +656,11 @@ impl Session {
             return Err(e.clone());
         }
         let meta = match &plan {
-            Plan::Local | Plan::Router(_) | Plan::MultiShard(_) | Plan::InsertRows(_) => {
+            Plan::Local
+            | Plan::Router(_)
+            | Plan::MultiShard(_)
+            | Plan::InsertRows(_)
+            | Plan::InsertSelect(_) => {
                 self.describe_on_coordinator(&sql, declared).await?
             }
             _ => Self::meta_without_backend(&plan, declared),
@@ -1283,6 +1287,7 @@ impl Session {
             }
             Plan::MultiShard(m) => self.multi_shard(m, params, formats, describe, sink).await,
             Plan::InsertRows(p) => self.insert_rows(p, params, formats, describe, sink).await,
+            Plan::InsertSelect(p) => self.insert_select(p, params, sink).await,
             Plan::CopyIn(p) => self.copy_in(p, params.bind.is_some(), sink).await,
             Plan::CopyOut(p) => self.copy_out(p, sink).await,
             Plan::DropTables { tables } => {
