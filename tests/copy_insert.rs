@@ -471,7 +471,10 @@ async fn insert_select_between_colocated_tables_matches_postgres() {
         "insert into isa select b.id, b.k, b.t from isb b where b.k < 10",
         "insert into isa (w, id) select 'again', id from isa where v > 150",
     ] {
-        let mine = c.execute(sql, &[]).await.unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        let mine = c
+            .execute(sql, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
         let theirs = plain.execute(sql, &[]).await.unwrap();
         assert_eq!(mine, theirs, "{sql}");
     }

@@ -660,9 +660,7 @@ impl Session {
             | Plan::Router(_)
             | Plan::MultiShard(_)
             | Plan::InsertRows(_)
-            | Plan::InsertSelect(_) => {
-                self.describe_on_coordinator(&sql, declared).await?
-            }
+            | Plan::InsertSelect(_) => self.describe_on_coordinator(&sql, declared).await?,
             _ => Self::meta_without_backend(&plan, declared),
         };
         Ok(Arc::new(Prepared {

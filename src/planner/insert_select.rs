@@ -19,7 +19,10 @@ use std::sync::Arc;
 enum Piece {
     Text(String),
     /// Shard `i` of table `k` (index into `tables`), with an alias when the text had none.
-    Shard { table: usize, alias: Option<String> },
+    Shard {
+        table: usize,
+        alias: Option<String>,
+    },
 }
 
 #[derive(Debug)]
@@ -40,7 +43,10 @@ impl InsertSelectPlan {
                 Piece::Text(t) => out.push_str(t),
                 Piece::Shard { table, alias } => {
                     let t = &self.tables[*table];
-                    out.push_str(&quote_qualified(&t.schema, &t.shard_name(t.shards[i].shard_id)));
+                    out.push_str(&quote_qualified(
+                        &t.schema,
+                        &t.shard_name(t.shards[i].shard_id),
+                    ));
                     if let Some(a) = alias {
                         out.push_str(" AS ");
                         out.push_str(&quote_ident(a));
@@ -66,7 +72,9 @@ pub fn plan_insert_select(
     all_refs: usize,
 ) -> PgResult<Plan> {
     if dist.len() != 2 || all_refs != 2 {
-        return refuse("only INSERT INTO a SELECT ... FROM b with one co-located source table is pushed down");
+        return refuse(
+            "only INSERT INTO a SELECT ... FROM b with one co-located source table is pushed down",
+        );
     }
     let (target_ref, target) = (dist[0].0, dist[0].1.clone());
     let (source_ref, source) = (dist[1].0, dist[1].1.clone());
@@ -76,7 +84,7 @@ pub fn plan_insert_select(
     if target.colocation_id != source.colocation_id || target.shards.len() != source.shards.len() {
         return refuse("the tables are not co-located");
     }
-    if i.with_clause.is_some() || i.on_conflict_clause.is_some() || !i.returning_list.is_empty() {
+    if i.with_clause.is_some() || i.on_conflict_clause.is_some() || i.returning_clause.is_some() {
         return refuse("WITH, ON CONFLICT or RETURNING");
     }
     let Some(N::SelectStmt(s)) = i.select_stmt.as_deref().and_then(|x| x.node.as_ref()) else {
@@ -114,19 +122,29 @@ pub fn plan_insert_select(
         Some(a) => q == a,
         None => q == sname,
     };
-    let key_ok = s.target_list.get(position).and_then(|t| match t.node.as_ref() {
-        Some(N::ResTarget(rt)) => rt.val.as_deref(),
-        _ => None,
-    });
-    if !key_ok.is_some_and(|v| is_column(v, &scol, &names_source)) || tcol.type_oid != scol.type_oid {
-        return refuse("the distribution column must be filled with the source table's distribution column");
+    let key_ok = s
+        .target_list
+        .get(position)
+        .and_then(|t| match t.node.as_ref() {
+            Some(N::ResTarget(rt)) => rt.val.as_deref(),
+            _ => None,
+        });
+    if !key_ok.is_some_and(|v| is_column(v, &scol, &names_source)) || tcol.type_oid != scol.type_oid
+    {
+        return refuse(
+            "the distribution column must be filled with the source table's distribution column",
+        );
     }
     let mut functions = Vec::new();
     for t in &s.target_list {
         let Some(N::ResTarget(rt)) = t.node.as_ref() else {
             return refuse("unexpected target");
         };
-        if !rt.val.as_deref().is_some_and(|v| plain_expression(v, &mut functions)) {
+        if !rt
+            .val
+            .as_deref()
+            .is_some_and(|v| plain_expression(v, &mut functions))
+        {
             return refuse("aggregates, window functions or subqueries in the select list");
         }
     }

@@ -1045,7 +1045,9 @@ impl Session {
         } else {
             false
         };
-        let r = self.insert_on_nodes(&by_node, params, &[], false, sink).await;
+        let r = self
+            .insert_on_nodes(&by_node, params, &[], false, sink)
+            .await;
         match r {
             Ok(total) => {
                 self.end_own_block(own, true, extended).await?;
