@@ -617,7 +617,6 @@ async fn uuid_keys() {
 /// Citus evaluates constant expressions in the distribution column of an INSERT on
 /// the coordinator; PostgreSQL accepts all of these for an int column.
 #[tokio::test]
-#[ignore = "pgshard limitation: INSERT with a constant expression (+7, 2+3, 8.0, -(3)) as the distribution key fails with 0A000 (PostgreSQL and Citus accept them)"]
 async fn int4_keys_from_constant_expressions() {
     let keys: Vec<Key> = [7, 5, 8, -3].into_iter().map(Key::I4).collect();
     let literals: BTreeMap<String, String> =

@@ -746,7 +746,8 @@ impl Session {
             | Plan::MultiShard(_)
             | Plan::InsertRows(_)
             | Plan::MultiShardModify(_)
-            | Plan::Explain(_) => self.describe_on_coordinator(&sql, declared).await?,
+            | Plan::Explain(_)
+            | Plan::InsertSelect(_) => self.describe_on_coordinator(&sql, declared).await?,
             _ => Self::meta_without_backend(&plan, declared),
         };
         Ok(Arc::new(Prepared {
@@ -1378,6 +1379,7 @@ impl Session {
             }
             Plan::MultiShard(m) => self.multi_shard(m, params, formats, describe, sink).await,
             Plan::InsertRows(p) => self.insert_rows(p, params, formats, describe, sink).await,
+            Plan::InsertSelect(p) => self.insert_select(p, params, sink).await,
             Plan::CopyIn(p) => self.copy_in(p, params.bind.is_some(), sink).await,
             Plan::CopyOut(p) => self.copy_out(p, sink).await,
             Plan::MultiShardModify(m) => {
@@ -1893,7 +1895,10 @@ impl Session {
             recovery::recover_soon(self.shared.catalog.clone());
         }
         let gids: Vec<String> = committed.iter().map(|g| quote_literal(g)).collect();
-        if gids.is_empty() {
+        // With periodic recovery on, it deletes the records of finished transactions in
+        // bulk (as Citus does): one coordinator commit, and its fsync, fewer per
+        // transaction.
+        if gids.is_empty() || self.shared.cfg.recovery_interval_secs > 0 {
             return Ok(());
         }
         if let Ok(mut c) = self.shared.pools.node(&coord).acquire().await {

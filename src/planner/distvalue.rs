@@ -203,9 +203,9 @@ pub fn find_equality<'a>(
         N::AExpr(e) if e.kind == AExprKind::AexprOp as i32 && is_equals(&e.name) => {
             let (l, r) = (e.lexpr.as_deref()?, e.rexpr.as_deref()?);
             if is_column(l, col, names_table) {
-                value_source(r, col).map(|v| (v, r))
+                compared_value(r, col).map(|v| (v, r))
             } else if is_column(r, col, names_table) {
-                value_source(l, col).map(|v| (v, l))
+                compared_value(l, col).map(|v| (v, l))
             } else {
                 None
             }
@@ -254,5 +254,46 @@ pub fn is_column(
         [c] => *c == col.name,
         [t, c] => *c == col.name && names_table(t),
         _ => false,
+    }
+}
+
+/// The value an integer column is compared with: a constant or parameter, integer
+/// arithmetic over constants (folded as PostgreSQL would), or an integral numeric
+/// literal. Values no row can hold (out of range, fractional, overflowing) are left
+/// to every shard, as before.
+fn compared_value(expr: &protobuf::Node, col: &DistColumn) -> Option<ValueSource> {
+    if let Some(v) = value_source(expr, col) {
+        return Some(v);
+    }
+    if !is_int(col.type_oid) {
+        return None;
+    }
+    let whole = |v: i64| {
+        if int_fits(col.type_oid, v) {
+            hash::hash_text_value(col.type_oid, &v.to_string()).map(ValueSource::Hash)
+        } else {
+            None
+        }
+    };
+    if let Some(N::AConst(c)) = expr.node.as_ref() {
+        if let Some(Val::Fval(f)) = c.val.as_ref() {
+            let (int, frac) = f.fval.split_once('.').unwrap_or((&f.fval, ""));
+            if int.is_empty()
+                || !int.bytes().all(|b| b.is_ascii_digit())
+                || !frac.bytes().all(|b| b.is_ascii_digit())
+            {
+                return None;
+            }
+            if frac.bytes().any(|b| b != b'0') {
+                return None;
+            }
+            return int.parse::<i64>().ok().and_then(whole);
+        }
+    }
+    let e = super::insert::int_expr(expr)?;
+    match super::insert::eval_int(&e, &|_| None) {
+        Ok(Some((_, v))) => whole(v),
+        // Parameters inside (not known at plan time) or an overflow error.
+        _ => None,
     }
 }

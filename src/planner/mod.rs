@@ -12,6 +12,7 @@ pub mod explain;
 pub mod fastpath;
 pub mod insert;
 pub mod join;
+pub mod insert_select;
 pub mod multishard;
 pub mod router;
 pub mod template;
@@ -102,6 +103,8 @@ pub enum Plan {
     MultiShard(Arc<MultiShardPlan>),
     /// A multi-row INSERT split per shard (or with keys computed at execution).
     InsertRows(Arc<insert::InsertRowsPlan>),
+    /// INSERT ... SELECT between co-located tables, run shard by shard.
+    InsertSelect(Arc<insert_select::InsertSelectPlan>),
     /// COPY FROM STDIN into a distributed table: rows routed by pgshard.
     CopyIn(Arc<copy::CopyInPlan>),
     /// COPY TO STDOUT from a distributed table or a selection on one.
@@ -254,6 +257,24 @@ pub fn plan(
                 .map(|(r, t)| ((*r).clone(), t.clone()))
                 .collect();
             join::plan_join(s, &stmt.text, &pairs)
+        }
+        N::InsertStmt(i)
+            if rels.len() > 1
+                && matches!(
+                    i.select_stmt.as_deref().and_then(|x| x.node.as_ref()),
+                    Some(N::SelectStmt(s)) if s.values_lists.is_empty()
+                ) =>
+        {
+            // The target first, then the source.
+            let target_at = i.relation.as_ref().map(|r| r.location.max(0) as usize);
+            let mut dist = dist;
+            dist.sort_by_key(|(r, _)| Some(r.location) != target_at);
+            if Some(dist[0].0.location) != target_at {
+                return Ok(Plan::Unsupported(PgError::not_supported(
+                    "pgshard does not support INSERT into a local table selecting from a distributed table yet",
+                )));
+            }
+            insert_select::plan_insert_select(i, &stmt.text, &dist, rels.len())
         }
         N::SelectStmt(_) | N::InsertStmt(_) | N::UpdateStmt(_) | N::DeleteStmt(_) => {
             if rels.len() != 1 || dist.len() != 1 {

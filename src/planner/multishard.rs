@@ -392,7 +392,7 @@ fn contains_aggregate(n: &protobuf::Node) -> bool {
 
 /// Whether an expression is safe to compute row by row on each shard. Function names
 /// are collected so the executor can rule out user-defined aggregates.
-fn plain_expression(n: &protobuf::Node, functions: &mut Vec<String>) -> bool {
+pub(crate) fn plain_expression(n: &protobuf::Node, functions: &mut Vec<String>) -> bool {
     let Some(node) = n.node.as_ref() else {
         return true;
     };

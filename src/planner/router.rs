@@ -269,6 +269,17 @@ fn plan_insert(
         needs_split = first.is_none() || shards.any(|s| s != first);
     }
     if needs_split {
+        // Each shard sees only some rows: PostgreSQL's check across all rows is made here.
+        let lengths = sel.values_lists.iter().map(|r| match r.node.as_ref() {
+            Some(N::List(l)) => l.items.len(),
+            _ => 0,
+        });
+        if lengths.clone().min() != lengths.max() {
+            return Ok(Plan::Unsupported(PgError::new(
+                sqlstate::SYNTAX_ERROR,
+                "VALUES lists must all be the same length",
+            )));
+        }
         // Rows on several shards, or keys that are expressions: one INSERT per shard.
         return match super::insert::plan_rows(text, table.clone(), edit, &sel.values_lists, position) {
             Some(p) => Ok(Plan::InsertRows(Arc::new(p))),

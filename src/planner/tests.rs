@@ -418,4 +418,27 @@ fn combined_columns_keep_their_names() {
         "SELECT count(*) filter (where v <> CAST(NULL AS pg_catalog.text)) FROM x"
     );
     assert!(aggregate::shape_with_params("SELECT sum($1)", &[99999]).is_err());
+#[test]
+fn integer_constant_expressions_route_where_postgresql_would_find_the_row() {
+    for (sql, key) in [
+        ("delete from t where k = 2+3", 5),
+        ("delete from t where k = -(3)", -3),
+        ("select * from t where k = 8.0", 8),
+        ("update t set v = 'x' where k = +7", 7),
+    ] {
+        match plan_of(sql) {
+            Plan::Router(r) => {
+                assert_eq!(r.values, vec![ValueSource::Hash(hash_int4(key))], "{sql}")
+            }
+            other => panic!("{sql}: {other:?}"),
+        }
+    }
+    // Fractional, overflowing or out-of-range: every shard, as before.
+    for sql in [
+        "select * from t where k = 8.5",
+        "select * from t where k = 2147483647 + 1",
+        "select * from t where k = 2147483648",
+    ] {
+        assert!(matches!(plan_of(sql), Plan::MultiShard(_)), "{sql}");
+    }
 }

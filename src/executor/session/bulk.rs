@@ -12,6 +12,7 @@ use crate::catalog::DistTable;
 use crate::planner::copy::{CopyInPlan, CopyOutPlan, CopyOutSource};
 use crate::planner::distvalue::{hash_param, input_is_exact, param_is_invalid};
 use crate::planner::insert::{eval_int, InsertRowsPlan, RowKey};
+use crate::planner::insert_select::InsertSelectPlan;
 use crate::sharding::hash::{self, oid};
 use crate::sql::copy_format::{self as cf, CopyFormat, KeySpec, KeyValue, Next};
 use crate::sql::quote::quote_qualified;
@@ -531,10 +532,12 @@ impl Session {
                     match hashed {
                         Some(h) => h,
                         None if st.binary || exact_text => i32::MIN,
-                        None => return Err(PgError::not_supported(format!(
+                        None => {
+                            return Err(PgError::not_supported(format!(
                             "pgshard cannot compute the shard of the value \"{}\" (use ISO format)",
                             String::from_utf8_lossy(&v)
-                        ))),
+                        )))
+                        }
                     }
                 }
             };
@@ -714,23 +717,45 @@ impl Session {
         let mut err: Option<PgError> = None;
         let mut total: u64 = 0;
         for (i, &idx) in idxs.iter().enumerate() {
+            // Binary: each shard's stream opens with a header (kept for the first shard
+            // only) and ends with a trailer (dropped: one is added at the very end), so
+            // one message is held back until the shard's CopyDone shows it is the last.
             let mut first_data = true;
+            let mut held_back: Option<Bytes> = None;
             loop {
                 let f = self.held[idx].conn.read().await?;
                 match f.tag {
                     b'H' if i == 0 && err.is_none() => msg::write_raw(&mut self.out, b'H', &f.body),
-                    b'd' if err.is_none() => {
-                        let is_header = binary && first_data;
-                        first_data = false;
-                        if binary && &f.body[..] == [0xff, 0xff] {
-                            continue;
-                        }
-                        if is_header && i > 0 {
-                            continue;
-                        }
+                    b'd' if err.is_none() && !binary => {
                         msg::write_raw(&mut self.out, b'd', &f.body);
                         if self.out.len() >= CLIENT_FLUSH_AT {
                             self.flush_client().await?;
+                        }
+                    }
+                    b'd' if err.is_none() => {
+                        let mut body = f.body;
+                        if first_data {
+                            first_data = false;
+                            if i > 0 {
+                                let n = cf::binary_header_len(&body)?.ok_or_else(|| {
+                                    PgError::internal("binary COPY header split across messages")
+                                })?;
+                                body = body.slice(n..);
+                            }
+                        }
+                        if let Some(prev) = held_back.replace(body) {
+                            msg::write_raw(&mut self.out, b'd', &prev);
+                        }
+                        if self.out.len() >= CLIENT_FLUSH_AT {
+                            self.flush_client().await?;
+                        }
+                    }
+                    b'c' => {
+                        if let Some(last) = held_back.take() {
+                            let body = last.strip_suffix(&[0xff, 0xff]).unwrap_or(&last);
+                            if !body.is_empty() {
+                                msg::write_raw(&mut self.out, b'd', body);
+                            }
                         }
                     }
                     b'C' => {
@@ -975,6 +1000,53 @@ impl Session {
         };
         let r = self
             .insert_on_nodes(&by_node, params, formats, describe, sink)
+            .await;
+        match r {
+            Ok(total) => {
+                self.end_own_block(own, true, extended).await?;
+                sink.complete(&format!("INSERT 0 {total}"));
+                Ok(())
+            }
+            Err(e) => {
+                self.end_own_block(own, false, extended).await.ok();
+                Err(e)
+            }
+        }
+    }
+
+    /// INSERT ... SELECT between co-located tables: one statement per shard index.
+    pub(super) async fn insert_select(
+        &mut self,
+        plan: &InsertSelectPlan,
+        params: &BoundParams<'_>,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        self.check_no_aggregates(&plan.functions).await?;
+        let catalog = self.shared.catalog.snapshot();
+        let (target, source) = (&plan.tables[0], &plan.tables[1]);
+        let mut by_node: Vec<(NodeAddr, Vec<String>)> = Vec::new();
+        for i in 0..target.shards.len() {
+            let addr = placement_addr(&catalog, &target.shards[i])?;
+            if placement_addr(&catalog, &source.shards[i])? != addr {
+                return Err(PgError::not_supported(format!(
+                    "shards {} and {} of co-located tables are on different nodes",
+                    target.shards[i].shard_id, source.shards[i].shard_id
+                )));
+            }
+            let sql = plan.for_index(i);
+            match by_node.iter_mut().find(|(a, _)| *a == addr) {
+                Some((_, v)) => v.push(sql),
+                None => by_node.push((addr, vec![sql])),
+            }
+        }
+        let extended = params.bind.is_some();
+        let own = if by_node.len() > 1 {
+            self.begin_own_block().await?
+        } else {
+            false
+        };
+        let r = self
+            .insert_on_nodes(&by_node, params, &[], false, sink)
             .await;
         match r {
             Ok(total) => {

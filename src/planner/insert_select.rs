@@ -1,0 +1,182 @@
+//! `INSERT INTO a SELECT ... FROM b ...` between co-located distributed tables, where
+//! the selected value for a's distribution column is b's distribution column: every row
+//! stays on the shard index it came from, so the statement runs shard by shard
+//! (`INSERT INTO a_i SELECT ... FROM b_i ...`) in one distributed transaction.
+//! Other INSERT ... SELECT shapes are refused with 0A000.
+
+use super::distvalue::is_column;
+use super::multishard::plain_expression;
+use super::Plan;
+use crate::catalog::{DistTable, PartitionMethod};
+use crate::error::{PgError, PgResult};
+use crate::sql::parse::{qualified_name_span, RelRef};
+use crate::sql::quote::{quote_ident, quote_qualified};
+use pg_query::protobuf::node::Node as N;
+use pg_query::protobuf::{self, SetOperation};
+use std::sync::Arc;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    /// Shard `i` of table `k` (index into `tables`), with an alias when the text had none.
+    Shard {
+        table: usize,
+        alias: Option<String>,
+    },
+}
+
+#[derive(Debug)]
+pub struct InsertSelectPlan {
+    /// Target first, then the source table (the same table allowed).
+    pub tables: Vec<Arc<DistTable>>,
+    pieces: Vec<Piece>,
+    /// Functions called (the executor rules out user-defined aggregates).
+    pub functions: Vec<String>,
+}
+
+impl InsertSelectPlan {
+    /// The statement for shard index `i` of every table.
+    pub fn for_index(&self, i: usize) -> String {
+        let mut out = String::new();
+        for p in &self.pieces {
+            match p {
+                Piece::Text(t) => out.push_str(t),
+                Piece::Shard { table, alias } => {
+                    let t = &self.tables[*table];
+                    out.push_str(&quote_qualified(
+                        &t.schema,
+                        &t.shard_name(t.shards[i].shard_id),
+                    ));
+                    if let Some(a) = alias {
+                        out.push_str(" AS ");
+                        out.push_str(&quote_ident(a));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+fn refuse(why: &str) -> PgResult<Plan> {
+    Ok(Plan::Unsupported(PgError::not_supported(format!(
+        "pgshard does not support this INSERT ... SELECT on distributed tables yet: {why}"
+    ))))
+}
+
+/// Plans an INSERT ... SELECT whose table references are all distributed (`dist`).
+pub fn plan_insert_select(
+    i: &protobuf::InsertStmt,
+    text: &str,
+    dist: &[(&RelRef, Arc<DistTable>)],
+    all_refs: usize,
+) -> PgResult<Plan> {
+    if dist.len() != 2 || all_refs != 2 {
+        return refuse(
+            "only INSERT INTO a SELECT ... FROM b with one co-located source table is pushed down",
+        );
+    }
+    let (target_ref, target) = (dist[0].0, dist[0].1.clone());
+    let (source_ref, source) = (dist[1].0, dist[1].1.clone());
+    if target.method != PartitionMethod::Hash || source.method != PartitionMethod::Hash {
+        return refuse("reference tables");
+    }
+    if target.colocation_id != source.colocation_id || target.shards.len() != source.shards.len() {
+        return refuse("the tables are not co-located");
+    }
+    if i.with_clause.is_some() || i.on_conflict_clause.is_some() || i.returning_clause.is_some() {
+        return refuse("WITH, ON CONFLICT or RETURNING");
+    }
+    let Some(N::SelectStmt(s)) = i.select_stmt.as_deref().and_then(|x| x.node.as_ref()) else {
+        return refuse("unexpected shape");
+    };
+    if s.op != SetOperation::SetopNone as i32
+        || s.with_clause.is_some()
+        || !s.distinct_clause.is_empty()
+        || !s.group_clause.is_empty()
+        || s.having_clause.is_some()
+        || !s.window_clause.is_empty()
+        || s.limit_count.is_some()
+        || s.limit_offset.is_some()
+        || !s.locking_clause.is_empty()
+        || s.from_clause.len() != 1
+    {
+        return refuse("only plain selections of one table (no GROUP BY, DISTINCT, LIMIT, set operations) are pushed down");
+    }
+    let (Some(tcol), Some(scol)) = (target.dist_column.clone(), source.dist_column.clone()) else {
+        return refuse("no distribution column");
+    };
+    let position = if i.cols.is_empty() {
+        target.columns.iter().position(|c| *c == tcol.name)
+    } else {
+        i.cols
+            .iter()
+            .position(|c| matches!(c.node.as_ref(), Some(N::ResTarget(rt)) if rt.name == tcol.name))
+    };
+    let Some(position) = position else {
+        return refuse("the distribution column gets no value");
+    };
+    let alias = source_ref.alias.clone();
+    let sname = source.name.clone();
+    let names_source = move |q: &str| match &alias {
+        Some(a) => q == a,
+        None => q == sname,
+    };
+    let key_ok = s
+        .target_list
+        .get(position)
+        .and_then(|t| match t.node.as_ref() {
+            Some(N::ResTarget(rt)) => rt.val.as_deref(),
+            _ => None,
+        });
+    if !key_ok.is_some_and(|v| is_column(v, &scol, &names_source)) || tcol.type_oid != scol.type_oid
+    {
+        return refuse(
+            "the distribution column must be filled with the source table's distribution column",
+        );
+    }
+    let mut functions = Vec::new();
+    for t in &s.target_list {
+        let Some(N::ResTarget(rt)) = t.node.as_ref() else {
+            return refuse("unexpected target");
+        };
+        if !rt
+            .val
+            .as_deref()
+            .is_some_and(|v| plain_expression(v, &mut functions))
+        {
+            return refuse("aggregates, window functions or subqueries in the select list");
+        }
+    }
+    if let Some(w) = s.where_clause.as_deref() {
+        if !plain_expression(w, &mut functions) {
+            return refuse("subqueries in WHERE");
+        }
+    }
+    if !matches!(s.from_clause[0].node.as_ref(), Some(N::RangeVar(_))) {
+        return refuse("joins");
+    }
+    // Splice both table references.
+    let mut spans = Vec::new();
+    for (k, r) in [target_ref, source_ref].into_iter().enumerate() {
+        let Some((start, end)) = qualified_name_span(text, r.location) else {
+            return refuse("could not locate a table name");
+        };
+        let name = if k == 0 { &target.name } else { &source.name };
+        spans.push((start, end, k, r.alias.is_none().then(|| name.clone())));
+    }
+    spans.sort_by_key(|x| x.0);
+    let mut pieces = Vec::new();
+    let mut at = 0;
+    for (start, end, table, alias) in spans {
+        pieces.push(Piece::Text(text[at..start].to_string()));
+        pieces.push(Piece::Shard { table, alias });
+        at = end;
+    }
+    pieces.push(Piece::Text(text[at..].to_string()));
+    Ok(Plan::InsertSelect(Arc::new(InsertSelectPlan {
+        tables: vec![target, source],
+        pieces,
+        functions,
+    })))
+}

@@ -1,0 +1,493 @@
+//! Bulk writes into distributed tables through pgshard, compared with a plain PostgreSQL:
+//! COPY FROM STDIN in text, CSV and binary (bytes made by the plain PostgreSQL's own
+//! COPY TO STDOUT), COPY TO STDOUT back out, atomicity of a failing COPY and of W2's
+//! 9-row INSERT across shards (checked on the workers' shards directly), multi-row
+//! INSERT with RETURNING / ON CONFLICT and parameters, and `pgbench -M prepared` on W2.
+
+mod common;
+
+use bytes::Bytes;
+use common::{cluster, plain_postgres, psql};
+use futures_util::{pin_mut, SinkExt, StreamExt};
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+const ROWS: i64 = 200_000;
+
+/// Source rows with every character COPY must escape or quote, NULLs and numerics.
+const SOURCE: &str = "create table if not exists src as select g::int as id, \
+     md5(g::text) || case g % 5 when 0 then E'\\ttab' when 1 then ',comma\"quote' \
+     when 2 then E'new\\nline' when 3 then E'back\\\\slash' else '' end as t, \
+     g * 1.5 as n, case when g % 7 = 0 then null else g % 1000 end as j \
+     from generate_series(1, 200000) g";
+
+const TABLE_DEF: &str = "(id int, t text, n numeric, j int)";
+
+async fn copy_out(c: &Client, sql: &str) -> Vec<u8> {
+    let stream = c
+        .copy_out(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    pin_mut!(stream);
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        out.extend_from_slice(&chunk.unwrap());
+    }
+    out
+}
+
+async fn copy_in(c: &Client, sql: &str, data: &[u8]) -> Result<u64, tokio_postgres::Error> {
+    let sink = c.copy_in(sql).await?;
+    pin_mut!(sink);
+    // Uneven pieces, so rows straddle CopyData messages.
+    for piece in data.chunks(100_003) {
+        sink.send(Bytes::copy_from_slice(piece)).await?;
+    }
+    sink.as_mut().finish().await
+}
+
+fn sorted_lines(data: &[u8]) -> Vec<String> {
+    let mut lines: Vec<String> = String::from_utf8_lossy(data)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    lines
+}
+
+async fn simple(c: &Client, sql: &str) {
+    c.batch_execute(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+}
+
+async fn distributed(c: &Client, name: &str, def: &str) {
+    simple(
+        c,
+        &format!(
+            "drop table if exists {name}; create table {name} {def}; select create_distributed_table('{name}', 'id')"
+        ),
+    )
+    .await;
+}
+
+/// Rows of `table` summed over every shard on every worker, read there directly.
+async fn rows_on_workers(table: &str) -> i64 {
+    let mut total = 0;
+    for port in &cluster().worker_ports {
+        let w = cluster().direct(*port).await;
+        let shards = w
+            .query(
+                "select quote_ident(tablename) from pg_tables where tablename ~ ('^' || $1 || '_[0-9]+$')",
+                &[&table],
+            )
+            .await
+            .unwrap();
+        for s in shards {
+            let name: String = s.get(0);
+            let n: i64 = w
+                .query_one(&format!("select count(*) from {name}"), &[])
+                .await
+                .unwrap()
+                .get(0);
+            total += n;
+        }
+    }
+    total
+}
+
+async fn prepared_xacts() -> i64 {
+    let mut total = 0;
+    for port in &cluster().worker_ports {
+        let w = cluster().direct(*port).await;
+        let n: i64 = w
+            .query_one("select count(*) from pg_prepared_xacts", &[])
+            .await
+            .unwrap()
+            .get(0);
+        total += n;
+    }
+    total
+}
+
+#[tokio::test]
+async fn copy_from_stdin_in_every_format_matches_postgres() {
+    let plain = plain_postgres().client().await;
+    simple(&plain, SOURCE).await;
+    let expected = sorted_lines(&copy_out(&plain, "COPY src TO STDOUT").await);
+    assert_eq!(expected.len() as i64, ROWS);
+    let c = cluster().client().await;
+    for (name, out_opts, in_opts) in [
+        ("cp_text", "", ""),
+        (
+            "cp_csv",
+            "WITH (FORMAT csv, HEADER)",
+            "WITH (FORMAT csv, HEADER)",
+        ),
+        (
+            "cp_csv_semi",
+            "WITH (FORMAT csv, DELIMITER ';', NULL 'NA', QUOTE '''', ESCAPE '\\', FORCE_QUOTE *)",
+            "WITH (FORMAT csv, DELIMITER ';', NULL 'NA', QUOTE '''', ESCAPE '\\')",
+        ),
+        ("cp_binary", "WITH (FORMAT binary)", "WITH (FORMAT binary)"),
+    ] {
+        let data = copy_out(&plain, &format!("COPY src TO STDOUT {out_opts}")).await;
+        distributed(&c, name, TABLE_DEF).await;
+        let n = copy_in(&c, &format!("COPY {name} FROM STDIN {in_opts}"), &data)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        assert_eq!(n as i64, ROWS, "{name}");
+        assert_eq!(rows_on_workers(name).await, ROWS, "{name}");
+        // COPY TO STDOUT through pgshard gives the same rows.
+        let back = sorted_lines(&copy_out(&c, &format!("COPY {name} TO STDOUT")).await);
+        assert!(
+            back == expected,
+            "{name}: contents differ from PostgreSQL's"
+        );
+    }
+    // A column list in another order, and COPY (query) TO STDOUT in CSV with a header.
+    let data = copy_out(&plain, "COPY src (j, id, t) TO STDOUT").await;
+    distributed(&c, "cp_cols", TABLE_DEF).await;
+    copy_in(&c, "COPY cp_cols (j, id, t) FROM STDIN", &data)
+        .await
+        .unwrap();
+    let q = "COPY (SELECT id, t, j FROM {} WHERE id % 10 = 3) TO STDOUT WITH (FORMAT csv, HEADER)";
+    let mine = copy_out(&c, &q.replace("{}", "cp_cols")).await;
+    let theirs = copy_out(&plain, &q.replace("{}", "src")).await;
+    assert!(mine.starts_with(b"id,t,j\n"));
+    assert_eq!(sorted_lines(&mine), sorted_lines(&theirs));
+    // Binary COPY TO through pgshard loads back into the plain PostgreSQL unchanged.
+    let bin = copy_out(&c, "COPY cp_binary TO STDOUT WITH (FORMAT binary)").await;
+    simple(
+        &plain,
+        &format!("drop table if exists back_bin; create table back_bin {TABLE_DEF}"),
+    )
+    .await;
+    let n = copy_in(
+        &plain,
+        "COPY back_bin FROM STDIN WITH (FORMAT binary)",
+        &bin,
+    )
+    .await
+    .unwrap();
+    assert_eq!(n as i64, ROWS);
+    assert_eq!(
+        sorted_lines(&copy_out(&plain, "COPY back_bin TO STDOUT").await),
+        expected
+    );
+    // psql's \copy (simple protocol) with CSV and a header.
+    let file = common::run_dir().join("rows.csv");
+    std::fs::write(&file, b"id,t,n,j\n1,\"a,b\",1.5,\n2,\"multi\nline\",2,7\n").unwrap();
+    distributed(&c, "cp_psql", TABLE_DEF).await;
+    let out = psql(
+        &cluster().pg_env(),
+        &[
+            "-c",
+            &format!("\\copy cp_psql from '{}' csv header", file.display()),
+        ],
+    );
+    assert_eq!(out, "COPY 2");
+    let rows = c
+        .query("select id, t, j from cp_psql where id = 2", &[])
+        .await
+        .unwrap();
+    assert_eq!(rows[0].get::<_, String>(1), "multi\nline");
+}
+
+#[tokio::test]
+async fn a_bad_row_halfway_loads_nothing_anywhere() {
+    let c = cluster().client().await;
+    for (name, opts, bad) in [
+        ("cp_bad_text", "", "50000\tx\t1\tnot a number\n"),
+        ("cp_bad_csv", "WITH (FORMAT csv)", "50000,x,1,1,extra\n"),
+        ("cp_bad_key", "", "abc\tx\t1\t1\n"),
+    ] {
+        distributed(&c, name, TABLE_DEF).await;
+        let mut data = Vec::new();
+        let sep = if opts.is_empty() { "\t" } else { "," };
+        for i in 1..100_000 {
+            if i == 50_000 {
+                data.extend_from_slice(bad.as_bytes());
+            } else {
+                data.extend_from_slice(format!("{i}{sep}row{sep}{i}{sep}{}\n", i % 10).as_bytes());
+            }
+        }
+        let e = copy_in(&c, &format!("COPY {name} FROM STDIN {opts}"), &data)
+            .await
+            .expect_err(name);
+        let db = e.as_db_error().unwrap_or_else(|| panic!("{name}: {e:?}"));
+        assert!(
+            db.code().code() == "22P02" || db.code().code() == "22P04",
+            "{name}: {db:?}"
+        );
+        assert!(
+            db.where_().unwrap_or("").contains("on node"),
+            "{name}: the error names the shard and node: {db:?}"
+        );
+        assert_eq!(rows_on_workers(name).await, 0, "{name}");
+        // The session goes on.
+        let n: i64 = c
+            .query_one(&format!("select count(*) from {name}"), &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 0);
+    }
+    // NULL in the distribution column, inside a transaction block: the block fails.
+    distributed(&c, "cp_null", TABLE_DEF).await;
+    simple(&c, "begin").await;
+    let e = copy_in(&c, "COPY cp_null FROM STDIN", b"1\ta\t1\t1\n\\N\tb\t1\t1\n")
+        .await
+        .unwrap_err();
+    assert!(e
+        .as_db_error()
+        .unwrap()
+        .message()
+        .contains("cannot be NULL"));
+    simple(&c, "rollback").await;
+    // Inside a block that commits, the COPY joins it.
+    simple(&c, "begin").await;
+    copy_in(
+        &c,
+        "COPY cp_null FROM STDIN",
+        b"1\ta\t1\t1\n2\tb\t1\t1\n3\tc\t1\t1\n",
+    )
+    .await
+    .unwrap();
+    c.execute("insert into cp_null (id) values (4)", &[])
+        .await
+        .unwrap();
+    simple(&c, "rollback").await;
+    assert_eq!(rows_on_workers("cp_null").await, 0);
+    assert_eq!(prepared_xacts().await, 0);
+}
+
+fn command_count(m: &[SimpleQueryMessage]) -> u64 {
+    m.iter()
+        .find_map(|x| match x {
+            SimpleQueryMessage::CommandComplete(n) => Some(*n),
+            _ => None,
+        })
+        .unwrap()
+}
+
+fn w2_statement(id: i64) -> String {
+    let rows: Vec<String> = (0..9).map(|k| format!("({id}+{k})")).collect();
+    format!("insert into w2t values {}", rows.join(","))
+}
+
+#[tokio::test]
+async fn w2_nine_row_insert_is_atomic_across_shards() {
+    let c = cluster().client().await;
+    distributed(&c, "w2t", "(id int primary key, check (id <> 1000006))").await;
+    // Succeeds: 9 rows on 9 different shards (32 shards, consecutive keys).
+    let n = command_count(&c.simple_query(&w2_statement(2000)).await.unwrap());
+    assert_eq!(n, 9);
+    assert_eq!(rows_on_workers("w2t").await, 9);
+    // A CHECK violation on one row: no shard keeps any of the 9.
+    let e = c.simple_query(&w2_statement(1000000)).await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "23514");
+    assert_eq!(rows_on_workers("w2t").await, 9);
+    // A duplicate key, extended protocol with parameters: the same.
+    let stmt =
+        "insert into w2t values ($1),($1+1),($1+2),($1+3),($1+4),($1+5),($1+6),($1+7),($1+8)";
+    let e = c.execute(stmt, &[&1996i32]).await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "23505");
+    assert_eq!(rows_on_workers("w2t").await, 9);
+    assert_eq!(c.execute(stmt, &[&3000i32]).await.unwrap(), 9);
+    // 1PC on request.
+    simple(&c, "set citus.multi_shard_commit_protocol = '1pc'").await;
+    assert_eq!(c.execute(stmt, &[&4000i32]).await.unwrap(), 9);
+    simple(&c, "reset citus.multi_shard_commit_protocol").await;
+    assert_eq!(rows_on_workers("w2t").await, 27);
+    // Inside a client block, rolled back.
+    simple(&c, "begin").await;
+    assert_eq!(c.execute(stmt, &[&5000i32]).await.unwrap(), 9);
+    simple(&c, "rollback").await;
+    assert_eq!(rows_on_workers("w2t").await, 27);
+    assert_eq!(prepared_xacts().await, 0);
+}
+
+#[tokio::test]
+async fn multi_row_insert_returning_and_on_conflict_match_postgres() {
+    let c = cluster().client().await;
+    let plain = plain_postgres().client().await;
+    distributed(&c, "mr", "(id int primary key, v text, n int default 7)").await;
+    simple(
+        &plain,
+        "drop table if exists mr; create table mr (id int primary key, v text, n int default 7)",
+    )
+    .await;
+    let statements = [
+        "insert into mr values (1, 'a', 7), (2, 'b', 3), (3, 'c', 7), (40, 'd', 7), (2+3, 'e', 7) returning id, v, n",
+        "insert into mr values (20, 'a'), (21, 'b', 3), (22, 'c') returning id",
+        "insert into mr (v, id) values ('x', 1), ('y', 6), ('z', 7) on conflict (id) do update set v = excluded.v || mr.v returning *",
+        "insert into mr (id, v) values (1, 'q'), (8, 'r'), (9, 's') on conflict do nothing returning id",
+        "insert into mr (id, v) values (-(10), upper('t')), (11, 'u'), (DEFAULT + 0, 'w') returning id",
+    ];
+    for sql in statements {
+        let mine = c.simple_query(sql).await;
+        let theirs = plain.simple_query(sql).await;
+        match (mine, theirs) {
+            (Ok(m), Ok(t)) => {
+                let rows = |x: &[SimpleQueryMessage]| {
+                    let mut v: Vec<Vec<Option<String>>> = x
+                        .iter()
+                        .filter_map(|m| match m {
+                            SimpleQueryMessage::Row(r) => {
+                                Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+                            }
+                            _ => None,
+                        })
+                        .collect();
+                    v.sort();
+                    v
+                };
+                assert_eq!(rows(&m), rows(&t), "{sql}");
+                assert_eq!(command_count(&m), command_count(&t), "{sql}");
+            }
+            (Err(m), Err(t)) => assert!(
+                m.code() == t.code() || m.code().map(|c| c.code()) == Some("0A000"),
+                "{sql}: {m:?} vs {t:?}"
+            ),
+            (m, t) => panic!("{sql}: pgshard {m:?} vs PostgreSQL {t:?}"),
+        }
+    }
+    // Extended protocol with parameters and RETURNING.
+    let sql =
+        "insert into mr (id, v) values ($1, $2), ($3, $4), ($5::int + 1, 'p') returning id, v";
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+        [&100i32, &"h", &101i32, &"i", &101i32];
+    let mut mine: Vec<(i32, String)> = c
+        .query(sql, &params)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let mut theirs: Vec<(i32, String)> = plain
+        .query(sql, &params)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    mine.sort();
+    theirs.sort();
+    assert_eq!(mine, theirs);
+    let dump = "select id, v, n from mr";
+    let mut a: Vec<(i32, Option<String>, Option<i32>)> = c
+        .query(dump, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let mut b: Vec<(i32, Option<String>, Option<i32>)> = plain
+        .query(dump, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    a.sort();
+    b.sort();
+    assert_eq!(a, b);
+    // NULL key: refused, nothing written.
+    let e = c
+        .simple_query("insert into mr (id, v) values (500, 'a'), (NULL, 'b')")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "23502");
+    assert_eq!(
+        c.query("select id from mr where id = 500", &[])
+            .await
+            .unwrap()
+            .len(),
+        0
+    );
+}
+
+#[test]
+fn pgbench_prepared_w2_runs_without_failures() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let c = cluster().client().await;
+        distributed(&c, "w2b", "(id int)").await;
+    });
+    let script = common::run_dir().join("w2.sql");
+    std::fs::write(
+        &script,
+        "\\set id random(1, 100000000)\n\
+         insert into w2b values (:id),(:id+1),(:id+2),(:id+3),(:id+4),(:id+5),(:id+6),(:id+7),(:id+8);\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new("pgbench")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(cluster().pg_env())
+        .args([
+            "-n", "-M", "prepared", "-c", "4", "-j", "2", "-T", "3", "-f",
+        ])
+        .arg(&script)
+        .output()
+        .expect("pgbench");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("number of failed transactions: 0 "), "{text}");
+    let done: i64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
+        .and_then(|v| v.split('/').next())
+        .and_then(|v| v.trim().parse().ok())
+        .expect("transactions processed");
+    assert!(done > 0);
+    rt.block_on(async {
+        assert_eq!(rows_on_workers("w2b").await, done * 9);
+    });
+}
+
+#[tokio::test]
+async fn insert_select_between_colocated_tables_matches_postgres() {
+    let c = cluster().client().await;
+    let plain = plain_postgres().client().await;
+    let mut data = Vec::new();
+    for i in 1..=5000 {
+        data.extend_from_slice(format!("{i}\tv{}\t{}\n", i % 17, i % 100).as_bytes());
+    }
+    for db in [&c, &plain] {
+        simple(db, "drop table if exists isa; drop table if exists isb; create table isa (id int, v int, w text); create table isb (id int, t text, k int)").await;
+    }
+    for t in ["isa", "isb"] {
+        simple(&c, &format!("select create_distributed_table('{t}', 'id')")).await;
+    }
+    copy_in(&c, "COPY isb FROM STDIN", &data).await.unwrap();
+    copy_in(&plain, "COPY isb FROM STDIN", &data).await.unwrap();
+    for sql in [
+        "insert into isa (id, v, w) select id, k * 2, upper(t) from isb where id % 3 = 0",
+        "insert into isa select b.id, b.k, b.t from isb b where b.k < 10",
+        "insert into isa (w, id) select 'again', id from isa where v > 150",
+    ] {
+        let mine = c
+            .execute(sql, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        let theirs = plain.execute(sql, &[]).await.unwrap();
+        assert_eq!(mine, theirs, "{sql}");
+    }
+    let mine = sorted_lines(&copy_out(&c, "COPY isa TO STDOUT").await);
+    let theirs = sorted_lines(&copy_out(&plain, "COPY isa TO STDOUT").await);
+    assert!(mine == theirs && !mine.is_empty());
+    // Shapes that cannot be pushed down are refused, not answered wrongly.
+    for sql in [
+        "insert into isa (id, v) select k, id from isb",
+        "insert into isa (id, v) select id, count(*) from isb group by id",
+        "insert into isa (id) select id from isb limit 5",
+    ] {
+        let e = c.execute(sql, &[]).await.unwrap_err();
+        assert_eq!(e.code().unwrap().code(), "0A000", "{sql}");
+    }
+}
