@@ -265,7 +265,7 @@ impl Session {
 
     /// Whether any of these functions is an aggregate or window function on the
     /// coordinator node (user-defined ones included); cached per process.
-    async fn calls_aggregate(&mut self, names: &[String]) -> PgResult<bool> {
+    pub(super) async fn calls_aggregate(&mut self, names: &[String]) -> PgResult<bool> {
         let unknown: Vec<String> = {
             let cache = self.shared.aggregate_names.lock().unwrap();
             names

@@ -1021,7 +1021,11 @@ impl Session {
         params: &BoundParams<'_>,
         sink: &mut ResultSink,
     ) -> PgResult<()> {
-        self.check_no_aggregates(&plan.functions).await?;
+        if self.calls_aggregate(&plan.functions).await? {
+            return Err(PgError::not_supported(
+                "pgshard does not support INSERT ... SELECT with aggregate or window functions across shards yet",
+            ));
+        }
         let catalog = self.shared.catalog.snapshot();
         let (target, source) = (&plan.tables[0], &plan.tables[1]);
         let mut by_node: Vec<(NodeAddr, Vec<String>)> = Vec::new();
