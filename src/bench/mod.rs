@@ -1158,10 +1158,7 @@ struct W2Setup {
     error: Option<(Status, String)>,
 }
 
-async fn setup_w2(
-    progress: &Progress,
-    [plain, pgshard]: [&TargetCtx; 2],
-) -> Result<W2Setup> {
+async fn setup_w2(progress: &Progress, [plain, pgshard]: [&TargetCtx; 2]) -> Result<W2Setup> {
     progress.say(format!(
         "W2: table w2 (id int) on both targets, distributed by id through pgshard \
          ({SHARD_COUNT} shards)"

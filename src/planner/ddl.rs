@@ -498,10 +498,12 @@ pub fn plan_drop_index(
         });
         match (owners.next(), owners.next()) {
             (Some(t), None) => found.push((t.clone(), name)),
-            (Some(_), Some(_)) => return refuse(format!(
+            (Some(_), Some(_)) => {
+                return refuse(format!(
                 "index \"{name}\" exists on several distributed tables: qualify it with its schema"
             ))
-            .map(|r| r.map(|_| Vec::new())),
+                .map(|r| r.map(|_| Vec::new()))
+            }
             (None, _) => local += 1,
         }
     }

@@ -367,9 +367,7 @@ pub fn plan_join(
                 add_alias: false,
             })))
         }
-        None => {
-            multishard::plan_select_joined(s, text, ptable, Joined { edits, targets })
-        }
+        None => multishard::plan_select_joined(s, text, ptable, Joined { edits, targets }),
     }
 }
 

@@ -4,15 +4,15 @@
 //! router (one shard) → multi-shard read → refusal with 0A000. Every decision is either
 //! proven right for the statement's shape or refused.
 
+pub mod aggregate;
 pub mod copy;
 pub mod ddl;
-pub mod aggregate;
 pub mod distvalue;
 pub mod explain;
 pub mod fastpath;
 pub mod insert;
-pub mod join;
 pub mod insert_select;
+pub mod join;
 pub mod multishard;
 pub mod router;
 pub mod template;

@@ -418,6 +418,8 @@ fn combined_columns_keep_their_names() {
         "SELECT count(*) filter (where v <> CAST(NULL AS pg_catalog.text)) FROM x"
     );
     assert!(aggregate::shape_with_params("SELECT sum($1)", &[99999]).is_err());
+}
+
 #[test]
 fn integer_constant_expressions_route_where_postgresql_would_find_the_row() {
     for (sql, key) in [
