@@ -96,7 +96,11 @@ pub async fn record_decisions(coord: &Client, participants: &[Participant]) -> R
 /// Commits the coordinator node's transaction (the commit point). Returns
 /// `Err((error, definitely_aborted))`.
 pub async fn commit_coordinator(coord: &Client) -> Result<(), (PgError, bool)> {
-    match coord.batch_execute("COMMIT").await {
+    // The commit point must be durable whatever the node's synchronous_commit.
+    match coord
+        .batch_execute("SET LOCAL synchronous_commit TO on; COMMIT")
+        .await
+    {
         Ok(()) => Ok(()),
         Err(e) => {
             let definite = e.as_db_error().is_some();

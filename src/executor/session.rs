@@ -1844,8 +1844,12 @@ impl Session {
                 )
             })
             .collect();
+        // The commit point: durable before any COMMIT PREPARED, whatever the
+        // coordinator node's synchronous_commit (a lost record would make recovery
+        // roll back participants whose siblings committed).
         let record = format!(
-            "INSERT INTO pg_catalog.pg_dist_transaction (groupid, gid) VALUES {}",
+            "BEGIN; SET LOCAL synchronous_commit TO on; \
+             INSERT INTO pg_catalog.pg_dist_transaction (groupid, gid) VALUES {}; COMMIT",
             rows.join(", ")
         );
         let coord = self.shared.coordinator.clone();
