@@ -129,7 +129,6 @@ fn order_by_across_shards() {
 }
 
 #[test]
-#[ignore = "pgshard limitation: COPY FROM STDIN into a distributed table gives 0A000"]
 fn copy_from_stdin() {
     known_bug("copy_from_stdin");
 }

@@ -349,7 +349,7 @@ def invalid_parameter_for_the_distribution_column():
 
 @known_bug
 def order_by_across_shards():
-    """Limitation: ORDER BY on a multi-shard query gives 0A000."""
+    """ORDER BY on a multi-shard query (was 0A000; combined on the coordinator node now)."""
     with connect() as conn:
         got = conn.execute(f"select k from {TABLE} where k <= 3 order by k desc").fetchall()
         expect(got, [(3,), (2,), (1,)], "ordered")
@@ -357,7 +357,7 @@ def order_by_across_shards():
 
 @known_bug
 def copy_from_stdin():
-    """Limitation: COPY FROM STDIN into a distributed table gives 0A000."""
+    """COPY FROM STDIN into a distributed table (was 0A000; rows routed per shard now)."""
     with connect() as conn:
         with conn.cursor() as cur:
             with cur.copy(f"copy {TABLE} (k, v) from stdin") as copy:
