@@ -89,25 +89,15 @@ impl Session {
             self.drain_all().await?;
             let h = &mut self.held[idx];
             for s in shards {
-                msg::write_parse(
+                msg::write_unnamed_run(
                     &mut h.conn.wbuf,
-                    "",
                     &plan.template.for_shard(s.shard_id),
                     params.types,
-                );
-                msg::write_bind(
-                    &mut h.conn.wbuf,
-                    "",
-                    "",
-                    &bind.param_formats,
-                    &bind.params,
+                    bind,
                     &shard_formats,
+                    first,
                 );
-                if first {
-                    msg::write_describe(&mut h.conn.wbuf, b'P', "");
-                    first = false;
-                }
-                msg::write_execute(&mut h.conn.wbuf, "", 0);
+                first = false;
             }
             msg::write_sync(&mut h.conn.wbuf);
             h.in_batch = false;
@@ -524,16 +514,14 @@ impl Session {
             let h = &mut self.held[idx];
             for s in shards {
                 let name = quote_qualified(&plan.table.schema, &plan.table.shard_name(s.shard_id));
-                msg::write_parse(&mut h.conn.wbuf, "", &stage.worker_sql(&name), params.types);
-                msg::write_bind(
+                msg::write_unnamed_run(
                     &mut h.conn.wbuf,
-                    "",
-                    "",
-                    &bind.param_formats,
-                    &bind.params,
+                    &stage.worker_sql(&name),
+                    params.types,
+                    bind,
                     &row_format,
+                    false,
                 );
-                msg::write_execute(&mut h.conn.wbuf, "", 0);
             }
             msg::write_sync(&mut h.conn.wbuf);
             h.in_batch = false;
@@ -592,19 +580,14 @@ impl Session {
         conn.flush().await?;
         conn.drain_to_ready().await?;
         // The client's statement over the rows, with its parameters and formats.
-        msg::write_parse(&mut conn.wbuf, "", combine_sql, params.types);
-        msg::write_bind(
+        msg::write_unnamed_run(
             &mut conn.wbuf,
-            "",
-            "",
-            &bind.param_formats,
-            &bind.params,
+            combine_sql,
+            params.types,
+            bind,
             formats,
+            describe,
         );
-        if describe {
-            msg::write_describe(&mut conn.wbuf, b'P', "");
-        }
-        msg::write_execute(&mut conn.wbuf, "", 0);
         msg::write_sync(&mut conn.wbuf);
         msg::write_query(&mut conn.wbuf, "ROLLBACK");
         conn.flush().await?;
@@ -680,25 +663,15 @@ impl Session {
             self.drain_all().await?;
             let h = &mut self.held[idx];
             for s in shards {
-                msg::write_parse(
+                msg::write_unnamed_run(
                     &mut h.conn.wbuf,
-                    "",
                     &m.template.for_shard(s.shard_id),
                     params.types,
-                );
-                msg::write_bind(
-                    &mut h.conn.wbuf,
-                    "",
-                    "",
-                    &bind.param_formats,
-                    &bind.params,
+                    bind,
                     formats,
+                    first && describe && m.returning,
                 );
-                if first && describe && m.returning {
-                    msg::write_describe(&mut h.conn.wbuf, b'P', "");
-                }
                 first = false;
-                msg::write_execute(&mut h.conn.wbuf, "", 0);
             }
             msg::write_sync(&mut h.conn.wbuf);
             h.in_batch = false;

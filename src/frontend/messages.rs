@@ -584,6 +584,33 @@ pub fn write_execute(buf: &mut BytesMut, portal: &str, max_rows: i32) {
     finish_msg(buf, at);
 }
 
+/// One statement run through the unnamed statement and portal, as multi-shard work
+/// pipelines them per node: Parse, Bind (the client's parameters), Describe of the
+/// portal when `describe`, Execute of all rows. The Sync that ends the batch is the
+/// caller's.
+pub fn write_unnamed_run(
+    buf: &mut BytesMut,
+    sql: &str,
+    param_types: &[u32],
+    bind: &BindMsg,
+    result_formats: &[i16],
+    describe: bool,
+) {
+    write_parse(buf, "", sql, param_types);
+    write_bind(
+        buf,
+        "",
+        "",
+        &bind.param_formats,
+        &bind.params,
+        result_formats,
+    );
+    if describe {
+        write_describe(buf, b'P', "");
+    }
+    write_execute(buf, "", 0);
+}
+
 pub fn write_close(buf: &mut BytesMut, kind: u8, name: &str) {
     let at = begin_msg(buf, b'C');
     buf.put_u8(kind);
@@ -613,6 +640,37 @@ pub fn command_tag(body: &[u8]) -> &str {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn unnamed_run_is_parse_bind_describe_execute() {
+        let bind = super::BindMsg {
+            portal: String::new(),
+            statement: String::new(),
+            param_formats: vec![1],
+            params: vec![Some(bytes::Bytes::from_static(&[0, 0, 0, 7]))],
+            result_formats: vec![],
+        };
+        let mut with = bytes::BytesMut::new();
+        super::write_unnamed_run(&mut with, "SELECT $1", &[23], &bind, &[0], true);
+        let mut by_hand = bytes::BytesMut::new();
+        super::write_parse(&mut by_hand, "", "SELECT $1", &[23]);
+        super::write_bind(&mut by_hand, "", "", &[1], &bind.params, &[0]);
+        super::write_describe(&mut by_hand, b'P', "");
+        super::write_execute(&mut by_hand, "", 0);
+        assert_eq!(with, by_hand);
+        let tags: Vec<u8> = {
+            let mut b = with.clone();
+            let mut t = Vec::new();
+            while let Ok(Some(f)) = super::decode_frame(&mut b, 1 << 20) {
+                t.push(f.tag);
+            }
+            t
+        };
+        assert_eq!(tags, b"PBDE");
+        let mut without = bytes::BytesMut::new();
+        super::write_unnamed_run(&mut without, "SELECT 1", &[], &bind, &[], false);
+        assert!(!without.contains(&b'D'));
+    }
+
     use super::*;
 
     fn framed(tag: u8, body: &[u8]) -> BytesMut {

@@ -923,16 +923,7 @@ impl Session {
         }
         let empty = BindMsg::default_empty();
         let bind = params.bind.unwrap_or(&empty);
-        msg::write_parse(&mut conn.wbuf, "", sql, params.types);
-        msg::write_bind(
-            &mut conn.wbuf,
-            "",
-            "",
-            &bind.param_formats,
-            &bind.params,
-            &[],
-        );
-        msg::write_execute(&mut conn.wbuf, "", 0);
+        msg::write_unnamed_run(&mut conn.wbuf, sql, params.types, bind, &[], false);
         msg::write_sync(&mut conn.wbuf);
         conn.flush().await?;
         let mut row = Vec::new();
@@ -1083,20 +1074,15 @@ impl Session {
         for ((_, stmts), &idx) in by_node.iter().zip(idxs.iter()) {
             let h = &mut self.held[idx];
             for sql in stmts {
-                msg::write_parse(&mut h.conn.wbuf, "", sql, params.types);
-                msg::write_bind(
+                msg::write_unnamed_run(
                     &mut h.conn.wbuf,
-                    "",
-                    "",
-                    &bind.param_formats,
-                    &bind.params,
+                    sql,
+                    params.types,
+                    bind,
                     formats,
+                    first && describe,
                 );
-                if first && describe {
-                    msg::write_describe(&mut h.conn.wbuf, b'P', "");
-                    first = false;
-                }
-                msg::write_execute(&mut h.conn.wbuf, "", 0);
+                first = false;
             }
             msg::write_sync(&mut h.conn.wbuf);
             h.in_batch = false;
