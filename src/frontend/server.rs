@@ -459,21 +459,34 @@ async fn cancel(shared: &Shared, process_id: i32, secret_key: i32) {
 
 /// The stored SCRAM verifier of a role, read from the coordinator node.
 async fn verifier_of(shared: &Shared, user: &str) -> Option<ScramVerifier> {
+    let sql = format!(
+        "SELECT rolpassword FROM pg_catalog.pg_authid WHERE rolname = {} AND rolcanlogin AND (rolvaliduntil IS NULL OR rolvaliduntil > now())",
+        quote_literal(user)
+    );
+    // A pooled connection may be stale (the coordinator node restarted): the failed
+    // one is discarded, with its pool's other idle ones, and a fresh one asked again.
+    for _ in 0..2 {
+        if let Ok(found) = stored_password(shared, &sql).await {
+            return found.and_then(|s| ScramVerifier::parse(&s));
+        }
+    }
+    None
+}
+
+/// The role's stored password, or Err when the coordinator node did not answer.
+async fn stored_password(shared: &Shared, sql: &str) -> Result<Option<String>, ()> {
     let mut conn = shared
         .pools
         .node(&shared.coordinator)
         .acquire()
         .await
-        .ok()?;
-    let sql = format!(
-        "SELECT rolpassword FROM pg_catalog.pg_authid WHERE rolname = {} AND rolcanlogin AND (rolvaliduntil IS NULL OR rolvaliduntil > now())",
-        quote_literal(user)
-    );
-    msg::write_query(&mut conn.wbuf, &sql);
-    conn.flush().await.ok()?;
+        .map_err(|_| ())?;
+    msg::write_query(&mut conn.wbuf, sql);
+    conn.flush().await.map_err(|_| ())?;
     let mut found = None;
+    let mut failed = false;
     loop {
-        let f = conn.read().await.ok()?;
+        let f = conn.read().await.map_err(|_| ())?;
         match f.tag {
             b'D' => {
                 if let Ok(vals) = msg::decode_data_row(&f.body) {
@@ -484,11 +497,12 @@ async fn verifier_of(shared: &Shared, user: &str) -> Option<ScramVerifier> {
                         .map(|b| String::from_utf8_lossy(&b).into_owned());
                 }
             }
-            b'Z' => break,
+            b'E' => failed = true,
+            b'Z' if failed => return Err(()),
+            b'Z' => return Ok(found),
             _ => {}
         }
     }
-    found.and_then(|s| ScramVerifier::parse(&s))
 }
 
 async fn authenticate(
