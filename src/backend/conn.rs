@@ -254,6 +254,30 @@ impl BackendConn {
         self.drain_to_ready().await
     }
 
+    /// Runs a simple query and returns the first column of its rows as text (NULLs
+    /// skipped), or the first error once the connection is ready again.
+    pub async fn simple_column(&mut self, sql: &str) -> PgResult<Vec<String>> {
+        messages::write_query(&mut self.wbuf, sql);
+        self.flush().await?;
+        let mut values = Vec::new();
+        let mut first_err = None;
+        loop {
+            let f = self.read().await?;
+            match f.tag {
+                b'D' => {
+                    if let Some(Some(v)) = messages::decode_data_row(&f.body)?.into_iter().next() {
+                        values.push(String::from_utf8_lossy(&v).into_owned());
+                    }
+                }
+                b'E' if first_err.is_none() => {
+                    first_err = Some(PgError::from_server_fields(f.body))
+                }
+                b'Z' => return first_err.map_or(Ok(values), Err),
+                _ => {}
+            }
+        }
+    }
+
     /// Reads until ReadyForQuery, returning the first error seen.
     pub async fn drain_to_ready(&mut self) -> PgResult<()> {
         let mut first_err = None;

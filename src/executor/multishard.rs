@@ -272,21 +272,8 @@ impl Session {
             );
             let coord = self.shared.coordinator.clone();
             let mut conn = self.shared.pools.node(&coord).acquire().await?;
-            msg::write_query(&mut conn.wbuf, &sql);
-            conn.flush().await?;
-            let mut aggs = Vec::new();
-            loop {
-                let f = conn.read().await?;
-                match f.tag {
-                    b'D' => {
-                        if let Some(Some(v)) = msg::decode_data_row(&f.body)?.into_iter().next() {
-                            aggs.push(String::from_utf8_lossy(&v).into_owned());
-                        }
-                    }
-                    b'Z' => break,
-                    _ => {}
-                }
-            }
+            // An error is returned, never cached as "not an aggregate".
+            let aggs = conn.simple_column(&sql).await?;
             let mut cache = self.shared.aggregate_names.lock().unwrap();
             for n in unknown {
                 let is_agg = aggs.contains(&n);
@@ -380,26 +367,7 @@ impl Session {
             "SELECT a.attname FROM pg_catalog.pg_index i              CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)              JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum              WHERE i.indrelid = {}::regclass AND i.indisprimary ORDER BY k.ord",
             quote_literal(shell)
         );
-        msg::write_query(&mut conn.wbuf, &sql);
-        conn.flush().await?;
-        let mut key = Vec::new();
-        let mut err = None;
-        loop {
-            let f = conn.read().await?;
-            match f.tag {
-                b'D' => {
-                    if let Some(Some(v)) = msg::decode_data_row(&f.body)?.into_iter().next() {
-                        key.push(String::from_utf8_lossy(&v).into_owned());
-                    }
-                }
-                b'E' if err.is_none() => err = Some(PgError::from_server_fields(f.body)),
-                b'Z' => break,
-                _ => {}
-            }
-        }
-        if let Some(e) = err {
-            return Err(e);
-        }
+        let key = conn.simple_column(&sql).await?;
         if key.is_empty() || !key.iter().all(|k| cols.iter().any(|c| &c.name == k)) {
             return Ok(());
         }
@@ -731,28 +699,8 @@ impl Session {
         let idx = self.join(addr, write).await?;
         self.drain_all().await?;
         let h = &mut self.held[idx];
-        msg::write_query(&mut h.conn.wbuf, sql);
         h.in_batch = false;
-        h.conn.flush().await?;
-        let mut rows = Vec::new();
-        let mut err = None;
-        loop {
-            let f = self.held[idx].conn.read().await?;
-            match f.tag {
-                b'D' => {
-                    if let Some(Some(v)) = msg::decode_data_row(&f.body)?.into_iter().next() {
-                        rows.push(String::from_utf8_lossy(&v).into_owned());
-                    }
-                }
-                b'E' if err.is_none() => err = Some(PgError::from_server_fields(f.body)),
-                b'Z' => break,
-                _ => {}
-            }
-        }
-        match err {
-            Some(e) => Err(e),
-            None => Ok(rows),
-        }
+        h.conn.simple_column(sql).await
     }
 
     pub(super) async fn explain(
@@ -927,27 +875,9 @@ impl Session {
             "EXPLAIN (COSTS {}) {combine_sql}",
             if e.costs { "on" } else { "off" }
         );
-        msg::write_query(&mut conn.wbuf, &explain_sql);
-        conn.flush().await?;
-        let mut coordinator_lines = Vec::new();
-        let mut err = None;
-        loop {
-            let f = conn.read().await?;
-            match f.tag {
-                b'D' => {
-                    if let Some(Some(v)) = msg::decode_data_row(&f.body)?.into_iter().next() {
-                        coordinator_lines.push(String::from_utf8_lossy(&v).into_owned());
-                    }
-                }
-                b'E' if err.is_none() => err = Some(PgError::from_server_fields(f.body)),
-                b'Z' => break,
-                _ => {}
-            }
-        }
+        let coordinator_lines = conn.simple_column(&explain_sql).await;
         conn.simple("ROLLBACK").await.ok();
-        if let Some(e) = err {
-            return Err(e);
-        }
+        let coordinator_lines = coordinator_lines?;
         Ok(crate::planner::explain::splice_scan(
             &coordinator_lines,
             &scan,

@@ -474,35 +474,9 @@ async fn verifier_of(shared: &Shared, user: &str) -> Option<ScramVerifier> {
 }
 
 /// The role's stored password, or Err when the coordinator node did not answer.
-async fn stored_password(shared: &Shared, sql: &str) -> Result<Option<String>, ()> {
-    let mut conn = shared
-        .pools
-        .node(&shared.coordinator)
-        .acquire()
-        .await
-        .map_err(|_| ())?;
-    msg::write_query(&mut conn.wbuf, sql);
-    conn.flush().await.map_err(|_| ())?;
-    let mut found = None;
-    let mut failed = false;
-    loop {
-        let f = conn.read().await.map_err(|_| ())?;
-        match f.tag {
-            b'D' => {
-                if let Ok(vals) = msg::decode_data_row(&f.body) {
-                    found = vals
-                        .into_iter()
-                        .next()
-                        .flatten()
-                        .map(|b| String::from_utf8_lossy(&b).into_owned());
-                }
-            }
-            b'E' => failed = true,
-            b'Z' if failed => return Err(()),
-            b'Z' => return Ok(found),
-            _ => {}
-        }
-    }
+async fn stored_password(shared: &Shared, sql: &str) -> PgResult<Option<String>> {
+    let mut conn = shared.pools.node(&shared.coordinator).acquire().await?;
+    Ok(conn.simple_column(sql).await?.into_iter().next())
 }
 
 async fn authenticate(

@@ -157,27 +157,7 @@ impl Session {
              AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
             table.relid
         );
-        msg::write_query(&mut conn.wbuf, &sql);
-        conn.flush().await?;
-        let mut cols = Vec::new();
-        let mut err = None;
-        loop {
-            let f = conn.read().await?;
-            match f.tag {
-                b'D' => {
-                    if let Some(Some(v)) = msg::decode_data_row(&f.body)?.into_iter().next() {
-                        cols.push(String::from_utf8_lossy(&v).into_owned());
-                    }
-                }
-                b'E' => err = Some(PgError::from_server_fields(f.body)),
-                b'Z' => break,
-                _ => {}
-            }
-        }
-        match err {
-            Some(e) => Err(e),
-            None => Ok(cols),
-        }
+        conn.simple_column(&sql).await
     }
 
     /// Opens pgshard's own transaction block when the session has none.
