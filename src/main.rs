@@ -48,6 +48,10 @@ enum ClusterAction {
         /// Test settings (fsync off, smaller buffers).
         #[arg(long)]
         fast: bool,
+        /// `synchronous_commit = off` on every node: faster commits, but a node that
+        /// crashes may lose its last ones (as one PostgreSQL would).
+        #[arg(long)]
+        async_commit: bool,
     },
     /// Stop every part of the local cluster.
     Down {
@@ -93,6 +97,7 @@ fn main() -> anyhow::Result<()> {
                         port,
                         listen_host,
                         fast,
+                        async_commit,
                     } => {
                         let opts = pgshard::cluster::ClusterOptions {
                             dir,
@@ -101,6 +106,7 @@ fn main() -> anyhow::Result<()> {
                             listen_host,
                             pgshard_exe: std::env::current_exe()?,
                             fast,
+                            async_commit,
                         };
                         pgshard::cluster::cluster_up(&opts).await?;
                         Ok(())

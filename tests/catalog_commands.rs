@@ -44,8 +44,14 @@ fn mini() -> &'static Mini {
                 log_file: dir.join("logs").join("postgres.log"),
             };
             teardown_at_exit(Teardown::Node(n.clone()));
-            n.create(&password, Settings { fast: true })
-                .expect("initdb");
+            n.create(
+                &password,
+                Settings {
+                    fast: true,
+                    async_commit: false,
+                },
+            )
+            .expect("initdb");
             n.start().expect("start");
         }
         Mini {

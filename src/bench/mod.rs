@@ -535,8 +535,14 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         tokio::task::spawn_blocking(move || -> Result<()> {
             node::server_dir(n.log_file.parent().unwrap_or(Path::new(".")), 0o755)?;
             node::server_dir(&n.socket_dir, 0o755)?;
-            n.create(&pw, Settings { fast: false })
-                .context("initdb of the plain PostgreSQL")?;
+            n.create(
+                &pw,
+                Settings {
+                    fast: false,
+                    async_commit: true,
+                },
+            )
+            .context("initdb of the plain PostgreSQL")?;
             n.start()?;
             Ok(())
         })
@@ -548,6 +554,8 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         listen_host: "127.0.0.1".into(),
         pgshard_exe: std::env::current_exe()?,
         fast: false,
+        // The reference measurements' setting, on both sides.
+        async_commit: true,
     };
     let (plain_res, cluster_res) = {
         let _quiet = StdoutToStderr::new();

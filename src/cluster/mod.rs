@@ -38,6 +38,8 @@ pub struct ClusterOptions {
     pub pgshard_exe: PathBuf,
     /// Tests: fsync=off, full_page_writes=off, smaller shared_buffers.
     pub fast: bool,
+    /// `synchronous_commit = off` on every node (the reference benchmarks' setting).
+    pub async_commit: bool,
 }
 
 impl Default for ClusterOptions {
@@ -49,6 +51,7 @@ impl Default for ClusterOptions {
             listen_host: "127.0.0.1".into(),
             pgshard_exe: std::env::current_exe().unwrap_or_else(|_| "pgshard".into()),
             fast: false,
+            async_commit: false,
         }
     }
 }
@@ -319,7 +322,10 @@ fn up_local(opts: &ClusterOptions) -> Result<Cluster> {
     node::server_dir(&dir.join("logs"), 0o755)?;
     node::server_dir(&cluster.layout.socket_dir, 0o755)?;
 
-    let settings = Settings { fast: opts.fast };
+    let settings = Settings {
+        fast: opts.fast,
+        async_commit: opts.async_commit,
+    };
     // The first node initdb'd in this run has never run: the others copy it.
     let mut template: Option<Node> = None;
     for n in cluster.nodes().into_iter().filter(|n| !n.exists()) {

@@ -138,7 +138,12 @@ pub fn socket_dir_for(dir: &Path) -> PathBuf {
 /// Settings every node gets; `fast` trades durability for speed (tests).
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
+    /// Tests: fsync=off, full_page_writes=off, smaller shared_buffers.
     pub fast: bool,
+    /// `synchronous_commit = off`, the reference benchmarks' setting. Off by default:
+    /// a node with asynchronous commit may lose its last commits when it crashes (as one
+    /// PostgreSQL would), and pgshard promises no more than its nodes keep.
+    pub async_commit: bool,
 }
 
 /// One PostgreSQL server: where its files are and where it listens.
@@ -250,7 +255,6 @@ impl Node {
              max_prepared_transactions = 400\n\
              shared_buffers = {buffers}\n\
              password_encryption = 'scram-sha-256'\n\
-             synchronous_commit = off\n\
              # bulk loads (pgbench -i) without a checkpoint every few seconds\n\
              max_wal_size = 2GB\n",
             name = self.name,
@@ -259,6 +263,12 @@ impl Node {
             sockets = q(&self.socket_dir.to_string_lossy()),
             buffers = if settings.fast { "256MB" } else { "512MB" },
         );
+        if settings.async_commit {
+            conf.push_str(
+                "# the reference benchmarks' setting: recent commits may be lost in a crash\n\
+                 synchronous_commit = off\n",
+            );
+        }
         if settings.fast {
             conf.push_str("# test cluster: durability off\nfsync = off\nfull_page_writes = off\n");
         }

@@ -113,8 +113,14 @@ pub fn plain_postgres() -> &'static PlainPg {
         };
         teardown_at_exit(Teardown::Node(node.clone()));
         let password = node::random_password();
-        node.create(&password, Settings { fast: true })
-            .expect("initdb of the plain PostgreSQL");
+        node.create(
+            &password,
+            Settings {
+                fast: true,
+                async_commit: false,
+            },
+        )
+        .expect("initdb of the plain PostgreSQL");
         node.start().expect("start of the plain PostgreSQL");
         PlainPg {
             host: "127.0.0.1".into(),
