@@ -117,7 +117,7 @@ fn cluster_up_restart_and_down() {
     let want: Vec<String> = info
         .worker_ports
         .iter()
-        .map(|p| format!("127.0.0.1|{p}"))
+        .map(|p| format!("{}|{p}", info.node_host))
         .collect();
     assert_eq!(nodes, want.join("\n"));
 

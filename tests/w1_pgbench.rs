@@ -122,7 +122,7 @@ async fn data_sits_in_32_shards_on_the_two_workers() {
     let expected: Vec<String> = c
         .worker_ports
         .iter()
-        .map(|p| format!("127.0.0.1|{p}"))
+        .map(|p| format!("{}|{p}", c.node_host))
         .collect();
     assert_eq!(out.lines().collect::<Vec<_>>(), expected, "pg_dist_node");
     assert_eq!(c.worker_ports.len(), 2);

@@ -67,6 +67,9 @@ pub struct ClusterInfo {
     pub database: String,
     pub coordinator_port: u16,
     pub worker_ports: Vec<u16>,
+    /// The host pgshard reaches the nodes by (`pg_dist_node.nodename`): a socket
+    /// directory for a loopback-only cluster, else the TCP host.
+    pub node_host: String,
     pub env_file: PathBuf,
 }
 
@@ -158,6 +161,17 @@ impl Cluster {
         }
     }
 
+    /// How pgshard reaches the nodes (worker registrations and the coordinator node in
+    /// pgshard.toml): their Unix-socket directory when the cluster listens on loopback
+    /// only (nothing outside this host can use the nodes then, and a local socket costs
+    /// pgshard less per message than loopback TCP); otherwise the TCP host.
+    fn node_host(&self) -> String {
+        match self.layout.listen_host.as_str() {
+            "localhost" | "127.0.0.1" | "::1" => self.layout.socket_dir.to_string_lossy().into(),
+            _ => self.connect_host(),
+        }
+    }
+
     fn node(&self, name: &str, subdir: &str, port: u16) -> Node {
         Node {
             name: name.into(),
@@ -212,6 +226,7 @@ impl Cluster {
             database: DATABASE.into(),
             coordinator_port: self.layout.coordinator_port,
             worker_ports: self.layout.worker_ports.clone(),
+            node_host: self.node_host(),
             env_file: self.env_file(),
         }
     }
@@ -387,7 +402,7 @@ fn write_serve_config(cluster: &Cluster) -> Result<()> {
         "database": DATABASE,
         "user": USER,
         "password": cluster.layout.password,
-        "coordinator": { "host": cluster.connect_host(), "port": cluster.layout.coordinator_port },
+        "coordinator": { "host": cluster.node_host(), "port": cluster.layout.coordinator_port },
     });
     let config: crate::config::Config =
         serde_json::from_value(value).context("building pgshard.toml")?;
@@ -464,6 +479,7 @@ fn write_env_file(cluster: &Cluster) -> Result<()> {
 /// Registers, through pgshard, every worker its catalog does not list yet.
 async fn register_workers(cluster: &Cluster) -> Result<()> {
     let host = cluster.connect_host();
+    let node_host = cluster.node_host();
     let log = cluster.pgshard_log();
     let work = async {
         let (client, conn) = tokio_postgres::Config::new()
@@ -490,19 +506,26 @@ async fn register_workers(cluster: &Cluster) -> Result<()> {
             }
         }
         for w in cluster.workers() {
-            if listed.iter().any(|(h, p)| *h == host && *p == w.port) {
+            // Clusters made before node_host() registered their workers by TCP host.
+            if listed
+                .iter()
+                .any(|(h, p)| (*h == host || *h == node_host) && *p == w.port)
+            {
                 continue;
             }
             let sql = format!(
-                "SELECT citus_add_node('{}', {})",
-                host.replace('\'', "''"),
+                "SELECT citus_add_node({}, {})",
+                crate::sql::quote::quote_literal(&node_host),
                 w.port
             );
             client
                 .simple_query(&sql)
                 .await
                 .with_context(|| format!("{sql} failed"))?;
-            println!("registered {} ({host}:{}) with pgshard", w.name, w.port);
+            println!(
+                "registered {} ({node_host}:{}) with pgshard",
+                w.name, w.port
+            );
         }
         anyhow::Ok(())
     };
