@@ -797,3 +797,59 @@ async fn invalid_distribution_value_gives_22p02() {
         );
     }
 }
+
+/// `PGOPTIONS` (the startup packet's `options`): settings apply to the session, as on
+/// PostgreSQL, `citus.*` ones included; a bad switch or value fails the connection with
+/// PostgreSQL's SQLSTATE, and the server goes on.
+#[tokio::test]
+async fn startup_options_set_the_session_or_fail_the_connection() {
+    let cl = cluster();
+    let run = |options: &str, sql: &str| {
+        let mut env = cl.pg_env();
+        env.push(("PGOPTIONS".into(), options.into()));
+        std::process::Command::new("psql")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .args(["-X", "-tA", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .output()
+            .expect("psql")
+    };
+    let ok = run(
+        r"-c citus.multi_shard_commit_protocol=1pc -c search_path=pg_temp,public --statement-timeout=4s -c application_name=with\ space",
+        "show citus.multi_shard_commit_protocol; show search_path; show statement_timeout; show application_name",
+    );
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let lines: Vec<String> = String::from_utf8_lossy(&ok.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    // As PostgreSQL shows a list given in options: as written.
+    assert_eq!(lines, ["1pc", "pg_temp,public", "4s", "with space"]);
+
+    for (options, code_text) in [
+        ("-d 3", "invalid command-line argument"),
+        (
+            "-c citus.multi_shard_commit_protocol=3pc",
+            "invalid value for parameter",
+        ),
+        (
+            "-c no_such_setting=1",
+            "unrecognized configuration parameter",
+        ),
+        ("-c work_mem=lots", "invalid value for parameter"),
+    ] {
+        let out = run(options, "select 1");
+        assert!(!out.status.success(), "{options}: connected");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("FATAL") && err.contains(code_text),
+            "{options}: {err}"
+        );
+    }
+    server_still_up().await;
+}

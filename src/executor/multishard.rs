@@ -286,15 +286,11 @@ impl Session {
 
     /// A pooled connection to `addr` carrying this session's settings (outside the
     /// session's own transaction: pgshard's private work there).
-    async fn private_conn(&self, addr: &NodeAddr) -> PgResult<PooledConn> {
+    pub(crate) async fn private_conn(&self, addr: &NodeAddr) -> PgResult<PooledConn> {
         let mut conn = self.shared.pools.node(addr).acquire().await?;
         if conn.settings_fingerprint != self.settings_fp {
-            let mut s = String::from("RESET ALL;");
-            for x in &self.settings {
-                s.push_str(x);
-                s.push(';');
-            }
-            conn.simple(&s).await?;
+            conn.simple(&super::settings_replay_sql(&self.settings))
+                .await?;
             conn.settings_fingerprint = self.settings_fp;
         }
         Ok(conn)

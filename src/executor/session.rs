@@ -142,6 +142,16 @@ pub struct Session {
     implicit_block: bool,
 }
 
+/// What brings a pooled connection to the session's settings: reset, then replay them.
+fn settings_replay_sql(settings: &[String]) -> String {
+    let mut sql = String::from("RESET ALL;");
+    for x in settings {
+        sql.push_str(x);
+        sql.push(';');
+    }
+    sql
+}
+
 fn fingerprint(settings: &[String]) -> u64 {
     if settings.is_empty() {
         return 0;
@@ -354,11 +364,7 @@ impl Session {
             h.in_batch = true;
             h.errored = false;
             if h.conn.settings_fingerprint != fp {
-                let mut sql = String::from("RESET ALL;");
-                for s in &self.settings {
-                    sql.push_str(s);
-                    sql.push(';');
-                }
+                let sql = settings_replay_sql(&self.settings);
                 msg::write_query(&mut h.conn.wbuf, &sql);
                 h.conn.settings_fingerprint = fp;
                 h.dirty = true;
@@ -625,16 +631,7 @@ impl Session {
     ) -> PgResult<StatementMeta> {
         let id = self.shared.statements.id(sql, types);
         let coord = self.shared.coordinator.clone();
-        let mut conn = self.shared.pools.node(&coord).acquire().await?;
-        if conn.settings_fingerprint != self.settings_fp {
-            let mut s = String::from("RESET ALL;");
-            for x in &self.settings {
-                s.push_str(x);
-                s.push(';');
-            }
-            conn.simple(&s).await?;
-            conn.settings_fingerprint = self.settings_fp;
-        }
+        let mut conn = self.private_conn(&coord).await?;
         let name = backend_name(id);
         let prepared_here = conn.prepared.contains(&id);
         if !prepared_here {
@@ -1273,6 +1270,33 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// The settings of the startup packet's `options` (`PGOPTIONS`): `citus.*` ones are
+    /// the session's own; the others join the settings replayed on every node connection,
+    /// after one check on the coordinator node so that a bad name or value fails the
+    /// connection, as PostgreSQL would. `set_config` takes the value as `options` gives
+    /// it (a list such as `search_path=a,b` stays a list).
+    pub async fn apply_startup_options(&mut self, options: &[(String, String)]) -> PgResult<()> {
+        let mut added = false;
+        for (name, value) in options {
+            if name.starts_with("citus.") {
+                self.set_citus(name, Some(value))?;
+            } else {
+                self.settings.push(format!(
+                    "SELECT pg_catalog.set_config({}, {}, false)",
+                    quote_literal(name),
+                    quote_literal(value)
+                ));
+                added = true;
+            }
+        }
+        if added {
+            self.settings_fp = fingerprint(&self.settings);
+            let coord = self.shared.coordinator.clone();
+            self.private_conn(&coord).await?;
+        }
+        Ok(())
     }
 
     /// SET statements are replayed on every connection the session uses later.

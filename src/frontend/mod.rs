@@ -3,3 +3,4 @@
 pub mod auth;
 pub mod messages;
 pub mod server;
+pub mod startup_options;

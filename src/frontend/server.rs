@@ -5,6 +5,7 @@
 
 use super::auth::{self, ScramServer, ScramVerifier};
 use super::messages::{self as msg, StartupPacket, MAX_MESSAGE_LEN};
+use super::startup_options;
 use crate::catalog::cache::CatalogCache;
 use crate::config::{AuthMethod, Config};
 use crate::error::{sqlstate, PgError, PgResult};
@@ -309,6 +310,7 @@ async fn fatal(wr: &mut tokio::net::tcp::OwnedWriteHalf, e: PgError) -> PgResult
         &mut out,
         &PgError {
             severity: "FATAL",
+            raw: None,
             ..e.clone()
         },
     );
@@ -406,7 +408,6 @@ async fn handle_client(shared: Arc<Shared>, stream: TcpStream) -> PgResult<()> {
     };
     msg::write_backend_key_data(&mut out, pid, key);
     msg::write_ready_for_query(&mut out, b'I');
-    send(&mut wr, &mut out).await?;
     let running = shared
         .cancel_keys
         .lock()
@@ -415,6 +416,29 @@ async fn handle_client(shared: Arc<Shared>, stream: TcpStream) -> PgResult<()> {
         .cloned()
         .unwrap();
     let mut session = Session::new(shared.clone(), wr, reader, &params, running);
+    // PostgreSQL applies `options` after authentication and fails the connection on a
+    // bad one, before ReadyForQuery.
+    let options = get("options").unwrap_or_default();
+    let applied = match startup_options::settings(&options) {
+        Ok(settings) => session.apply_startup_options(&settings).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = applied {
+        shared.cancel_keys.lock().unwrap().remove(&(pid, key));
+        msg::write_error(
+            &mut session.out,
+            &PgError {
+                severity: "FATAL",
+                raw: None,
+                ..e.clone()
+            },
+        );
+        let _ = session.flush_client().await;
+        session.close();
+        return Err(e);
+    }
+    session.out.extend_from_slice(&out);
+    session.flush_client().await?;
     let result = client_loop(&mut session).await;
     session.close();
     shared.cancel_keys.lock().unwrap().remove(&(pid, key));

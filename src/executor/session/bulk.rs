@@ -891,16 +891,7 @@ impl Session {
         params: &BoundParams<'_>,
     ) -> PgResult<Vec<Option<String>>> {
         let coord = self.shared.coordinator.clone();
-        let mut conn = self.shared.pools.node(&coord).acquire().await?;
-        if conn.settings_fingerprint != self.settings_fp {
-            let mut s = String::from("RESET ALL;");
-            for x in &self.settings {
-                s.push_str(x);
-                s.push(';');
-            }
-            conn.simple(&s).await?;
-            conn.settings_fingerprint = self.settings_fp;
-        }
+        let mut conn = self.private_conn(&coord).await?;
         let empty = BindMsg::default_empty();
         let bind = params.bind.unwrap_or(&empty);
         msg::write_unnamed_run(&mut conn.wbuf, sql, params.types, bind, &[], false);
