@@ -255,7 +255,7 @@ mod tests {
             t.for_node(&[5]).unwrap(),
             "select count(*) from \"public\".\"test_5\" AS \"test\""
         );
-        let t = template("select x.c1 from test x(c1)", 16, 20, false);
+        let t = template("select x.c1 from test x(c1)", 17, 21, false);
         assert_eq!(
             t.for_node(&[1, 2]).unwrap(),
             "select x.c1 from (SELECT * FROM \"public\".\"test_1\" UNION ALL \
