@@ -7,6 +7,7 @@ use super::*;
 use crate::planner::aggregate::{CombinePlan, CombineStage, PARTIALS_TABLE};
 use crate::planner::explain::ExplainPlan;
 use crate::planner::multishard::ModifyPlan;
+use crate::planner::template::node_relation;
 use crate::sql::quote::quote_qualified;
 
 /// Types created by initdb: their binary form is the same on every node (user-defined
@@ -34,6 +35,23 @@ fn shards_by_node<'a>(
         }
     }
     Ok(by_node)
+}
+
+/// The statements one node runs for a multi-shard read: one over all its shards
+/// (`node_sql`) when the plan allows node tasks, else one per shard (`shard_sql`).
+fn plan_tasks(
+    plan: &MultiShardPlan,
+    shards: &[&ShardInterval],
+    node_sql: impl Fn(&[ShardId]) -> Option<String>,
+    shard_sql: impl Fn(ShardId) -> String,
+) -> Vec<String> {
+    if plan.node_tasks {
+        let ids: Vec<ShardId> = shards.iter().map(|s| s.shard_id).collect();
+        if let Some(sql) = node_sql(&ids) {
+            return vec![sql];
+        }
+    }
+    shards.iter().map(|s| shard_sql(s.shard_id)).collect()
 }
 
 impl Session {
@@ -88,10 +106,15 @@ impl Session {
             let idx = self.join(addr, false).await?;
             self.drain_all().await?;
             let h = &mut self.held[idx];
-            for s in shards {
+            for sql in plan_tasks(
+                plan,
+                shards,
+                |ids| plan.template.for_node(ids),
+                |s| plan.template.for_shard(s),
+            ) {
                 msg::write_unnamed_run(
                     &mut h.conn.wbuf,
-                    &plan.template.for_shard(s.shard_id),
+                    &sql,
                     params.types,
                     bind,
                     &shard_formats,
@@ -476,11 +499,16 @@ impl Session {
             let idx = self.join(addr, false).await?;
             self.drain_all().await?;
             let h = &mut self.held[idx];
-            for s in shards {
-                let name = quote_qualified(&plan.table.schema, &plan.table.shard_name(s.shard_id));
+            let table = &plan.table;
+            for sql in plan_tasks(
+                plan,
+                shards,
+                |ids| Some(stage.worker_sql(&node_relation(&table.schema, &table.name, ids))),
+                |s| stage.worker_sql(&quote_qualified(&table.schema, &table.shard_name(s))),
+            ) {
                 msg::write_unnamed_run(
                     &mut h.conn.wbuf,
-                    &stage.worker_sql(&name),
+                    &sql,
                     params.types,
                     bind,
                     &row_format,
@@ -824,21 +852,37 @@ impl Session {
             (Some(c), _) if user_aggregate => Some(&c.raw),
             _ => None,
         };
-        let tasks: Vec<(ShardId, String)> = m
-            .table
-            .shards
-            .iter()
-            .map(|s| {
-                let sql = match stage {
-                    Some(st) => st.worker_sql(&quote_qualified(
-                        &m.table.schema,
-                        &m.table.shard_name(s.shard_id),
-                    )),
-                    None => m.template.for_shard(s.shard_id),
-                };
-                (s.shard_id, sql)
-            })
-            .collect();
+        // The same tasks as the execution runs: per node or per shard.
+        let table = &m.table;
+        let mut tasks: Vec<(ShardId, String)> = Vec::new();
+        for (_, shards) in shards_by_node(catalog, table)? {
+            let sqls = plan_tasks(
+                m,
+                &shards,
+                |ids| match stage {
+                    Some(st) => {
+                        Some(st.worker_sql(&node_relation(&table.schema, &table.name, ids)))
+                    }
+                    None => m.template.for_node(ids),
+                },
+                |id| match stage {
+                    Some(st) => {
+                        st.worker_sql(&quote_qualified(&table.schema, &table.shard_name(id)))
+                    }
+                    None => m.template.for_shard(id),
+                },
+            );
+            let ids: Vec<ShardId> = shards.iter().map(|s| s.shard_id).collect();
+            if sqls.len() == ids.len() {
+                tasks.extend(ids.into_iter().zip(sqls));
+            } else {
+                tasks.extend(sqls.into_iter().map(|sql| (ids[0], sql)));
+            }
+        }
+        // Citus shows the tasks in shard order.
+        if !m.node_tasks {
+            tasks.sort_by_key(|(id, _)| *id);
+        }
         let scan = self
             .explain_tasks(e, &m.table, &tasks, catalog, all_tasks, 100000)
             .await?;

@@ -57,6 +57,10 @@ pub struct MultiShardPlan {
     /// The combine plan (shape Combine), or the exact fallback of the other shapes
     /// when a function turns out to be a user-defined aggregate.
     pub combine: Option<Arc<CombinePlan>>,
+    /// One task per node, over the UNION ALL of its shards (`template::node_relation`),
+    /// instead of one task per shard: true when the statement reads nothing a
+    /// subquery in place of the table would change (`node_tasks_allowed`).
+    pub node_tasks: bool,
 }
 
 /// UPDATE or DELETE without a fixed distribution value: the statement runs on every
@@ -110,7 +114,15 @@ pub fn plan_select_joined(
         && s.sort_clause.is_empty()
         && s.window_clause.is_empty();
     if simple {
-        if let Some(p) = plan_streamed(s, text, joined.edits, Some(joined.targets), &table, None)? {
+        if let Some(p) = plan_streamed(
+            s,
+            text,
+            joined.edits,
+            Some(joined.targets),
+            &table,
+            None,
+            false,
+        )? {
             return Ok(p);
         }
     }
@@ -148,8 +160,17 @@ pub fn plan_select(
         && s.having_clause.is_none()
         && s.sort_clause.is_empty()
         && s.window_clause.is_empty();
+    let node_tasks = node_tasks_allowed(s);
     if simple {
-        if let Some(p) = plan_streamed(s, text, vec![rel_edit], None, &table, combine.clone())? {
+        if let Some(p) = plan_streamed(
+            s,
+            text,
+            vec![rel_edit],
+            None,
+            &table,
+            combine.clone(),
+            node_tasks,
+        )? {
             return Ok(p);
         }
     }
@@ -161,6 +182,7 @@ pub fn plan_select(
         offset: 0,
         functions: combine_functions(s),
         combine,
+        node_tasks,
     })))
 }
 
@@ -190,6 +212,7 @@ fn plan_streamed(
     targets: Option<Vec<RelTarget>>,
     table: &Arc<DistTable>,
     combine: Option<Arc<CombinePlan>>,
+    node_tasks: bool,
 ) -> PgResult<Option<Plan>> {
     let mut functions = Vec::new();
     let mut aggs = Vec::new();
@@ -267,7 +290,72 @@ fn plan_streamed(
         offset,
         functions,
         combine,
+        node_tasks,
     }))))
+}
+
+/// System columns: they differ per shard and a UNION ALL subquery has none.
+const SYSTEM_COLUMNS: &[&str] = &["ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"];
+
+/// Whether a single-table read may run as one task per node over the UNION ALL of
+/// the node's shards instead of one task per shard. The subquery has the table's
+/// columns under the same alias, so the answer is the same, except for what names
+/// the relation itself: system columns (`ctid`, `tableoid`, ...), `ONLY` (no
+/// subquery after it), `TABLESAMPLE`, and whole-row references (`t`, `f(t.*)`),
+/// whose type would become `record`. Those keep one task per shard.
+pub fn node_tasks_allowed(s: &protobuf::SelectStmt) -> bool {
+    let Some(N::RangeVar(rv)) = s.from_clause.first().and_then(|f| f.node.as_ref()) else {
+        return false;
+    };
+    if s.from_clause.len() != 1 || !rv.inh {
+        return false;
+    }
+    let rel_name = rv
+        .alias
+        .as_ref()
+        .map_or(rv.relname.as_str(), |a| a.aliasname.as_str());
+    // `t.*` directly as an output column only expands to the columns.
+    let top_stars = s
+        .target_list
+        .iter()
+        .filter(|t| {
+            matches!(t.node.as_ref(), Some(N::ResTarget(rt)) if rt.val.as_deref().is_some_and(|v| {
+                matches!(v.node.as_ref(), Some(N::ColumnRef(c)) if c.fields.len() > 1
+                    && matches!(c.fields.last().and_then(|f| f.node.as_ref()), Some(N::AStar(_))))
+            }))
+        })
+        .count();
+    let mut stars = 0;
+    let root = N::SelectStmt(Box::new(s.clone()));
+    for (n, _, _, _) in root.nodes() {
+        match n {
+            pg_query::NodeRef::RangeTableSample(_) => return false,
+            pg_query::NodeRef::ColumnRef(c) => {
+                let names: Vec<&str> = c
+                    .fields
+                    .iter()
+                    .filter_map(|f| match f.node.as_ref() {
+                        Some(N::String(s)) => Some(s.sval.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                let star = matches!(
+                    c.fields.last().and_then(|f| f.node.as_ref()),
+                    Some(N::AStar(_))
+                );
+                if star && c.fields.len() > 1 {
+                    stars += 1;
+                }
+                match names.last() {
+                    Some(last) if !star && SYSTEM_COLUMNS.contains(last) => return false,
+                    Some(only) if !star && names.len() == 1 && *only == rel_name => return false,
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    stars == top_stars
 }
 
 fn agg_name(k: AggKind) -> &'static str {

@@ -160,6 +160,23 @@ impl ShardSqlTemplate {
                 quote_qualified(&r.schema, &crate::catalog::shard_table_name(&r.table, id))
             })
             .collect();
+        self.render(&names)
+    }
+
+    /// The statement text for one node's task over several shards of a single-table
+    /// statement: the table reference becomes the UNION ALL of those shards (see
+    /// `node_relation`). None for a join (its relations pair shard by shard).
+    pub fn for_node(&self, shard_ids: &[ShardId]) -> Option<String> {
+        match (self.rels.as_slice(), shard_ids) {
+            ([_], [one]) => Some(self.for_shard(*one)),
+            ([r], ids) if !ids.is_empty() && r.map == ShardMap::Same => {
+                Some(self.render(&[node_relation(&r.schema, &r.table, ids)]))
+            }
+            _ => None,
+        }
+    }
+
+    fn render(&self, names: &[String]) -> String {
         let mut out = String::with_capacity(
             self.pieces
                 .iter()
@@ -176,5 +193,91 @@ impl ShardSqlTemplate {
             }
         }
         out
+    }
+}
+
+/// What stands for a table in one node's task: its one shard's name, or the
+/// `UNION ALL` of its shards on that node as a subquery. PostgreSQL flattens that
+/// subquery into an append of the shards, so the node plans the statement once (a
+/// Parallel Append with one set of parallel workers) instead of once per shard,
+/// each starting its own workers.
+pub fn node_relation(schema: &str, table: &str, shard_ids: &[ShardId]) -> String {
+    let name = |id: ShardId| quote_qualified(schema, &crate::catalog::shard_table_name(table, id));
+    if let [one] = shard_ids {
+        return name(*one);
+    }
+    let parts: Vec<String> = shard_ids
+        .iter()
+        .map(|id| format!("SELECT * FROM {}", name(*id)))
+        .collect();
+    format!("({})", parts.join(" UNION ALL "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template(text: &str, start: usize, end: usize, add_alias: bool) -> ShardSqlTemplate {
+        let rel = RelTarget {
+            schema: "public".into(),
+            table: "test".into(),
+            map: ShardMap::Same,
+        };
+        let edit = Edit {
+            start,
+            end,
+            with: EditWith::Relation { add_alias, rel: 0 },
+        };
+        ShardSqlTemplate::with_relations(text, vec![rel], vec![edit])
+    }
+
+    #[test]
+    fn node_relation_is_the_shard_or_a_union_of_shards() {
+        assert_eq!(
+            node_relation("public", "test", &[7]),
+            "\"public\".\"test_7\""
+        );
+        assert_eq!(
+            node_relation("s", "t", &[1, 3]),
+            "(SELECT * FROM \"s\".\"t_1\" UNION ALL SELECT * FROM \"s\".\"t_3\")"
+        );
+    }
+
+    #[test]
+    fn node_task_keeps_the_alias() {
+        let t = template("select count(*) from test", 21, 25, true);
+        assert_eq!(
+            t.for_node(&[1, 2]).unwrap(),
+            "select count(*) from (SELECT * FROM \"public\".\"test_1\" UNION ALL \
+             SELECT * FROM \"public\".\"test_2\") AS \"test\""
+        );
+        assert_eq!(
+            t.for_node(&[5]).unwrap(),
+            "select count(*) from \"public\".\"test_5\" AS \"test\""
+        );
+        let t = template("select x.c1 from test x(c1)", 17, 21, false);
+        assert_eq!(
+            t.for_node(&[1, 2]).unwrap(),
+            "select x.c1 from (SELECT * FROM \"public\".\"test_1\" UNION ALL \
+             SELECT * FROM \"public\".\"test_2\") x(c1)"
+        );
+    }
+
+    #[test]
+    fn joins_have_no_node_task() {
+        let rels = vec![
+            RelTarget {
+                schema: "public".into(),
+                table: "a".into(),
+                map: ShardMap::Same,
+            },
+            RelTarget {
+                schema: "public".into(),
+                table: "r".into(),
+                map: ShardMap::Fixed(9),
+            },
+        ];
+        let t = ShardSqlTemplate::with_relations("select 1", rels, vec![]);
+        assert!(t.for_node(&[1, 2]).is_none());
     }
 }

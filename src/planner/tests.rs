@@ -444,3 +444,32 @@ fn integer_constant_expressions_route_where_postgresql_would_find_the_row() {
         assert!(matches!(plan_of(sql), Plan::MultiShard(_)), "{sql}");
     }
 }
+
+#[test]
+fn node_tasks_only_where_a_union_subquery_reads_the_same() {
+    let node_tasks = |sql: &str| match plan_of(sql) {
+        Plan::MultiShard(m) => m.node_tasks,
+        other => panic!("{sql}: {other:?}"),
+    };
+    for sql in [
+        "select count(*) from t",
+        "select v, count(*) from t group by v order by count(*) desc limit 10",
+        "select * from t where k > 3 limit 5",
+        "select x.* from t x(a, b) where a = 1",
+        "select t.k, sum(k) from t group by t.k",
+        "select count(*) from public.t",
+    ] {
+        assert!(node_tasks(sql), "{sql}");
+    }
+    for sql in [
+        "select ctid, k from t",
+        "select count(*) from t where xmin::text <> '0'",
+        "select tableoid, count(*) from t group by 1",
+        "select count(*) from only t",
+        "select t from t",
+        "select row_to_json(t.*) from t",
+        "select x from t x where k > 1",
+    ] {
+        assert!(!node_tasks(sql), "{sql}");
+    }
+}
