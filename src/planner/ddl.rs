@@ -10,6 +10,7 @@
 use crate::catalog::{shard_table_name, Catalog, DistTable, PartitionMethod, ShardId};
 use crate::commands::distribute::shard_object_name;
 use crate::error::{PgError, PgResult};
+use crate::sql::parse::string_items;
 use pg_query::protobuf::node::Node as N;
 use pg_query::protobuf::{self, AlterTableType as At, ConstrType, ObjectType};
 use std::sync::Arc;
@@ -138,16 +139,6 @@ fn base(table: &Arc<DistTable>, node: &N, text: &str, tag: &str) -> DdlPlan {
         unnamed: Vec::new(),
         tag: tag.to_string(),
     }
-}
-
-fn string_items(nodes: &[protobuf::Node]) -> Vec<&str> {
-    nodes
-        .iter()
-        .filter_map(|n| match n.node.as_ref() {
-            Some(N::String(s)) => Some(s.sval.as_str()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// A unique index or constraint must contain the distribution column, or uniqueness

@@ -239,14 +239,7 @@ pub fn is_column(
     let Some(N::ColumnRef(cr)) = expr.node.as_ref() else {
         return false;
     };
-    let names: Vec<&str> = cr
-        .fields
-        .iter()
-        .filter_map(|f| match f.node.as_ref() {
-            Some(N::String(s)) => Some(s.sval.as_str()),
-            _ => None,
-        })
-        .collect();
+    let names = crate::sql::parse::string_items(&cr.fields);
     if names.len() != cr.fields.len() {
         return false;
     }

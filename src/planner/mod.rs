@@ -349,14 +349,7 @@ fn plan_drop_tables(d: &protobuf::DropStmt, catalog: &Catalog) -> Plan {
         let Some(N::List(l)) = o.node.as_ref() else {
             continue;
         };
-        let parts: Vec<&str> = l
-            .items
-            .iter()
-            .filter_map(|i| match i.node.as_ref() {
-                Some(N::String(s)) => Some(s.sval.as_str()),
-                _ => None,
-            })
-            .collect();
+        let parts = crate::sql::parse::string_items(&l.items);
         let found = match parts.as_slice() {
             [name] => catalog.resolve(None, name),
             [schema, name] => catalog.resolve(Some(schema), name),

@@ -331,14 +331,7 @@ pub fn node_tasks_allowed(s: &protobuf::SelectStmt) -> bool {
         match n {
             pg_query::NodeRef::RangeTableSample(_) => return false,
             pg_query::NodeRef::ColumnRef(c) => {
-                let names: Vec<&str> = c
-                    .fields
-                    .iter()
-                    .filter_map(|f| match f.node.as_ref() {
-                        Some(N::String(s)) => Some(s.sval.as_str()),
-                        _ => None,
-                    })
-                    .collect();
+                let names = crate::sql::parse::string_items(&c.fields);
                 let star = matches!(
                     c.fields.last().and_then(|f| f.node.as_ref()),
                     Some(N::AStar(_))

@@ -25,6 +25,18 @@ pub struct RelRef {
 }
 
 /// Splits and parses a query string. A syntax error carries PostgreSQL's message.
+/// The String nodes of a name list (a ColumnRef's fields, a qualified name), in order;
+/// other nodes (`*`) are skipped.
+pub fn string_items(nodes: &[protobuf::Node]) -> Vec<&str> {
+    nodes
+        .iter()
+        .filter_map(|n| match n.node.as_ref() {
+            Some(N::String(s)) => Some(s.sval.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
 pub fn parse(sql: &str) -> PgResult<Vec<Statement>> {
     let result = pg_query::parse(sql, 0).map_err(|e| syntax_error(&e))?;
     let mut out = Vec::with_capacity(result.protobuf.stmts.len());
