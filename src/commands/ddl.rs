@@ -71,7 +71,8 @@ fn work_per_node(
     Ok(per_node)
 }
 
-async fn run_on_node(
+/// Runs one node's shard statements in order; an error names the shard, node and statement.
+pub(super) async fn run_on_node(
     client: &Client,
     host: &str,
     port: u16,

@@ -309,7 +309,7 @@ pub async fn propagate_to_shards(
     if !in_transaction {
         let results = join_all(per_node.iter().map(|((_, host, port), stmts)| async move {
             let client = control::connect(cfg, host, *port).await?;
-            run_statements(&client, host, *port, stmts).await
+            super::ddl::run_on_node(&client, host, *port, stmts).await
         }))
         .await;
         return results.into_iter().collect();
@@ -317,7 +317,7 @@ pub async fn propagate_to_shards(
     let mut participants = open_participants(cfg, per_node.keys().cloned()).await?;
     let results = join_all(participants.iter().map(|p| {
         let stmts = &per_node[&(p.group_id, p.host.clone(), p.port)];
-        run_statements(&p.client, &p.host, p.port, stmts)
+        super::ddl::run_on_node(&p.client, &p.host, p.port, stmts)
     }))
     .await;
     if let Some(e) = results.into_iter().find_map(Result::err) {
@@ -330,26 +330,6 @@ pub async fn propagate_to_shards(
         .await
         .map_err(db_err("cannot begin on the coordinator node"))?;
     twopc::commit_distributed(&coord, &mut participants, "prop", || async { Ok(()) }).await
-}
-
-async fn run_statements(
-    client: &Client,
-    host: &str,
-    port: u16,
-    stmts: &[(i64, String)],
-) -> Result<(), PgError> {
-    for (shard_id, sql) in stmts {
-        client.batch_execute(sql).await.map_err(|e| {
-            PgError::from_client_error(
-                &format!(
-                    "shard {shard_id} on node {host}:{port}, statement \"{}\"",
-                    abbreviate(sql)
-                ),
-                &e,
-            )
-        })?;
-    }
-    Ok(())
 }
 
 /// `get_shard_id_for_distribution_column(table, value)`: the value is cast to the
