@@ -27,7 +27,7 @@ use crate::planner::{
 };
 use crate::sql::parse::{self, Statement};
 use crate::sql::quote::{quote_ident, quote_literal};
-use crate::transaction::{deadlock, recovery, InFlight};
+use crate::transaction::{deadlock, decision, recovery, InFlight};
 use bytes::{Bytes, BytesMut};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -1858,29 +1858,14 @@ impl Session {
                 .map(|w| w.group_id)
                 .unwrap_or(0)
         };
-        let rows: Vec<String> = prepared
+        let rows: Vec<(i32, String)> = prepared
             .iter()
-            .map(|(i, gid)| {
-                format!(
-                    "({}, {})",
-                    group_of(&held[*i].conn.addr),
-                    quote_literal(gid)
-                )
-            })
+            .map(|(i, gid)| (group_of(&held[*i].conn.addr), gid.clone()))
             .collect();
-        // The commit point: durable before any COMMIT PREPARED, whatever the
-        // coordinator node's synchronous_commit (a lost record would make recovery
-        // roll back participants whose siblings committed).
-        let record = format!(
-            "BEGIN; SET LOCAL synchronous_commit TO on; \
-             INSERT INTO pg_catalog.pg_dist_transaction (groupid, gid) VALUES {}; COMMIT",
-            rows.join(", ")
-        );
-        let coord = self.shared.coordinator.clone();
-        let decided = match self.shared.pools.node(&coord).acquire().await {
-            Ok(mut c) => c.simple(&record).await,
-            Err(e) => Err(e),
-        };
+        // The commit point: durable (flushed whatever the coordinator node's
+        // synchronous_commit) before any COMMIT PREPARED; written together with the
+        // records of other sessions committing at the same time.
+        let decided = decision::record(&self.shared.decisions, rows).await;
         if let Err(e) = decided {
             if e.code == sqlstate::CONNECTION_FAILURE {
                 // The record may or may not be committed: recovery decides the same for
@@ -1929,7 +1914,13 @@ impl Session {
         if gids.is_empty() || self.shared.cfg.recovery_interval_secs > 0 {
             return Ok(());
         }
-        if let Ok(mut c) = self.shared.pools.node(&coord).acquire().await {
+        if let Ok(mut c) = self
+            .shared
+            .pools
+            .node(&self.shared.coordinator)
+            .acquire()
+            .await
+        {
             c.simple(&format!(
                 "DELETE FROM pg_catalog.pg_dist_transaction WHERE gid IN ({})",
                 gids.join(", ")

@@ -29,6 +29,8 @@ pub struct Shared {
     pub instance_id: String,
     /// Numbers this process's distributed transactions (unique within the process).
     pub next_transaction: std::sync::atomic::AtomicU64,
+    /// Where 2PC decision records are written (group commit, `transaction::decision`).
+    pub decisions: crate::transaction::decision::Target,
 }
 
 impl Shared {
@@ -62,6 +64,11 @@ impl Shared {
             .cloned()
             .collect();
         drop(conn);
+        let decisions = crate::transaction::decision::Target {
+            coordinator: coordinator.clone(),
+            creds: Arc::new(pools.credentials().clone()),
+            application_name: format!("pgshard {instance_id} decisions"),
+        };
         Ok(Arc::new(Shared {
             cfg,
             catalog,
@@ -73,6 +80,7 @@ impl Shared {
             aggregate_names: Mutex::new(HashMap::new()),
             instance_id,
             next_transaction: std::sync::atomic::AtomicU64::new(1),
+            decisions,
         }))
     }
 }

@@ -222,17 +222,21 @@ async fn start_transaction_services(shared: &Arc<Shared>) {
                 let Some(shared) = weak.upgrade() else {
                     return Vec::new();
                 };
+                // A session is numbered by its cancel key: the same from call to call.
                 let sessions: Vec<_> = shared
                     .cancel_keys
                     .lock()
                     .unwrap()
-                    .values()
-                    .cloned()
+                    .iter()
+                    .map(|(&(pid, key), running)| {
+                        let id = ((pid as u32 as u64) << 32) | key as u32 as u64;
+                        (id as usize, running.clone())
+                    })
                     .collect();
                 let mut held = Vec::new();
-                for (i, running) in sessions.iter().enumerate() {
+                for (id, running) in &sessions {
                     for (addr, pid, _) in running.lock().unwrap().iter() {
-                        held.push((i, addr.clone(), *pid));
+                        held.push((*id, addr.clone(), *pid));
                     }
                 }
                 held

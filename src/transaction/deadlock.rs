@@ -6,6 +6,13 @@
 //! transaction's waiting backend is cancelled, and the session reports 40P01 naming
 //! the cycle instead of the cancellation (see [`take_victim`]).
 //!
+//! A cycle is acted on only once confirmed: seen again a moment later with every wait
+//! still there, between the same transactions (each backend's `xact_start` unchanged)
+//! of the same sessions. The first look reads the nodes one after another while
+//! sessions keep committing and reusing pooled connections, so its waits may belong
+//! to different transactions of a session (under TPC-B with 16 clients such phantom
+//! cycles cancelled valid transactions); a real distributed deadlock stays put.
+//!
 //! Scope: the sessions of this pgshard process. Cycles through sessions of several
 //! pgshard processes serving one cluster are not detected.
 
@@ -31,7 +38,8 @@ pub fn take_victim(addr: &NodeAddr, pid: i32) -> Option<String> {
     victims().lock().unwrap().remove(&(addr.clone(), pid))
 }
 
-/// The backends each session holds now, as (session, node, backend pid).
+/// The backends each session holds now, as (session, node, backend pid); a session's
+/// number must stay the same from one call to the next.
 pub type SessionBackends = Vec<(usize, NodeAddr, i32)>;
 
 /// A lock wait seen on one node: `waiter` waits for `blocker` (session indices).
@@ -89,7 +97,7 @@ pub fn find_cycle(waits: &[Wait]) -> Option<Vec<Wait>> {
 /// Starts the detector. `sessions` lists what every session of this process holds.
 pub fn start<F>(cfg: Arc<Config>, interval: Duration, sessions: F)
 where
-    F: Fn() -> SessionBackends + Send + 'static,
+    F: Fn() -> SessionBackends + Send + Sync + 'static,
 {
     tokio::spawn(async move {
         let mut clients: HashMap<NodeAddr, Client> = HashMap::new();
@@ -104,29 +112,98 @@ where
             if !per_session.values().any(|&n| n >= 2) {
                 continue;
             }
-            if let Err(e) = detect_once(&cfg, &mut clients, &held).await {
+            if let Err(e) = detect_once(&cfg, &mut clients, &held, &sessions).await {
                 tracing::debug!("deadlock detection: {e}");
             }
         }
     });
 }
 
-async fn detect_once(
+/// The lock waits and transaction starts of the listed backends on one node.
+const WAITS_SQL: &str = "SELECT pid, extract(epoch FROM xact_start)::float8, \
+     CASE WHEN wait_event_type = 'Lock' THEN pg_catalog.pg_blocking_pids(pid) END \
+     FROM pg_catalog.pg_stat_activity WHERE xact_start IS NOT NULL";
+
+/// How long a cycle must last before it is broken (see the module comment).
+const CONFIRM_AFTER: Duration = Duration::from_millis(100);
+
+/// (node, backend pid) -> the session holding it.
+fn owners(nodes: &[NodeAddr], held: &SessionBackends) -> HashMap<(usize, i32), usize> {
+    held.iter()
+        .filter_map(|(s, a, pid)| Some(((nodes.iter().position(|x| x == a)?, *pid), *s)))
+        .collect()
+}
+
+/// Whether every wait of `cycle` (with its backend pids) still holds between the same
+/// transactions of the same sessions as when it was first seen (`first_start`:
+/// (node, pid) -> xact_start then).
+async fn still_there(
+    clients: &HashMap<NodeAddr, Client>,
+    nodes: &[NodeAddr],
+    cycle: &[(Wait, i32, i32)],
+    first_start: &HashMap<(usize, i32), f64>,
+    held_now: &SessionBackends,
+) -> bool {
+    let owner = owners(nodes, held_now);
+    let mut by_node: HashMap<usize, Vec<&(Wait, i32, i32)>> = HashMap::new();
+    for e in cycle {
+        let (w, wp, bp) = e;
+        if owner.get(&(w.node, *wp)) != Some(&w.waiter)
+            || owner.get(&(w.node, *bp)) != Some(&w.blocker)
+        {
+            return false;
+        }
+        by_node.entry(w.node).or_default().push(e);
+    }
+    for (n, edges) in by_node {
+        let Some(c) = clients.get(&nodes[n]) else {
+            return false;
+        };
+        let Ok(rows) = c.query(WAITS_SQL, &[]).await else {
+            return false;
+        };
+        let mut start: HashMap<i32, f64> = HashMap::new();
+        let mut blockers: HashMap<i32, Vec<i32>> = HashMap::new();
+        for r in rows {
+            let pid: i32 = r.get(0);
+            if let Some(s) = r.get::<_, Option<f64>>(1) {
+                start.insert(pid, s);
+            }
+            if let Some(b) = r.get::<_, Option<Vec<i32>>>(2) {
+                blockers.insert(pid, b);
+            }
+        }
+        for (_, wp, bp) in edges {
+            let same_txn = |pid: &i32| {
+                start.get(pid).is_some() && start.get(pid) == first_start.get(&(n, *pid))
+            };
+            if !same_txn(wp) || !same_txn(bp) {
+                return false;
+            }
+            if !blockers.get(wp).is_some_and(|b| b.contains(bp)) {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+async fn detect_once<F>(
     cfg: &Config,
     clients: &mut HashMap<NodeAddr, Client>,
     held: &SessionBackends,
-) -> Result<(), String> {
+    sessions: &F,
+) -> Result<(), String>
+where
+    F: Fn() -> SessionBackends + Sync,
+{
     let mut nodes: Vec<NodeAddr> = held.iter().map(|(_, a, _)| a.clone()).collect();
     nodes.sort();
     nodes.dedup();
-    let owner: HashMap<(usize, i32), usize> = held
-        .iter()
-        .map(|(s, a, pid)| {
-            let n = nodes.iter().position(|x| x == a).expect("listed");
-            ((n, *pid), *s)
-        })
-        .collect();
+    let owner = owners(&nodes, held);
     let mut waits = Vec::new();
+    // (node, pid) -> xact_start, to confirm a cycle later.
+    let mut first_start: HashMap<(usize, i32), f64> = HashMap::new();
     // Transaction start per session: the earliest of its backends'.
     let mut started: HashMap<usize, f64> = HashMap::new();
     for (n, addr) in nodes.iter().enumerate() {
@@ -144,12 +221,7 @@ async fn detect_once(
         }
         let c = &clients[addr];
         let rows = c
-            .query(
-                "SELECT pid, extract(epoch FROM xact_start)::float8, \
-                 CASE WHEN wait_event_type = 'Lock' THEN pg_catalog.pg_blocking_pids(pid) END \
-                 FROM pg_catalog.pg_stat_activity WHERE xact_start IS NOT NULL",
-                &[],
-            )
+            .query(WAITS_SQL, &[])
             .await
             .map_err(|e| format!("{addr}: {e}"))?;
         for r in rows {
@@ -158,6 +230,7 @@ async fn detect_once(
                 continue;
             };
             if let Some(start) = r.get::<_, Option<f64>>(1) {
+                first_start.insert((n, pid), start);
                 let e = started.entry(s).or_insert(start);
                 *e = e.min(start);
             }
@@ -181,6 +254,21 @@ async fn detect_once(
     let Some(cycle) = find_cycle(&plain) else {
         return Ok(());
     };
+    let cycle_pids: Vec<(Wait, i32, i32)> = cycle
+        .iter()
+        .map(|w| {
+            waits
+                .iter()
+                .find(|(x, _, _)| x == w)
+                .expect("from waits")
+                .clone()
+        })
+        .collect();
+    tokio::time::sleep(CONFIRM_AFTER).await;
+    if !still_there(clients, &nodes, &cycle_pids, &first_start, &sessions()).await {
+        tracing::debug!("a lock-wait cycle across nodes did not last: not a deadlock");
+        return Ok(());
+    }
     // The youngest transaction of the cycle gives way.
     let victim = cycle
         .iter()

@@ -9,6 +9,7 @@
 //! any pgshard process can tell a dead owner (lock free) from a live one.
 
 pub mod deadlock;
+pub mod decision;
 pub mod recovery;
 
 use std::collections::HashSet;
