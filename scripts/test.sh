@@ -4,6 +4,9 @@
 # any failure and ends with the cargo test summary lines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The tests check behaviour, not speed: without link-time optimisation the 17 test
+# binaries build minutes faster (the benchmark, scripts/demo.sh, keeps it).
+export CARGO_PROFILE_RELEASE_LTO=false
 source scripts/setup.sh
 
 log=$(mktemp)
