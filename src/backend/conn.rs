@@ -323,22 +323,34 @@ impl BackendConn {
     /// Runs a simple query and returns the first column of its rows as text (NULLs
     /// skipped), or the first error once the connection is ready again.
     pub async fn simple_column(&mut self, sql: &str) -> PgResult<Vec<String>> {
+        Ok(self
+            .simple_rows(sql)
+            .await?
+            .into_iter()
+            .filter_map(|row| row.into_iter().next().flatten())
+            .collect())
+    }
+
+    /// Runs a simple query and returns its rows as text (NULL: None), or the first
+    /// error once the connection is ready again.
+    pub async fn simple_rows(&mut self, sql: &str) -> PgResult<Vec<Vec<Option<String>>>> {
         messages::write_query(&mut self.wbuf, sql);
         self.flush().await?;
-        let mut values = Vec::new();
+        let mut rows = Vec::new();
         let mut first_err = None;
         loop {
             let f = self.read().await?;
             match f.tag {
-                b'D' => {
-                    if let Some(Some(v)) = messages::decode_data_row(&f.body)?.into_iter().next() {
-                        values.push(String::from_utf8_lossy(&v).into_owned());
-                    }
-                }
+                b'D' => rows.push(
+                    messages::decode_data_row(&f.body)?
+                        .into_iter()
+                        .map(|v| v.map(|b| String::from_utf8_lossy(&b).into_owned()))
+                        .collect(),
+                ),
                 b'E' if first_err.is_none() => {
                     first_err = Some(PgError::from_server_fields(f.body))
                 }
-                b'Z' => return first_err.map_or(Ok(values), Err),
+                b'Z' => return first_err.map_or(Ok(rows), Err),
                 _ => {}
             }
         }

@@ -336,36 +336,24 @@ impl Session {
              WHERE attrelid = '{PARTIALS_TABLE}'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
             shape
         );
-        msg::write_query(&mut conn.wbuf, &sql);
-        conn.flush().await?;
-        let mut cols = Vec::new();
-        let mut err = None;
-        loop {
-            let f = conn.read().await?;
-            match f.tag {
-                b'D' => {
-                    let row = msg::decode_data_row(&f.body)?;
-                    let text = |i: usize| {
-                        row.get(i)
-                            .and_then(|v| v.as_deref())
-                            .map(|v| String::from_utf8_lossy(v).into_owned())
-                            .unwrap_or_default()
-                    };
-                    cols.push(PartialColumn {
-                        name: text(0),
-                        type_oid: text(1).parse().unwrap_or(0),
-                        type_name: text(2),
-                    });
-                }
-                b'E' if err.is_none() => err = Some(PgError::from_server_fields(f.body)),
-                b'Z' => break,
-                _ => {}
+        let rows = match conn.simple_rows(&sql).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                conn.simple("ROLLBACK").await.ok();
+                return Err(e);
             }
-        }
-        if let Some(e) = err {
-            conn.simple("ROLLBACK").await.ok();
-            return Err(e);
-        }
+        };
+        let cols: Vec<PartialColumn> = rows
+            .into_iter()
+            .map(|mut row| {
+                let mut text = |i: usize| row.get_mut(i).and_then(Option::take).unwrap_or_default();
+                PartialColumn {
+                    name: text(0),
+                    type_oid: text(1).parse().unwrap_or(0),
+                    type_name: text(2),
+                }
+            })
+            .collect();
         if let Some(shell) = &stage.key_of {
             if let Err(e) = Self::copy_primary_key(conn, shell, &cols).await {
                 conn.simple("ROLLBACK").await.ok();

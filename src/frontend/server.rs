@@ -442,8 +442,10 @@ async fn handle_client(shared: Arc<Shared>, stream: TcpStream) -> PgResult<()> {
         return Err(e);
     }
     session.out.extend_from_slice(&out);
-    session.flush_client().await?;
-    let result = client_loop(&mut session).await;
+    let result = match session.flush_client().await {
+        Ok(()) => client_loop(&mut session).await,
+        Err(e) => Err(e),
+    };
     session.close();
     shared.cancel_keys.lock().unwrap().remove(&(pid, key));
     result
