@@ -371,6 +371,12 @@ impl BackendConn {
         }
     }
 
+    /// The connection taken apart for `mux`: address, stream, unread bytes, and the
+    /// statements prepared on it.
+    pub fn into_parts(self) -> (NodeAddr, NodeStream, BytesMut, HashSet<u64>) {
+        (self.addr, self.stream, self.rbuf, self.prepared)
+    }
+
     /// Usable by another client: not broken and outside any transaction.
     pub fn is_reusable(&self) -> bool {
         !self.broken && self.txn_status == b'I' && self.wbuf.is_empty() && self.rbuf.is_empty()

@@ -4,6 +4,7 @@
 
 pub mod conn;
 pub mod control;
+pub mod mux;
 pub mod pool;
 
 pub use conn::{BackendConn, Credentials, NodeAddr};

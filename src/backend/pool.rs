@@ -25,7 +25,8 @@ pub struct NodePool {
 pub struct PooledConn {
     conn: Option<BackendConn>,
     pool: Arc<NodePool>,
-    _permit: OwnedSemaphorePermit,
+    /// The pool slot (None only once `detach`ed).
+    permit: Option<OwnedSemaphorePermit>,
 }
 
 impl std::ops::Deref for PooledConn {
@@ -52,6 +53,17 @@ impl Drop for PooledConn {
                 self.pool.idle.lock().unwrap().clear();
             }
         }
+    }
+}
+
+impl PooledConn {
+    /// The connection with its pool slot, kept out of the pool for good (until both
+    /// are dropped): for a connection `mux` shares between sessions.
+    pub fn detach(mut self) -> (BackendConn, OwnedSemaphorePermit) {
+        let conn = self.conn.take().expect("connection present until drop");
+        // Drop runs with `conn` gone: nothing goes back to the idle list.
+        let permit = self.permit.take().expect("slot present until drop");
+        (conn, permit)
     }
 }
 
@@ -97,7 +109,7 @@ impl NodePool {
         Ok(PooledConn {
             conn: Some(conn),
             pool: self.clone(),
-            _permit: permit,
+            permit: Some(permit),
         })
     }
 

@@ -37,6 +37,8 @@ use tokio::net::tcp::OwnedWriteHalf;
 
 /// COPY into/out of distributed tables and multi-row INSERTs across shards.
 mod bulk;
+/// Routed reads through the thread's pipelined connection to a node.
+mod pipelined;
 /// Citus's default `citus.max_intermediate_result_size`: 1 GB.
 const DEFAULT_MAX_INTERMEDIATE_KB: i64 = 1024 * 1024;
 
@@ -244,6 +246,7 @@ impl Session {
                 let status = self.status_byte();
                 msg::write_ready_for_query(&mut self.out, status);
             }
+            b'B' if !self.skipping && self.pipelined_read(&frame).await? => return Ok(true),
             b'P' | b'B' | b'D' | b'E' | b'C' => {
                 // After an error, everything up to Sync is skipped.
                 if !self.skipping {
@@ -560,15 +563,9 @@ impl Session {
             }
         }
         if e.code.starts_with("57P") || e.code.starts_with("08") {
-            // The node is going away (shutdown, crash): say which one.
             let conn = &mut self.held[idx].conn;
             conn.broken = true;
-            let mut e = e;
-            // The client's session goes on: an ERROR, not the backend's FATAL.
-            e.severity = "ERROR";
-            e.raw = None;
-            e.message = format!("{} (node {})", e.message, conn.addr);
-            return e;
+            return going_away(e, &conn.addr);
         }
         e
     }
@@ -1961,6 +1958,17 @@ fn parse_kb(v: &str) -> Option<i64> {
         _ => return None,
     };
     (kb >= -1).then_some(kb)
+}
+
+/// A node's error saying it is going away (shutdown, crash), naming the node, and as
+/// an ERROR: the client's session goes on without the backend's FATAL. Others unchanged.
+fn going_away(mut e: PgError, addr: &NodeAddr) -> PgError {
+    if e.code.starts_with("57P") || e.code.starts_with("08") {
+        e.severity = "ERROR";
+        e.raw = None;
+        e.message = format!("{} (node {})", e.message, addr);
+    }
+    e
 }
 
 fn aborted_error() -> PgError {

@@ -53,6 +53,21 @@ pub fn decode_frame(buf: &mut BytesMut, max_len: usize) -> PgResult<Option<Frame
     }))
 }
 
+/// The message at the start of `buf` without consuming it: its tag, body and total
+/// length, or None while it has not fully arrived (or its length is invalid, which
+/// `decode_frame` reports when the message is read for real).
+pub fn peek_frame(buf: &[u8]) -> Option<(u8, &[u8], usize)> {
+    if buf.len() < 5 {
+        return None;
+    }
+    let len = i32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]);
+    if len < 4 {
+        return None;
+    }
+    let total = 1 + len as usize;
+    (buf.len() >= total).then(|| (buf[0], &buf[5..total], total))
+}
+
 /// The first packet of a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StartupPacket {
@@ -677,6 +692,19 @@ mod tests {
         let mut b = BytesMut::new();
         write_raw(&mut b, tag, body);
         b
+    }
+
+    #[test]
+    fn peek_sees_whole_messages_only_and_consumes_nothing() {
+        let mut buf = framed(b'E', b"\0\0\0\0\0");
+        write_sync(&mut buf);
+        let (tag, body, len) = peek_frame(&buf).unwrap();
+        assert_eq!((tag, body, len), (b'E', &b"\0\0\0\0\0"[..], 10));
+        assert_eq!(peek_frame(&buf[len..]).unwrap(), (b'S', &b""[..], 5));
+        assert_eq!(buf.len(), 15);
+        assert_eq!(peek_frame(&buf[..9]), None);
+        assert_eq!(peek_frame(&buf[..3]), None);
+        assert_eq!(peek_frame(&[b'S', 0, 0, 0, 2]), None);
     }
 
     #[test]

@@ -1,0 +1,289 @@
+//! A pipelined connection to one node, shared by the sessions of one serving thread.
+//!
+//! Why: most of pgshard's CPU per routed query is the kernel waking the process at
+//! the other end of each send (measured with perf, docs/ARCHITECTURE.md). A session
+//! with its own pooled connection pays one send and one receive to the node per
+//! query. Here every session that is ready at the same moment appends its complete
+//! batch (Parse?, Bind, Describe?, Execute, Sync) to one buffer, and one writer task
+//! sends them all with one write; one reader task splits the answers and hands each
+//! session its own. PostgreSQL answers pipelined batches in order, each ending with
+//! its own ReadyForQuery, and an error discards messages only up to its batch's
+//! Sync, so the batches of different sessions cannot affect each other's results.
+//!
+//! Only autocommit statements that leave no state behind go this way (the session
+//! decides, `executor::session`), on a connection carrying the sessions' settings
+//! (one connection per settings fingerprint). A batch that runs long holds up the
+//! batches queued behind it, so a connection whose oldest batch has waited longer
+//! than `STALL` takes no new ones: sessions then use their own pooled connection.
+
+use super::conn::{BackendConn, NodeAddr, NodeStream};
+use crate::error::{sqlstate, PgError, PgResult};
+use crate::frontend::messages::{decode_frame, Frame};
+use bytes::BytesMut;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit};
+
+/// A connection whose oldest queued batch is older than this takes no new batches.
+const STALL: Duration = Duration::from_millis(10);
+/// Most batches queued on one connection at once.
+const MAX_QUEUED: usize = 64;
+/// Most different settings fingerprints with a pipelined connection, per node and
+/// serving thread (each holds one of the node's pool slots for good).
+const MAX_PER_NODE: usize = 4;
+
+/// The answer to one batch: its messages up to and including ReadyForQuery.
+pub type Reply = oneshot::Receiver<PgResult<Vec<Frame>>>;
+
+pub struct Mux {
+    pub addr: NodeAddr,
+    state: Mutex<State>,
+    wake_writer: Notify,
+}
+
+struct State {
+    /// Batches not yet written.
+    wbuf: BytesMut,
+    /// Sessions waiting for answers, in the order their batches were queued.
+    waiting: VecDeque<Waiter>,
+    /// Backend statement ids prepared on this connection (or queued to be).
+    prepared: HashSet<u64>,
+    max_prepared: usize,
+    broken: bool,
+}
+
+struct Waiter {
+    reply: oneshot::Sender<PgResult<Vec<Frame>>>,
+    /// The batch starts with a Parse of this statement id.
+    parse_id: Option<u64>,
+    since: Instant,
+}
+
+impl Mux {
+    /// Takes over a connection (and its pool slot) and starts its reader and writer.
+    pub fn start(conn: BackendConn, permit: OwnedSemaphorePermit, max_prepared: usize) -> Arc<Mux> {
+        let (addr, stream, rbuf, prepared) = conn.into_parts();
+        let mux = Arc::new(Mux {
+            addr,
+            state: Mutex::new(State {
+                wbuf: BytesMut::with_capacity(8 * 1024),
+                waiting: VecDeque::new(),
+                prepared,
+                max_prepared,
+                broken: false,
+            }),
+            wake_writer: Notify::new(),
+        });
+        tracing::info!(
+            "pipelined connection to node {} opened for routed reads",
+            mux.addr
+        );
+        let (rd, wr) = tokio::io::split(stream);
+        tokio::spawn(read_loop(mux.clone(), rd, rbuf, permit));
+        tokio::spawn(write_loop(mux.clone(), wr));
+        mux
+    }
+
+    /// Queues one batch, which `write` appends to the connection's buffer and which
+    /// must end with Sync; `write` is told whether statement `id` still needs a Parse
+    /// (it must then write one first). None when the connection takes no batch now
+    /// (broken, stalled, full): the caller uses a connection of its own.
+    pub fn submit(&self, id: u64, write: impl FnOnce(&mut BytesMut, bool)) -> Option<Reply> {
+        let mut s = self.state.lock().unwrap();
+        if s.broken || s.waiting.len() >= MAX_QUEUED {
+            return None;
+        }
+        let now = Instant::now();
+        if s.waiting.front().is_some_and(|w| now - w.since > STALL) {
+            return None;
+        }
+        let needs_parse = !s.prepared.contains(&id);
+        if needs_parse {
+            if s.prepared.len() >= s.max_prepared {
+                return None;
+            }
+            s.prepared.insert(id);
+        }
+        write(&mut s.wbuf, needs_parse);
+        let (tx, rx) = oneshot::channel();
+        s.waiting.push_back(Waiter {
+            reply: tx,
+            parse_id: needs_parse.then_some(id),
+            since: now,
+        });
+        drop(s);
+        self.wake_writer.notify_one();
+        Some(rx)
+    }
+
+    fn is_broken(&self) -> bool {
+        self.state.lock().unwrap().broken
+    }
+
+    /// The connection is unusable: every waiting session gets `e`.
+    fn fail(&self, e: PgError) {
+        let waiting = {
+            let mut s = self.state.lock().unwrap();
+            s.broken = true;
+            s.wbuf.clear();
+            std::mem::take(&mut s.waiting)
+        };
+        for w in waiting {
+            let _ = w.reply.send(Err(e.clone()));
+        }
+        self.wake_writer.notify_one();
+    }
+
+    /// Hands one complete answer to the session that queued the oldest batch.
+    fn deliver(&self, frames: Vec<Frame>) {
+        let mut s = self.state.lock().unwrap();
+        let Some(w) = s.waiting.pop_front() else {
+            // Nobody asked (a notice between batches): nothing to deliver it to.
+            return;
+        };
+        if let Some(id) = w.parse_id {
+            if frames.first().map(|f| f.tag) != Some(b'1') {
+                s.prepared.remove(&id);
+            }
+        }
+        // Every batch is one implicit transaction; one left open would leak into the
+        // next session's batch.
+        let idle = frames
+            .last()
+            .is_some_and(|z| z.tag == b'Z' && z.body.first() == Some(&b'I'));
+        drop(s);
+        let _ = w.reply.send(Ok(frames));
+        if !idle {
+            self.fail(PgError::new(
+                sqlstate::CONNECTION_FAILURE,
+                format!(
+                    "pipelined connection to node {} left a transaction open",
+                    self.addr
+                ),
+            ));
+        }
+    }
+}
+
+/// Splits the answers off the connection and delivers them, batch by batch.
+async fn read_loop(
+    mux: Arc<Mux>,
+    mut rd: ReadHalf<NodeStream>,
+    mut rbuf: BytesMut,
+    _slot: OwnedSemaphorePermit,
+) {
+    let mut frames = Vec::new();
+    loop {
+        loop {
+            match decode_frame(&mut rbuf, usize::MAX >> 1) {
+                Ok(Some(f)) => {
+                    let end = f.tag == b'Z';
+                    frames.push(f);
+                    if end {
+                        mux.deliver(std::mem::take(&mut frames));
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => return mux.fail(e),
+            }
+        }
+        if mux.is_broken() {
+            return;
+        }
+        if rbuf.capacity() - rbuf.len() < 4096 {
+            rbuf.reserve(16 * 1024);
+        }
+        match rd.read_buf(&mut rbuf).await {
+            Ok(n) if n > 0 => {}
+            Ok(_) => return mux.fail(lost(&mux.addr, "closed unexpectedly")),
+            Err(e) => return mux.fail(lost(&mux.addr, &e.to_string())),
+        }
+    }
+}
+
+/// Writes whatever batches were queued since its last write, in one go.
+async fn write_loop(mux: Arc<Mux>, mut wr: WriteHalf<NodeStream>) {
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    loop {
+        mux.wake_writer.notified().await;
+        // Once more round the runtime's I/O poll first: sessions whose clients' queries
+        // arrived meanwhile queue theirs too, and go out in the same write.
+        tokio::task::yield_now().await;
+        {
+            let mut s = mux.state.lock().unwrap();
+            if s.broken {
+                return;
+            }
+            std::mem::swap(&mut buf, &mut s.wbuf);
+        }
+        if buf.is_empty() {
+            continue;
+        }
+        if let Err(e) = wr.write_all(&buf).await {
+            return mux.fail(lost(&mux.addr, &e.to_string()));
+        }
+        buf.clear();
+    }
+}
+
+fn lost(addr: &NodeAddr, why: &str) -> PgError {
+    PgError::new(
+        sqlstate::CONNECTION_FAILURE,
+        format!("connection to node {addr} lost: {why}"),
+    )
+}
+
+/// A serving thread's pipelined connection to a node for one settings fingerprint.
+pub enum Lookup {
+    Ready(Arc<Mux>),
+    /// None yet: the caller may open one (`open`); it is marked as being opened.
+    Open,
+    /// Being opened by another session, or the per-node limit is reached.
+    Unavailable,
+}
+
+enum Slot {
+    Opening,
+    Ready(Arc<Mux>),
+}
+
+thread_local! {
+    /// Sessions never leave their serving thread, and neither do these connections.
+    static MUXES: RefCell<HashMap<(NodeAddr, u64), Slot>> = RefCell::new(HashMap::new());
+}
+
+/// The thread's pipelined connection to `addr` for settings fingerprint `fp`.
+pub fn lookup(addr: &NodeAddr, fp: u64) -> Lookup {
+    MUXES.with(|m| {
+        let mut m = m.borrow_mut();
+        let key = (addr.clone(), fp);
+        match m.get(&key) {
+            Some(Slot::Ready(mux)) if !mux.is_broken() => return Lookup::Ready(mux.clone()),
+            Some(Slot::Opening) => return Lookup::Unavailable,
+            Some(Slot::Ready(_)) => {
+                m.remove(&key);
+            }
+            None => {}
+        }
+        if m.keys().filter(|(a, _)| a == addr).count() >= MAX_PER_NODE {
+            return Lookup::Unavailable;
+        }
+        m.insert(key, Slot::Opening);
+        Lookup::Open
+    })
+}
+
+/// Ends an `Open` from `lookup`: the new connection, or None if it could not be opened.
+pub fn opened(addr: &NodeAddr, fp: u64, mux: Option<Arc<Mux>>) {
+    MUXES.with(|m| {
+        let mut m = m.borrow_mut();
+        let key = (addr.clone(), fp);
+        match mux {
+            Some(mux) => m.insert(key, Slot::Ready(mux)),
+            None => m.remove(&key),
+        };
+    })
+}

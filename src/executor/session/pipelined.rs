@@ -1,0 +1,216 @@
+//! Routed reads through the serving thread's pipelined connection (`backend::mux`).
+//!
+//! A client outside any transaction that sends a whole `Bind [Describe] Execute Sync`
+//! batch for a prepared read routed to one shard (pgbench -S, the key lookups of most
+//! applications) needs no connection of its own: its batch is queued on the thread's
+//! shared connection to the node, behind those of the other sessions that were ready
+//! at the same moment, and written with them in one send. Anything else, or a shared
+//! connection that is busy, stalled or broken before the batch is queued, takes the
+//! ordinary path, which also reports every error in the ordinary way.
+//!
+//! Not cancellable: a CancelRequest cannot single out one session's batch on a shared
+//! backend, so these batches are left to finish. A long one holds up only the batches
+//! queued behind it at that moment (`mux::STALL`).
+
+use super::*;
+use crate::backend::mux::{self, Lookup, Mux};
+use crate::frontend::messages::peek_frame;
+
+/// `Describe` of the unnamed portal, and `Execute` of it for all rows.
+const DESCRIBE_UNNAMED: &[u8] = b"P\0";
+const EXECUTE_UNNAMED_ALL: &[u8] = &[0, 0, 0, 0, 0];
+
+/// How many bytes of the client's buffer complete a batch begun by a Bind of the
+/// unnamed portal: `[Describe portal ""] Execute "" 0 Sync`, and whether the Describe
+/// is there. None for any other shape (including one not fully received yet).
+pub(super) fn rest_of_batch(buf: &[u8]) -> Option<(usize, bool)> {
+    let (mut tag, mut body, mut len) = peek_frame(buf)?;
+    let mut at = 0;
+    let describe = tag == b'D';
+    if describe {
+        if body != DESCRIBE_UNNAMED {
+            return None;
+        }
+        at += len;
+        (tag, body, len) = peek_frame(&buf[at..])?;
+    }
+    if tag != b'E' || body != EXECUTE_UNNAMED_ALL {
+        return None;
+    }
+    at += len;
+    let (tag, _, len) = peek_frame(&buf[at..])?;
+    (tag == b'S').then_some((at + len, describe))
+}
+
+impl Session {
+    /// Runs the batch that `bind` begins through the pipelined connection, answering
+    /// it up to ReadyForQuery. False: nothing was done, the ordinary path takes it.
+    pub(super) async fn pipelined_read(&mut self, bind: &Frame) -> PgResult<bool> {
+        if self.txn != TxnState::Idle
+            || self.implicit_block
+            || self.batch_error
+            || !self.held.is_empty()
+            || !self.pending.iter().all(|e| matches!(e, Expect::Local(_)))
+        {
+            return Ok(false);
+        }
+        let Some((batch_len, describe)) = rest_of_batch(&self.reader.buf) else {
+            return Ok(false);
+        };
+        let Ok(bind) = msg::decode_bind(&bind.body) else {
+            return Ok(false);
+        };
+        if !bind.portal.is_empty() {
+            return Ok(false);
+        }
+        let Ok(stmt) = self.current_statement(&bind.statement).await else {
+            return Ok(false);
+        };
+        let Plan::Router(r) = &stmt.plan else {
+            return Ok(false);
+        };
+        if !r.read_only || bind.params.len() != stmt.meta.param_types.len() {
+            return Ok(false);
+        }
+        let catalog = self.shared.catalog.snapshot();
+        let Ok(shard) = route_bound(r, &stmt.meta.param_types, &bind, &catalog) else {
+            return Ok(false);
+        };
+        let Ok(addr) = placement_addr(&catalog, shard) else {
+            return Ok(false);
+        };
+        let (id, sql) = self.shard_statement(&stmt, r, shard.shard_id);
+        let mux = match mux::lookup(&addr, self.settings_fp) {
+            Lookup::Ready(m) => m,
+            Lookup::Unavailable => return Ok(false),
+            Lookup::Open => {
+                let m = self.open_mux(&addr).await;
+                mux::opened(&addr, self.settings_fp, m.clone());
+                match m {
+                    Some(m) => m,
+                    None => return Ok(false),
+                }
+            }
+        };
+        let name = backend_name(id);
+        let types = &stmt.meta.param_types;
+        let queued = mux.submit(id, |w, needs_parse| {
+            if needs_parse {
+                msg::write_parse(w, &name, &sql, types);
+            }
+            msg::write_bind(
+                w,
+                "",
+                &name,
+                &bind.param_formats,
+                &bind.params,
+                &bind.result_formats,
+            );
+            if describe {
+                msg::write_describe(w, b'P', "");
+            }
+            msg::write_execute(w, "", 0);
+            msg::write_sync(w);
+        });
+        let Some(reply) = queued else {
+            return Ok(false);
+        };
+        bytes::Buf::advance(&mut self.reader.buf, batch_len);
+        // Earlier messages of the batch answered by pgshard itself (ParseComplete).
+        while let Some(Expect::Local(b)) = self.pending.pop_front() {
+            self.out.extend_from_slice(&b);
+        }
+        let answer = reply.await.unwrap_or_else(|_| {
+            Err(PgError::new(
+                sqlstate::CONNECTION_FAILURE,
+                format!("connection to node {addr} lost"),
+            ))
+        });
+        match answer {
+            Ok(frames) => {
+                for f in frames {
+                    match f.tag {
+                        // pgshard's own Parse, and the ReadyForQuery written below.
+                        b'1' | b'Z' => {}
+                        b'E' => {
+                            let e = going_away(PgError::from_server_fields(f.body), &addr);
+                            msg::write_error(&mut self.out, &e);
+                        }
+                        _ => msg::write_raw(&mut self.out, f.tag, &f.body),
+                    }
+                }
+            }
+            Err(e) => msg::write_error(&mut self.out, &e),
+        }
+        let status = self.status_byte();
+        msg::write_ready_for_query(&mut self.out, status);
+        self.flush_client().await?;
+        Ok(true)
+    }
+
+    /// A pipelined connection to `addr` carrying this session's settings.
+    async fn open_mux(&mut self, addr: &NodeAddr) -> Option<Arc<Mux>> {
+        let mut conn = self.shared.pools.node(addr).acquire().await.ok()?;
+        if conn.settings_fingerprint != self.settings_fp {
+            conn.simple(&settings_replay_sql(&self.settings))
+                .await
+                .ok()?;
+            conn.settings_fingerprint = self.settings_fp;
+        }
+        if !conn.is_reusable() {
+            return None;
+        }
+        let (conn, slot) = conn.detach();
+        Some(Mux::start(conn, slot, MAX_PREPARED_PER_CONNECTION))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rest_of_batch;
+    use crate::frontend::messages as msg;
+    use bytes::BytesMut;
+
+    #[test]
+    fn a_batch_is_describe_execute_sync_of_the_unnamed_portal() {
+        let mut b = BytesMut::new();
+        msg::write_describe(&mut b, b'P', "");
+        msg::write_execute(&mut b, "", 0);
+        msg::write_sync(&mut b);
+        assert_eq!(rest_of_batch(&b), Some((b.len(), true)));
+        // More messages after the Sync belong to the next batch.
+        msg::write_sync(&mut b);
+        assert_eq!(rest_of_batch(&b), Some((b.len() - 5, true)));
+
+        let mut b = BytesMut::new();
+        msg::write_execute(&mut b, "", 0);
+        msg::write_sync(&mut b);
+        assert_eq!(rest_of_batch(&b), Some((b.len(), false)));
+        // Not arrived yet: the Sync is missing.
+        assert_eq!(rest_of_batch(&b[..b.len() - 1]), None);
+    }
+
+    #[test]
+    fn other_shapes_take_the_ordinary_path() {
+        // A row limit (a portal that may be suspended).
+        let mut b = BytesMut::new();
+        msg::write_execute(&mut b, "", 10);
+        msg::write_sync(&mut b);
+        assert_eq!(rest_of_batch(&b), None);
+        // A named portal.
+        let mut b = BytesMut::new();
+        msg::write_execute(&mut b, "p1", 0);
+        msg::write_sync(&mut b);
+        assert_eq!(rest_of_batch(&b), None);
+        // A Flush instead of Sync, or a second Execute.
+        let mut b = BytesMut::new();
+        msg::write_execute(&mut b, "", 0);
+        msg::write_flush(&mut b);
+        assert_eq!(rest_of_batch(&b), None);
+        let mut b = BytesMut::new();
+        msg::write_describe(&mut b, b'S', "");
+        msg::write_execute(&mut b, "", 0);
+        msg::write_sync(&mut b);
+        assert_eq!(rest_of_batch(&b), None);
+    }
+}
