@@ -1800,36 +1800,27 @@ impl Session {
         // Recovery leaves the transaction alone until this function returns.
         let _in_flight = InFlight::register(prefix.clone());
         // 1. Prepare every participant, all nodes at once (readers just commit).
-        // PROTOTYPE (measurement only, no recovery support): the last writer commits
-        // with a plain durable COMMIT carrying the decision record.
-        let last = if proto_last_agent() {
-            held.iter().rposition(|h| h.wrote)
-        } else {
-            None
-        };
         let gids: Vec<Option<String>> = held
             .iter()
             .enumerate()
-            .map(|(i, h)| (h.wrote && Some(i) != last).then(|| gid_of(i)))
+            .map(|(i, h)| h.wrote.then(|| gid_of(i)))
             .collect();
-        let outcomes =
-            futures_util::future::join_all(held.iter_mut().zip(gids.iter()).enumerate().map(
-                |(i, (h, gid))| async move {
-                    match gid {
-                        None if Some(i) == last => Ok(false),
-                        None => {
-                            h.conn.simple("COMMIT").await.ok();
-                            Ok(false)
-                        }
-                        Some(gid) => h
-                            .conn
-                            .simple(&format!("PREPARE TRANSACTION {}", quote_literal(gid)))
-                            .await
-                            .map(|_| true),
+        let outcomes = futures_util::future::join_all(held.iter_mut().zip(gids.iter()).map(
+            |(h, gid)| async move {
+                match gid {
+                    None => {
+                        h.conn.simple("COMMIT").await.ok();
+                        Ok(false)
                     }
-                },
-            ))
-            .await;
+                    Some(gid) => h
+                        .conn
+                        .simple(&format!("PREPARE TRANSACTION {}", quote_literal(gid)))
+                        .await
+                        .map(|_| true),
+                }
+            },
+        ))
+        .await;
         let mut prepared = Vec::new();
         let mut failure = None;
         for (i, outcome) in outcomes.into_iter().enumerate() {
@@ -1858,78 +1849,40 @@ impl Session {
             }
             return Err(e);
         }
-        if let Some(l) = last {
-            let sql = format!(
-                "SET LOCAL synchronous_commit TO on; INSERT INTO public.pgshard_decision (gid) VALUES ({}); COMMIT",
-                quote_literal(&prefix)
-            );
-            let r = if proto_last_agent_async() {
-                // Locks released at an asynchronous COMMIT, then a flush forced by a
-                // second, synchronous transaction that writes WAL (pipelined).
-                let sql = sql.replace("TO on", "TO off");
-                let c = &mut held[l].conn;
-                msg::write_query(&mut c.wbuf, &sql);
-                msg::write_query(
-                    &mut c.wbuf,
-                    "BEGIN; SET LOCAL synchronous_commit TO on; SELECT pg_catalog.pg_logical_emit_message(true, 'pgshard', ''); COMMIT",
-                );
-                match c.flush().await {
-                    Err(e) => Err(e),
-                    Ok(()) => {
-                        let r1 = c.drain_to_ready().await;
-                        let r2 = c.drain_to_ready().await;
-                        r1.and(r2)
-                    }
-                }
-            } else {
-                held[l].conn.simple(&sql).await
-            };
-            if let Err(e) = r {
-                if held[l].conn.txn_status != b'I' {
-                    held[l].conn.simple("ROLLBACK").await.ok();
-                }
-                for (i, gid) in &prepared {
-                    let sql = format!("ROLLBACK PREPARED {}", quote_literal(gid));
-                    held[*i].conn.simple(&sql).await.ok();
-                }
-                return Err(e);
-            }
-        } else {
-            // 2. The commit decision, durable in the coordinator node's catalog.
-            let group_of = |addr: &NodeAddr| {
-                catalog
-                    .workers
-                    .iter()
-                    .find(|w| w.host == addr.host && w.port == addr.port)
-                    .map(|w| w.group_id)
-                    .unwrap_or(0)
-            };
-            let rows: Vec<(i32, String)> = prepared
+        // 2. The commit decision, durable in the coordinator node's catalog.
+        let group_of = |addr: &NodeAddr| {
+            catalog
+                .workers
                 .iter()
-                .map(|(i, gid)| (group_of(&held[*i].conn.addr), gid.clone()))
-                .collect();
-            // The commit point: durable (flushed whatever the coordinator node's
-            // synchronous_commit) before any COMMIT PREPARED; written together with the
-            // records of other sessions committing at the same time.
-            let decided = decision::record(&self.shared.decisions, rows).await;
-            if let Err(e) = decided {
-                if e.code == sqlstate::CONNECTION_FAILURE {
-                    // The record may or may not be committed: recovery decides the same for
-                    // every participant once the coordinator node answers again.
-                    recovery::recover_soon(self.shared.catalog.clone());
-                    return Err(e.with_detail(
-                        "The commit decision could not be confirmed; the transaction is committed \
+                .find(|w| w.host == addr.host && w.port == addr.port)
+                .map(|w| w.group_id)
+                .unwrap_or(0)
+        };
+        let rows: Vec<(i32, String)> = prepared
+            .iter()
+            .map(|(i, gid)| (group_of(&held[*i].conn.addr), gid.clone()))
+            .collect();
+        // The commit point: durable (flushed whatever the coordinator node's
+        // synchronous_commit) before any COMMIT PREPARED; written together with the
+        // records of other sessions committing at the same time.
+        let decided = decision::record(&self.shared.decisions, rows).await;
+        if let Err(e) = decided {
+            if e.code == sqlstate::CONNECTION_FAILURE {
+                // The record may or may not be committed: recovery decides the same for
+                // every participant once the coordinator node answers again.
+                recovery::recover_soon(self.shared.catalog.clone());
+                return Err(e.with_detail(
+                    "The commit decision could not be confirmed; the transaction is committed \
                      on every node or on none, as recover_prepared_transactions() finds.",
-                    ));
-                }
-                for (i, gid) in &prepared {
-                    let sql = format!("ROLLBACK PREPARED {}", quote_literal(gid));
-                    if held[*i].conn.simple(&sql).await.is_err() {
-                        recovery::recover_soon(self.shared.catalog.clone());
-                    }
-                }
-                return Err(e);
+                ));
             }
+            for (i, gid) in &prepared {
+                let sql = format!("ROLLBACK PREPARED {}", quote_literal(gid));
+                if held[*i].conn.simple(&sql).await.is_err() {
+                    recovery::recover_soon(self.shared.catalog.clone());
+                }
+            }
+            return Err(e);
         }
         // 3. Commit everywhere, all nodes at once; a failure here is finished by recovery later.
         let commits = held.iter_mut().enumerate().filter_map(|(i, h)| {
@@ -1992,18 +1945,6 @@ impl Session {
 }
 
 /// A size setting in kB: `-1`, `512`, `64kB`, `10MB`, `1GB`.
-/// PROTOTYPE switch (environment variable PGSHARD_PROTO_LAST_AGENT).
-fn proto_last_agent() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("PGSHARD_PROTO_LAST_AGENT").is_some())
-}
-
-/// PROTOTYPE switch: PGSHARD_PROTO_LAST_AGENT=async.
-fn proto_last_agent_async() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("PGSHARD_PROTO_LAST_AGENT").is_ok_and(|v| v == "async"))
-}
-
 fn parse_kb(v: &str) -> Option<i64> {
     let v = v.trim();
     let digits_end = v
