@@ -10,15 +10,22 @@
 //! its own ReadyForQuery, and an error discards messages only up to its batch's
 //! Sync, so the batches of different sessions cannot affect each other's results.
 //!
-//! Only autocommit statements that leave no state behind go this way (the session
-//! decides, `executor::session`), on a connection carrying the sessions' settings
-//! (one connection per settings fingerprint). A batch that runs long holds up the
-//! batches queued behind it, so a connection whose oldest batch has waited longer
-//! than `STALL` takes no new ones: sessions then use their own pooled connection.
+//! Only autocommit reads go this way (the session decides, `executor::session`): they
+//! leave nothing behind and wait on no row lock, so they cannot be part of a
+//! distributed deadlock. The connection carries the sessions' settings (one per
+//! settings fingerprint). A batch that runs long holds up the batches queued behind
+//! it, so a connection whose oldest batch has waited longer than `STALL` takes no new
+//! ones: sessions then use their own pooled connection.
+//!
+//! Cancelling: a CancelRequest reaches whatever the shared backend runs when it
+//! arrives, so it is sent only once the batch to cancel is the one running; if that
+//! batch ended meanwhile and the cancel hits the next one, that batch (a read, rolled
+//! back by the error) is queued again, and its session never sees the error.
 
 use super::conn::{BackendConn, NodeAddr, NodeStream};
 use crate::error::{sqlstate, PgError, PgResult};
 use crate::frontend::messages::{decode_frame, Frame};
+use bytes::Bytes;
 use bytes::BytesMut;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -40,6 +47,8 @@ pub type Reply = oneshot::Receiver<PgResult<Vec<Frame>>>;
 
 pub struct Mux {
     pub addr: NodeAddr,
+    /// The backend's process id and secret key, for CancelRequest.
+    backend_key: (i32, i32),
     state: Mutex<State>,
     wake_writer: Notify,
 }
@@ -53,27 +62,37 @@ struct State {
     prepared: HashSet<u64>,
     max_prepared: usize,
     broken: bool,
+    next_batch: u64,
 }
 
 struct Waiter {
+    batch: u64,
     reply: oneshot::Sender<PgResult<Vec<Frame>>>,
+    /// The batch's messages, to queue it again after a cancel meant for another.
+    request: Bytes,
     /// The batch starts with a Parse of this statement id.
     parse_id: Option<u64>,
     since: Instant,
+    /// Its session asked to cancel it; and whether the CancelRequest went out.
+    cancel: bool,
+    cancel_sent: bool,
 }
 
 impl Mux {
     /// Takes over a connection (and its pool slot) and starts its reader and writer.
     pub fn start(conn: BackendConn, permit: OwnedSemaphorePermit, max_prepared: usize) -> Arc<Mux> {
+        let backend_key = (conn.process_id, conn.secret_key);
         let (addr, stream, rbuf, prepared) = conn.into_parts();
         let mux = Arc::new(Mux {
             addr,
+            backend_key,
             state: Mutex::new(State {
                 wbuf: BytesMut::with_capacity(8 * 1024),
                 waiting: VecDeque::new(),
                 prepared,
                 max_prepared,
                 broken: false,
+                next_batch: 0,
             }),
             wake_writer: Notify::new(),
         });
@@ -88,10 +107,16 @@ impl Mux {
     }
 
     /// Queues one batch, which `write` appends to the connection's buffer and which
-    /// must end with Sync; `write` is told whether statement `id` still needs a Parse
-    /// (it must then write one first). None when the connection takes no batch now
-    /// (broken, stalled, full): the caller uses a connection of its own.
-    pub fn submit(&self, id: u64, write: impl FnOnce(&mut BytesMut, bool)) -> Option<Reply> {
+    /// must end with Sync (or be one simple Query); for a batch using prepared
+    /// statement `id`, `write` is told whether it still needs a Parse (it must then
+    /// write one first). None when the connection takes no batch now (broken, stalled,
+    /// full): the caller uses a connection of its own. The batch's number is for
+    /// `cancel`.
+    pub fn submit(
+        &self,
+        id: Option<u64>,
+        write: impl FnOnce(&mut BytesMut, bool),
+    ) -> Option<(Reply, u64)> {
         let mut s = self.state.lock().unwrap();
         if s.broken || s.waiting.len() >= MAX_QUEUED {
             return None;
@@ -100,23 +125,52 @@ impl Mux {
         if s.waiting.front().is_some_and(|w| now - w.since > STALL) {
             return None;
         }
-        let needs_parse = !s.prepared.contains(&id);
-        if needs_parse {
+        let parse_id = id.filter(|id| !s.prepared.contains(id));
+        if let Some(id) = parse_id {
             if s.prepared.len() >= s.max_prepared {
                 return None;
             }
             s.prepared.insert(id);
         }
-        write(&mut s.wbuf, needs_parse);
+        let start = s.wbuf.len();
+        write(&mut s.wbuf, parse_id.is_some());
+        let request = Bytes::copy_from_slice(&s.wbuf[start..]);
         let (tx, rx) = oneshot::channel();
+        s.next_batch += 1;
+        let batch = s.next_batch;
         s.waiting.push_back(Waiter {
+            batch,
             reply: tx,
-            parse_id: needs_parse.then_some(id),
+            request,
+            parse_id,
             since: now,
+            cancel: false,
+            cancel_sent: false,
         });
         drop(s);
         self.wake_writer.notify_one();
-        Some(rx)
+        Some((rx, batch))
+    }
+
+    /// Cancels batch `batch` if it has not been answered yet: now if it is the one
+    /// running, else once it is.
+    pub fn cancel(&self, batch: u64) {
+        let mut s = self.state.lock().unwrap();
+        if let Some(w) = s.waiting.iter_mut().find(|w| w.batch == batch) {
+            w.cancel = true;
+        }
+        self.cancel_head(&mut s);
+    }
+
+    /// Sends a CancelRequest if the batch now running was asked to be cancelled.
+    fn cancel_head(&self, s: &mut State) {
+        if let Some(w) = s.waiting.front_mut() {
+            if w.cancel && !w.cancel_sent {
+                w.cancel_sent = true;
+                let (addr, (pid, key)) = (self.addr.clone(), self.backend_key);
+                tokio::spawn(async move { BackendConn::cancel(&addr, pid, key).await });
+            }
+        }
     }
 
     fn is_broken(&self) -> bool {
@@ -140,15 +194,37 @@ impl Mux {
     /// Hands one complete answer to the session that queued the oldest batch.
     fn deliver(&self, frames: Vec<Frame>) {
         let mut s = self.state.lock().unwrap();
-        let Some(w) = s.waiting.pop_front() else {
+        let Some(mut w) = s.waiting.pop_front() else {
             // Nobody asked (a notice between batches): nothing to deliver it to.
             return;
         };
+        let parsed = frames.first().map(|f| f.tag) == Some(b'1');
         if let Some(id) = w.parse_id {
-            if frames.first().map(|f| f.tag) != Some(b'1') {
+            if !parsed {
                 s.prepared.remove(&id);
             }
         }
+        if !w.cancel && frames.iter().any(is_query_canceled) {
+            // Hit by a cancel meant for the batch before it: queued again, without
+            // its Parse if that went through.
+            if parsed && w.parse_id.is_some() {
+                if let Some((_, _, len)) = crate::frontend::messages::peek_frame(&w.request) {
+                    w.request = w.request.slice(len..);
+                }
+                w.parse_id = None;
+            } else if let Some(id) = w.parse_id {
+                s.prepared.insert(id);
+            }
+            let request = w.request.clone();
+            s.wbuf.extend_from_slice(&request);
+            w.since = Instant::now();
+            s.waiting.push_back(w);
+            self.cancel_head(&mut s);
+            drop(s);
+            self.wake_writer.notify_one();
+            return;
+        }
+        self.cancel_head(&mut s);
         // Every batch is one implicit transaction; one left open would leak into the
         // next session's batch.
         let idle = frames
@@ -229,6 +305,25 @@ async fn write_loop(mux: Arc<Mux>, mut wr: WriteHalf<NodeStream>) {
     }
 }
 
+/// An ErrorResponse saying "canceling statement due to user request" (57014).
+fn is_query_canceled(f: &Frame) -> bool {
+    if f.tag != b'E' {
+        return false;
+    }
+    let mut rest = &f.body[..];
+    while let Some((&field, tail)) = rest.split_first() {
+        if field == 0 {
+            break;
+        }
+        let end = tail.iter().position(|&b| b == 0).unwrap_or(tail.len());
+        if field == b'C' {
+            return &tail[..end] == b"57014";
+        }
+        rest = tail.get(end + 1..).unwrap_or(&[]);
+    }
+    false
+}
+
 fn lost(addr: &NodeAddr, why: &str) -> PgError {
     PgError::new(
         sqlstate::CONNECTION_FAILURE,
@@ -286,4 +381,40 @@ pub fn opened(addr: &NodeAddr, fp: u64, mux: Option<Arc<Mux>>) {
             None => m.remove(&key),
         };
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(fields: &[(u8, &str)]) -> Frame {
+        let mut body = Vec::new();
+        for (f, v) in fields {
+            body.push(*f);
+            body.extend_from_slice(v.as_bytes());
+            body.push(0);
+        }
+        body.push(0);
+        Frame {
+            tag: b'E',
+            body: Bytes::from(body),
+        }
+    }
+
+    #[test]
+    fn only_a_cancel_error_counts_as_one() {
+        let cancel = error(&[
+            (b'S', "ERROR"),
+            (b'C', "57014"),
+            (b'M', "canceling statement due to user request"),
+        ]);
+        assert!(is_query_canceled(&cancel));
+        let other = error(&[(b'S', "ERROR"), (b'M', "x C57014"), (b'C', "22012")]);
+        assert!(!is_query_canceled(&other));
+        let row = Frame {
+            tag: b'D',
+            body: Bytes::from_static(b"C57014\0"),
+        };
+        assert!(!is_query_canceled(&row));
+    }
 }

@@ -11,7 +11,7 @@
 use super::combine;
 #[path = "multishard.rs"]
 mod multishard;
-use super::shared::{RunningBackends, Shared};
+use super::shared::{CancelTargets, PipelinedBatch, RunningBackends, Shared};
 use super::statements::{backend_name, MAX_PREPARED_PER_CONNECTION};
 use crate::backend::{NodeAddr, PooledConn};
 use crate::catalog::{Catalog, ShardId, ShardInterval};
@@ -137,6 +137,8 @@ pub struct Session {
     pending: VecDeque<Expect>,
     batch_error: bool,
     running: RunningBackends,
+    /// The session's batch on a pipelined connection, for CancelRequest.
+    pipelined: PipelinedBatch,
     txn_serial: u64,
     shapes: ShapeCache,
     /// The current transaction block was started by pgshard for a Sync batch that
@@ -169,7 +171,7 @@ impl Session {
         client: OwnedWriteHalf,
         reader: ClientReader,
         startup: &[(String, String)],
-        running: RunningBackends,
+        cancel: CancelTargets,
     ) -> Session {
         let mut settings = Vec::new();
         for (k, v) in startup {
@@ -206,7 +208,8 @@ impl Session {
             skipping: false,
             pending: VecDeque::new(),
             batch_error: false,
-            running,
+            running: cancel.backends,
+            pipelined: cancel.pipelined,
             txn_serial: 0,
             shapes: ShapeCache::default(),
             implicit_block: false,
@@ -1050,6 +1053,14 @@ impl Session {
                         read_only,
                     } => match table.shard_for_hash(hash) {
                         Some(shard) => match placement_addr(&catalog, shard) {
+                            Ok(addr)
+                                if read_only
+                                    && self
+                                        .pipelined_simple_read(&addr, &shard_sql(shard.shard_id))
+                                        .await =>
+                            {
+                                Ok(())
+                            }
                             Ok(addr) => {
                                 self.simple_on_backend(
                                     &addr,

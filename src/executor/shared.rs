@@ -12,6 +12,16 @@ use std::sync::{Arc, Mutex};
 /// Backends a session is using right now, for CancelRequest.
 pub type RunningBackends = Arc<Mutex<Vec<(NodeAddr, i32, i32)>>>;
 
+/// The session's batch queued on a pipelined connection right now, if any.
+pub type PipelinedBatch = Arc<Mutex<Option<(Arc<crate::backend::mux::Mux>, u64)>>>;
+
+/// What a CancelRequest with a session's key reaches.
+#[derive(Clone, Default)]
+pub struct CancelTargets {
+    pub backends: RunningBackends,
+    pub pipelined: PipelinedBatch,
+}
+
 pub struct Shared {
     pub cfg: Arc<Config>,
     pub catalog: Arc<CatalogCache>,
@@ -19,7 +29,7 @@ pub struct Shared {
     pub coordinator: NodeAddr,
     pub statements: StatementRegistry,
     /// (process id, secret key) given to a client -> what its session runs on.
-    pub cancel_keys: Mutex<HashMap<(i32, i32), RunningBackends>>,
+    pub cancel_keys: Mutex<HashMap<(i32, i32), CancelTargets>>,
     /// ParameterStatus values reported to clients at startup (the coordinator node's).
     pub server_params: Vec<(String, String)>,
     /// Function name -> whether some function of that name is an aggregate or

@@ -9,10 +9,11 @@ use super::startup_options;
 use crate::catalog::cache::CatalogCache;
 use crate::config::{AuthMethod, Config};
 use crate::error::{sqlstate, PgError, PgResult};
+use crate::executor::shared::CancelTargets;
 use crate::executor::{Session, Shared};
 use crate::sql::quote::quote_literal;
 use bytes::BytesMut;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
@@ -228,9 +229,9 @@ async fn start_transaction_services(shared: &Arc<Shared>) {
                     .lock()
                     .unwrap()
                     .iter()
-                    .map(|(&(pid, key), running)| {
+                    .map(|(&(pid, key), targets)| {
                         let id = ((pid as u32 as u64) << 32) | key as u32 as u64;
-                        (id as usize, running.clone())
+                        (id as usize, targets.backends.clone())
                     })
                     .collect();
                 let mut held = Vec::new();
@@ -405,21 +406,20 @@ async fn handle_client(shared: Arc<Shared>, stream: TcpStream) -> PgResult<()> {
         let key = rand::random::<i32>();
         let mut keys = shared.cancel_keys.lock().unwrap();
         if !keys.contains_key(&(pid, key)) {
-            let running = Arc::new(Mutex::new(Vec::new()));
-            keys.insert((pid, key), running);
+            keys.insert((pid, key), CancelTargets::default());
             break (pid, key);
         }
     };
     msg::write_backend_key_data(&mut out, pid, key);
     msg::write_ready_for_query(&mut out, b'I');
-    let running = shared
+    let targets = shared
         .cancel_keys
         .lock()
         .unwrap()
         .get(&(pid, key))
         .cloned()
         .unwrap();
-    let mut session = Session::new(shared.clone(), wr, reader, &params, running);
+    let mut session = Session::new(shared.clone(), wr, reader, &params, targets);
     // PostgreSQL applies `options` after authentication and fails the connection on a
     // bad one, before ReadyForQuery.
     let options = get("options").unwrap_or_default();
@@ -473,15 +473,18 @@ async fn client_loop(session: &mut Session) -> PgResult<()> {
 }
 
 async fn cancel(shared: &Shared, process_id: i32, secret_key: i32) {
-    let running = shared
+    let targets = shared
         .cancel_keys
         .lock()
         .unwrap()
         .get(&(process_id, secret_key))
         .cloned();
-    if let Some(r) = running {
-        let targets = r.lock().unwrap().clone();
-        for (addr, pid, key) in targets {
+    if let Some(t) = targets {
+        if let Some((mux, batch)) = t.pipelined.lock().unwrap().clone() {
+            mux.cancel(batch);
+        }
+        let backends = t.backends.lock().unwrap().clone();
+        for (addr, pid, key) in backends {
             crate::backend::BackendConn::cancel(&addr, pid, key).await;
         }
     }

@@ -2,15 +2,15 @@
 //!
 //! A client outside any transaction that sends a whole `Bind [Describe] Execute Sync`
 //! batch for a prepared read routed to one shard (pgbench -S, the key lookups of most
-//! applications) needs no connection of its own: its batch is queued on the thread's
+//! applications), or a simple Query that is one routed read, needs no connection of
+//! its own: its batch is queued on the thread's
 //! shared connection to the node, behind those of the other sessions that were ready
 //! at the same moment, and written with them in one send. Anything else, or a shared
 //! connection that is busy, stalled or broken before the batch is queued, takes the
 //! ordinary path, which also reports every error in the ordinary way.
 //!
-//! Not cancellable: a CancelRequest cannot single out one session's batch on a shared
-//! backend, so these batches are left to finish. A long one holds up only the batches
-//! queued behind it at that moment (`mux::STALL`).
+//! A CancelRequest reaches the batch through `mux::Mux::cancel`. A long batch holds
+//! up only the batches queued behind it at that moment (`mux::STALL`).
 
 use super::*;
 use crate::backend::mux::{self, Lookup, Mux};
@@ -46,12 +46,7 @@ impl Session {
     /// Runs the batch that `bind` begins through the pipelined connection, answering
     /// it up to ReadyForQuery. False: nothing was done, the ordinary path takes it.
     pub(super) async fn pipelined_read(&mut self, bind: &Frame) -> PgResult<bool> {
-        if self.txn != TxnState::Idle
-            || self.implicit_block
-            || self.batch_error
-            || !self.held.is_empty()
-            || !self.pending.iter().all(|e| matches!(e, Expect::Local(_)))
-        {
+        if !self.may_pipeline() {
             return Ok(false);
         }
         let Some((batch_len, describe)) = rest_of_batch(&self.reader.buf) else {
@@ -80,21 +75,12 @@ impl Session {
             return Ok(false);
         };
         let (id, sql) = self.shard_statement(&stmt, r, shard.shard_id);
-        let mux = match mux::lookup(&addr, self.settings_fp) {
-            Lookup::Ready(m) => m,
-            Lookup::Unavailable => return Ok(false),
-            Lookup::Open => {
-                let m = self.open_mux(&addr).await;
-                mux::opened(&addr, self.settings_fp, m.clone());
-                match m {
-                    Some(m) => m,
-                    None => return Ok(false),
-                }
-            }
+        let Some(mux) = self.mux_for(&addr).await else {
+            return Ok(false);
         };
         let name = backend_name(id);
         let types = &stmt.meta.param_types;
-        let queued = mux.submit(id, |w, needs_parse| {
+        let queued = mux.submit(Some(id), |w, needs_parse| {
             if needs_parse {
                 msg::write_parse(w, &name, &sql, types);
             }
@@ -112,7 +98,7 @@ impl Session {
             msg::write_execute(w, "", 0);
             msg::write_sync(w);
         });
-        let Some(reply) = queued else {
+        let Some(queued) = queued else {
             return Ok(false);
         };
         bytes::Buf::advance(&mut self.reader.buf, batch_len);
@@ -120,7 +106,65 @@ impl Session {
         while let Some(Expect::Local(b)) = self.pending.pop_front() {
             self.out.extend_from_slice(&b);
         }
-        let answer = reply.await.unwrap_or_else(|_| {
+        self.forward_answer(&addr, &mux, queued).await;
+        let status = self.status_byte();
+        msg::write_ready_for_query(&mut self.out, status);
+        self.flush_client().await?;
+        Ok(true)
+    }
+
+    /// Runs a routed read sent with the simple protocol (`sql` already names the
+    /// shard) through the pipelined connection, answering it up to, not including,
+    /// ReadyForQuery. False: nothing was done.
+    pub(super) async fn pipelined_simple_read(&mut self, addr: &NodeAddr, sql: &str) -> bool {
+        if !self.may_pipeline() {
+            return false;
+        }
+        let Some(mux) = self.mux_for(addr).await else {
+            return false;
+        };
+        let Some(queued) = mux.submit(None, |w, _| msg::write_query(w, sql)) else {
+            return false;
+        };
+        self.forward_answer(addr, &mux, queued).await;
+        true
+    }
+
+    /// Outside any transaction, with nothing of the session's still under way.
+    fn may_pipeline(&self) -> bool {
+        self.txn == TxnState::Idle
+            && !self.implicit_block
+            && !self.batch_error
+            && self.held.is_empty()
+            && self.pending.iter().all(|e| matches!(e, Expect::Local(_)))
+    }
+
+    /// The thread's pipelined connection to `addr` for this session's settings, opened
+    /// if there is none yet; None if it cannot take batches now.
+    async fn mux_for(&mut self, addr: &NodeAddr) -> Option<Arc<Mux>> {
+        match mux::lookup(addr, self.settings_fp) {
+            Lookup::Ready(m) => Some(m),
+            Lookup::Unavailable => None,
+            Lookup::Open => {
+                let m = self.open_mux(addr).await;
+                mux::opened(addr, self.settings_fp, m.clone());
+                m
+            }
+        }
+    }
+
+    /// Copies a node's answer to the client, without pgshard's own ParseComplete and
+    /// the ReadyForQuery (the caller writes the session's own).
+    async fn forward_answer(
+        &mut self,
+        addr: &NodeAddr,
+        mux: &Arc<Mux>,
+        (reply, batch): (mux::Reply, u64),
+    ) {
+        *self.pipelined.lock().unwrap() = Some((mux.clone(), batch));
+        let answer = reply.await;
+        *self.pipelined.lock().unwrap() = None;
+        let answer = answer.unwrap_or_else(|_| {
             Err(PgError::new(
                 sqlstate::CONNECTION_FAILURE,
                 format!("connection to node {addr} lost"),
@@ -130,10 +174,9 @@ impl Session {
             Ok(frames) => {
                 for f in frames {
                     match f.tag {
-                        // pgshard's own Parse, and the ReadyForQuery written below.
                         b'1' | b'Z' => {}
                         b'E' => {
-                            let e = going_away(PgError::from_server_fields(f.body), &addr);
+                            let e = going_away(PgError::from_server_fields(f.body), addr);
                             msg::write_error(&mut self.out, &e);
                         }
                         _ => msg::write_raw(&mut self.out, f.tag, &f.body),
@@ -142,10 +185,6 @@ impl Session {
             }
             Err(e) => msg::write_error(&mut self.out, &e),
         }
-        let status = self.status_byte();
-        msg::write_ready_for_query(&mut self.out, status);
-        self.flush_client().await?;
-        Ok(true)
     }
 
     /// A pipelined connection to `addr` carrying this session's settings.
