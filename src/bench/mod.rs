@@ -1625,9 +1625,8 @@ async fn load_w4_pgshard(env: &Env, insert: &str, load: &mut QueryLoad) -> Resul
 /// hint bit for a transaction whose commit (or any later asynchronous commit of the
 /// same group of 32 xids, such as the ANALYZE of the previous table) is not flushed, so
 /// vacuum leaves those pages not all-visible, and every later scan checks each row's
-/// visibility. Without this, the plain table came out 72 % all-visible and the shards
-/// 6 % (only the first shard vacuumed on each worker): count(*) cost pgshard's
-/// workers visibly more CPU per row than the plain server.
+/// visibility. Without this, how much ended all-visible depended on when the WAL writer
+/// flushed (once the plain table 72 % and the shards 6 %, another time the shards 75 %).
 const VACUUM_PREPARE: [&str; 2] = ["checkpoint", "set synchronous_commit = on"];
 
 /// Pages and all-visible pages of the tables whose names match `pattern`, as one
