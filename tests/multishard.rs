@@ -129,6 +129,14 @@ async fn multi_shard_statements_match_plain_postgres() {
         "SELECT min(t COLLATE \"C\"), max(t), min(DISTINCT g) FROM items",
         "SELECT g, count(*) FROM items GROUP BY g ORDER BY g LIMIT ALL",
         "SELECT sum(id)::float8 / 3, avg(id)::int, count(*)::text FROM items",
+        // Aggregates without GROUP BY run shard by shard in a node's task (the UNION
+        // ALL of each shard's statement): the client's text ends in many ways.
+        "SELECT count(*), sum(n), min(t), max(f) FROM items WHERE g = 3 ;  ",
+        "SELECT count(*), min(id) AS lo, max(t) FROM items x WHERE x.b -- a comment",
+        "SELECT count(*), sum(r) FROM items LIMIT 1 /* limit */;",
+        "SELECT count(t), max(n) FROM items WHERE t LIKE 'z%' OR id > 2900",
+        "SELECT avg(n), count(*) + 1, bool_or(b) FROM items WHERE id % 3 = 1",
+        "SELECT count(*) FROM items WHERE id < 0",
     ];
     for q in ordered {
         same(&shard, &plain, q, true).await;
@@ -165,6 +173,26 @@ async fn multi_shard_statements_match_plain_postgres() {
             .collect()
     };
     assert_eq!(show(&a), show(&b));
+    let q = "SELECT count(*), sum(id), max(t) FROM items WHERE id > $1 AND t <> $2";
+    let show = |r: Vec<tokio_postgres::Row>| -> Vec<String> {
+        r.iter()
+            .map(|r| {
+                format!(
+                    "{} {:?} {:?}",
+                    r.get::<_, i64>(0),
+                    r.get::<_, Option<i64>>(1),
+                    r.get::<_, Option<String>>(2)
+                )
+            })
+            .collect()
+    };
+    for (lo, t) in [(100i32, "b1"), (2990, "apple2"), (5000, "x")] {
+        assert_eq!(
+            show(shard.query(q, &[&lo, &t]).await.unwrap()),
+            show(plain.query(q, &[&lo, &t]).await.unwrap()),
+            "{q} with {lo}, {t}"
+        );
+    }
     let q = "SELECT id FROM items WHERE t <> $1 ORDER BY id DESC LIMIT $2";
     let a: Vec<i32> = shard
         .query(q, &[&"b1", &4i64])
@@ -369,6 +397,29 @@ async fn explain_shows_the_distributed_plan() {
     );
     assert!(p.contains("Aggregate") && p.contains("Group Key"), "{p}");
     assert!(p.contains("  ->  Custom Scan (Citus Adaptive)"), "{p}");
+    // Grouped partials: one aggregate over the union of the node's shards.
+    let task = p.split("->  Task").nth(1).unwrap_or_default();
+    assert!(task.contains("Append"), "{p}");
+    assert_eq!(task.matches("Aggregate").count(), 1, "{p}");
+    // Aggregates without GROUP BY: one per shard under the node's task, each right
+    // over its shard's scan, counted in pgshard (count) or combined on the
+    // coordinator node (avg).
+    for q in [
+        "explain (costs off) select count(*) from ex",
+        "explain (costs off) select avg(c1), max(id) from ex where c1 > 0",
+    ] {
+        let p = plan_text(&rows(&shard, q).await.unwrap());
+        let task = p.split("->  Task").nth(1).unwrap_or_default();
+        assert!(p.contains("Task Count: 2"), "{q}: {p}");
+        assert_eq!(task.matches("Aggregate").count(), 4, "{q}: {p}");
+        assert_eq!(task.matches("Seq Scan on ex_").count(), 4, "{q}: {p}");
+        let lines: Vec<&str> = task.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            if l.contains("Seq Scan on ex_") {
+                assert!(lines[i - 1].contains("Aggregate"), "{q}: {p}");
+            }
+        }
+    }
     let p = plan_text(
         &rows(
             &shard,

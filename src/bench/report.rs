@@ -201,6 +201,10 @@ pub struct QueryLoad {
     /// the load and not counted in it.
     pub plain_vacuum_s: Option<f64>,
     pub pgshard_vacuum_s: Option<f64>,
+    /// (pages, all-visible pages) of the table / of its shards after that vacuum: scans
+    /// check each row's visibility on pages not all-visible, so both should be whole.
+    pub plain_all_visible: Option<(u64, u64)>,
+    pub pgshard_all_visible: Option<(u64, u64)>,
     /// Why loading through pgshard failed.
     pub error: Option<String>,
     pub sqlstate: Option<String>,
@@ -433,6 +437,15 @@ pub fn load_line(load: &QueryLoad) -> String {
         secs(load.pgshard_insert_s),
         secs(load.pgshard_distribute_s)
     );
+    let visible = |v: Option<(u64, u64)>| match v {
+        Some((pages, all)) if pages > 0 => format!("{:.0} %", all as f64 * 100.0 / pages as f64),
+        _ => "-".into(),
+    };
+    s.push_str(&format!(
+        "; pages all-visible after vacuum: plain {}, pgshard's shards {}",
+        visible(load.plain_all_visible),
+        visible(load.pgshard_all_visible)
+    ));
     if let Some(e) = &load.error {
         s.push_str(&format!("; through pgshard failed: {e}"));
     }

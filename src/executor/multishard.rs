@@ -7,8 +7,6 @@ use super::*;
 use crate::planner::aggregate::{CombinePlan, CombineStage, PARTIALS_TABLE};
 use crate::planner::explain::ExplainPlan;
 use crate::planner::multishard::ModifyPlan;
-use crate::planner::template::node_relation;
-use crate::sql::quote::quote_qualified;
 
 /// Types created by initdb: their binary form is the same on every node (user-defined
 /// types' oids differ between nodes, so their rows travel as text).
@@ -37,21 +35,9 @@ fn shards_by_node<'a>(
     Ok(by_node)
 }
 
-/// The statements one node runs for a multi-shard read: one over all its shards
-/// (`node_sql`) when the plan allows node tasks, else one per shard (`shard_sql`).
-fn plan_tasks(
-    plan: &MultiShardPlan,
-    shards: &[&ShardInterval],
-    node_sql: impl Fn(&[ShardId]) -> Option<String>,
-    shard_sql: impl Fn(ShardId) -> String,
-) -> Vec<String> {
-    if plan.node_tasks {
-        let ids: Vec<ShardId> = shards.iter().map(|s| s.shard_id).collect();
-        if let Some(sql) = node_sql(&ids) {
-            return vec![sql];
-        }
-    }
-    shards.iter().map(|s| shard_sql(s.shard_id)).collect()
+/// The shard ids of a node's shards.
+fn ids_of(shards: &[&ShardInterval]) -> Vec<ShardId> {
+    shards.iter().map(|s| s.shard_id).collect()
 }
 
 impl Session {
@@ -106,12 +92,7 @@ impl Session {
             let idx = self.join(addr, false).await?;
             self.drain_all().await?;
             let h = &mut self.held[idx];
-            for sql in plan_tasks(
-                plan,
-                shards,
-                |ids| plan.template.for_node(ids),
-                |s| plan.template.for_shard(s),
-            ) {
+            for sql in plan.tasks(None, &ids_of(shards)) {
                 msg::write_unnamed_run(
                     &mut h.conn.wbuf,
                     &sql,
@@ -487,13 +468,7 @@ impl Session {
             let idx = self.join(addr, false).await?;
             self.drain_all().await?;
             let h = &mut self.held[idx];
-            let table = &plan.table;
-            for sql in plan_tasks(
-                plan,
-                shards,
-                |ids| Some(stage.worker_sql(&node_relation(&table.schema, &table.name, ids))),
-                |s| stage.worker_sql(&quote_qualified(&table.schema, &table.shard_name(s))),
-            ) {
+            for sql in plan.tasks(Some(stage), &ids_of(shards)) {
                 msg::write_unnamed_run(
                     &mut h.conn.wbuf,
                     &sql,
@@ -841,26 +816,10 @@ impl Session {
             _ => None,
         };
         // The same tasks as the execution runs: per node or per shard.
-        let table = &m.table;
         let mut tasks: Vec<(ShardId, String)> = Vec::new();
-        for (_, shards) in shards_by_node(catalog, table)? {
-            let sqls = plan_tasks(
-                m,
-                &shards,
-                |ids| match stage {
-                    Some(st) => {
-                        Some(st.worker_sql(&node_relation(&table.schema, &table.name, ids)))
-                    }
-                    None => m.template.for_node(ids),
-                },
-                |id| match stage {
-                    Some(st) => {
-                        st.worker_sql(&quote_qualified(&table.schema, &table.shard_name(id)))
-                    }
-                    None => m.template.for_shard(id),
-                },
-            );
-            let ids: Vec<ShardId> = shards.iter().map(|s| s.shard_id).collect();
+        for (_, shards) in shards_by_node(catalog, &m.table)? {
+            let ids = ids_of(&shards);
+            let sqls = m.tasks(stage, &ids);
             if sqls.len() == ids.len() {
                 tasks.extend(ids.into_iter().zip(sqls));
             } else {

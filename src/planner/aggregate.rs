@@ -102,6 +102,9 @@ pub struct CombineStage {
     /// the temporary table copies when it has all its columns, so PostgreSQL's
     /// functional-dependency rule (`GROUP BY id` selecting other columns) holds there too.
     pub key_of: Option<String>,
+    /// Partial aggregates without GROUP BY: the worker query returns one row per
+    /// shard, so a node's task may run it shard by shard (`MultiShardPlan::node_sql`).
+    pub one_row: bool,
 }
 
 impl CombineStage {
@@ -349,6 +352,7 @@ pub fn plan_combine(
         partials: vec![],
         raw_rows: true,
         key_of: (!s.group_clause.is_empty()).then(|| shell.clone()),
+        one_row: false,
     };
 
     // ---- partial aggregation ----
@@ -490,6 +494,7 @@ pub fn plan_combine(
             partials: kinds,
             raw_rows: false,
             key_of: None,
+            one_row: groups.is_empty(),
         })
     })();
     Ok(CombinePlan { partial, raw })

@@ -213,6 +213,38 @@ pub fn node_relation(schema: &str, table: &str, shard_ids: &[ShardId]) -> String
     format!("({})", parts.join(" UNION ALL "))
 }
 
+/// One node's task made of its shards' own complete statements: the `UNION ALL` of
+/// each shard's statement, each in parentheses (a branch may end with LIMIT, or with
+/// a `--` comment, hence the line break before the closing parenthesis; a trailing
+/// `;` of the client's text is dropped). PostgreSQL runs the branches as one append:
+/// a Gather over a Parallel Append of the shards' aggregates (each shard's aggregate
+/// computed by one process, no per-row work above it), or each branch with its own
+/// parallel workers, whichever its cost model prefers.
+pub fn union_of_statements<I>(statements: I) -> String
+where
+    I: IntoIterator<Item = String>,
+{
+    let mut out = String::new();
+    for (i, sql) in statements.into_iter().enumerate() {
+        if i > 0 {
+            out.push_str(" UNION ALL ");
+        }
+        out.push('(');
+        out.push_str(without_terminator(&sql));
+        out.push_str("\n)");
+    }
+    out
+}
+
+/// A statement's text without its trailing `;` (and the blanks around it).
+fn without_terminator(sql: &str) -> &str {
+    let mut s = sql.trim_end();
+    while let Some(rest) = s.strip_suffix(';') {
+        s = rest.trim_end();
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,6 +292,19 @@ mod tests {
             t.for_node(&[1, 2]).unwrap(),
             "select x.c1 from (SELECT * FROM \"public\".\"test_1\" UNION ALL \
              SELECT * FROM \"public\".\"test_2\") x(c1)"
+        );
+    }
+
+    #[test]
+    fn union_of_statements_parenthesizes_each_statement() {
+        assert_eq!(
+            union_of_statements(vec![
+                "select count(*) from a;  ".to_string(),
+                "select count(*) from b -- note".to_string(),
+                "select count(*) from c limit 1 ; ;".to_string(),
+            ]),
+            "(select count(*) from a\n) UNION ALL (select count(*) from b -- note\n) \
+             UNION ALL (select count(*) from c limit 1\n)"
         );
     }
 

@@ -473,3 +473,48 @@ fn node_tasks_only_where_a_union_subquery_reads_the_same() {
         assert!(!node_tasks(sql), "{sql}");
     }
 }
+
+#[test]
+fn node_tasks_aggregate_shard_by_shard_only_without_group_by() {
+    let multi = |sql: &str| match plan_of(sql) {
+        Plan::MultiShard(m) => m,
+        other => panic!("{sql}: {other:?}"),
+    };
+    let three = [102008, 102010, 102012];
+    // count/sum/min/max streamed: each shard's own statement, UNION ALL.
+    let m = multi("select count(*), max(v) from t where k > 1;");
+    assert_eq!(
+        m.node_sql(None, &three).unwrap(),
+        "(select count(*), max(v) from \"public\".\"t_102008\" AS \"t\" where k > 1\n) \
+         UNION ALL (select count(*), max(v) from \"public\".\"t_102010\" AS \"t\" where k > 1\n) \
+         UNION ALL (select count(*), max(v) from \"public\".\"t_102012\" AS \"t\" where k > 1\n)"
+    );
+    // Two shards: the union of the shards under one aggregate keeps more processes busy.
+    assert!(m
+        .node_sql(None, &three[..2])
+        .unwrap()
+        .starts_with("select count(*), max(v) from (SELECT * FROM"));
+    assert_eq!(m.tasks(None, &three[..1]).len(), 1);
+    // The combine step's partials without GROUP BY: per shard too.
+    let m = multi("select avg(v) from t");
+    let stage = m.combine.as_ref().unwrap().partial.as_ref().unwrap();
+    assert!(stage.one_row);
+    let sql = m.node_sql(Some(stage), &three).unwrap();
+    assert_eq!(sql.matches(" UNION ALL ").count(), 2, "{sql}");
+    assert!(!sql.contains("SELECT * FROM"), "{sql}");
+    // Grouped partials: one aggregate over the node's shards.
+    let m = multi("select v, count(*) from t group by v");
+    let stage = m.combine.as_ref().unwrap().partial.as_ref().unwrap();
+    assert!(!stage.one_row);
+    let sql = m.node_sql(Some(stage), &three).unwrap();
+    assert_eq!(sql.matches("SELECT * FROM").count(), 3, "{sql}");
+    assert!(sql.ends_with("GROUP BY \"v\""), "{sql}");
+    // Plain selections read the union; per-shard plans (system columns) have no node SQL.
+    assert!(multi("select v from t")
+        .node_sql(None, &three)
+        .unwrap()
+        .contains("(SELECT * FROM"));
+    let m = multi("select ctid, count(*) from t group by 1");
+    assert!(m.node_sql(None, &three).is_none());
+    assert_eq!(m.tasks(None, &three).len(), 3);
+}
