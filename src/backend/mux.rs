@@ -347,27 +347,29 @@ enum Slot {
 
 thread_local! {
     /// Sessions never leave their serving thread, and neither do these connections.
-    static MUXES: RefCell<HashMap<(NodeAddr, u64), Slot>> = RefCell::new(HashMap::new());
+    /// Per node, at most `MAX_PER_NODE` (settings fingerprint, connection) pairs.
+    static MUXES: RefCell<HashMap<NodeAddr, Vec<(u64, Slot)>>> = RefCell::new(HashMap::new());
 }
 
 /// The thread's pipelined connection to `addr` for settings fingerprint `fp`.
 pub fn lookup(addr: &NodeAddr, fp: u64) -> Lookup {
     MUXES.with(|m| {
         let mut m = m.borrow_mut();
-        let key = (addr.clone(), fp);
-        match m.get(&key) {
-            Some(Slot::Ready(mux)) if !mux.is_broken() => return Lookup::Ready(mux.clone()),
-            Some(Slot::Opening) => return Lookup::Unavailable,
-            Some(Slot::Ready(_)) => {
-                m.remove(&key);
+        // Looked up by reference first: the common case allocates nothing.
+        let slots = match m.get_mut(addr) {
+            Some(slots) => slots,
+            None => m.entry(addr.clone()).or_default(),
+        };
+        slots.retain(|(_, slot)| !matches!(slot, Slot::Ready(mux) if mux.is_broken()));
+        match slots.iter().find(|(f, _)| *f == fp) {
+            Some((_, Slot::Ready(mux))) => Lookup::Ready(mux.clone()),
+            Some((_, Slot::Opening)) => Lookup::Unavailable,
+            None if slots.len() >= MAX_PER_NODE => Lookup::Unavailable,
+            None => {
+                slots.push((fp, Slot::Opening));
+                Lookup::Open
             }
-            None => {}
         }
-        if m.keys().filter(|(a, _)| a == addr).count() >= MAX_PER_NODE {
-            return Lookup::Unavailable;
-        }
-        m.insert(key, Slot::Opening);
-        Lookup::Open
     })
 }
 
@@ -375,11 +377,16 @@ pub fn lookup(addr: &NodeAddr, fp: u64) -> Lookup {
 pub fn opened(addr: &NodeAddr, fp: u64, mux: Option<Arc<Mux>>) {
     MUXES.with(|m| {
         let mut m = m.borrow_mut();
-        let key = (addr.clone(), fp);
-        match mux {
-            Some(mux) => m.insert(key, Slot::Ready(mux)),
-            None => m.remove(&key),
+        let Some(slots) = m.get_mut(addr) else { return };
+        let Some(at) = slots.iter().position(|(f, _)| *f == fp) else {
+            return;
         };
+        match mux {
+            Some(mux) => slots[at].1 = Slot::Ready(mux),
+            None => {
+                slots.remove(at);
+            }
+        }
     })
 }
 

@@ -249,7 +249,17 @@ impl Session {
                 let status = self.status_byte();
                 msg::write_ready_for_query(&mut self.out, status);
             }
-            b'B' if !self.skipping && self.pipelined_read(&frame).await? => return Ok(true),
+            b'B' if !self.skipping => {
+                // A routed read arriving whole may go through a pipelined connection.
+                let r = match msg::decode_bind(&frame.body) {
+                    Ok(bind) => match self.pipelined_read(bind).await? {
+                        None => return Ok(true),
+                        Some(bind) => self.bind_message(bind).await,
+                    },
+                    Err(e) => Err(e),
+                };
+                self.on_extended_result(r).await;
+            }
             b'P' | b'B' | b'D' | b'E' | b'C' => {
                 // After an error, everything up to Sync is skipped.
                 if !self.skipping {
@@ -565,12 +575,11 @@ impl Session {
                 return PgError::new(deadlock::DEADLOCK_DETECTED, text);
             }
         }
-        if e.code.starts_with("57P") || e.code.starts_with("08") {
-            let conn = &mut self.held[idx].conn;
+        let conn = &mut self.held[idx].conn;
+        if is_going_away(&e) {
             conn.broken = true;
-            return going_away(e, &conn.addr);
         }
-        e
+        going_away(e, &conn.addr)
     }
 
     fn forward_backend_error(&mut self, idx: usize, body: Bytes) {
@@ -1974,12 +1983,17 @@ fn parse_kb(v: &str) -> Option<i64> {
 /// A node's error saying it is going away (shutdown, crash), naming the node, and as
 /// an ERROR: the client's session goes on without the backend's FATAL. Others unchanged.
 fn going_away(mut e: PgError, addr: &NodeAddr) -> PgError {
-    if e.code.starts_with("57P") || e.code.starts_with("08") {
+    if is_going_away(&e) {
         e.severity = "ERROR";
         e.raw = None;
         e.message = format!("{} (node {})", e.message, addr);
     }
     e
+}
+
+/// Shutdown, crash or lost connection of the node (57P*, 08*).
+fn is_going_away(e: &PgError) -> bool {
+    e.code.starts_with("57P") || e.code.starts_with("08")
 }
 
 fn aborted_error() -> PgError {

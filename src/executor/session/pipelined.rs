@@ -44,39 +44,34 @@ pub(super) fn rest_of_batch(buf: &[u8]) -> Option<(usize, bool)> {
 
 impl Session {
     /// Runs the batch that `bind` begins through the pipelined connection, answering
-    /// it up to ReadyForQuery. False: nothing was done, the ordinary path takes it.
-    pub(super) async fn pipelined_read(&mut self, bind: &Frame) -> PgResult<bool> {
-        if !self.may_pipeline() {
-            return Ok(false);
+    /// it up to ReadyForQuery (None). Some: nothing was done, the ordinary path takes
+    /// the Bind.
+    pub(super) async fn pipelined_read(&mut self, bind: BindMsg) -> PgResult<Option<BindMsg>> {
+        if !self.may_pipeline() || !bind.portal.is_empty() {
+            return Ok(Some(bind));
         }
         let Some((batch_len, describe)) = rest_of_batch(&self.reader.buf) else {
-            return Ok(false);
+            return Ok(Some(bind));
         };
-        let Ok(bind) = msg::decode_bind(&bind.body) else {
-            return Ok(false);
-        };
-        if !bind.portal.is_empty() {
-            return Ok(false);
-        }
         let Ok(stmt) = self.current_statement(&bind.statement).await else {
-            return Ok(false);
+            return Ok(Some(bind));
         };
         let Plan::Router(r) = &stmt.plan else {
-            return Ok(false);
+            return Ok(Some(bind));
         };
         if !r.read_only || bind.params.len() != stmt.meta.param_types.len() {
-            return Ok(false);
+            return Ok(Some(bind));
         }
         let catalog = self.shared.catalog.snapshot();
         let Ok(shard) = route_bound(r, &stmt.meta.param_types, &bind, &catalog) else {
-            return Ok(false);
+            return Ok(Some(bind));
         };
         let Ok(addr) = placement_addr(&catalog, shard) else {
-            return Ok(false);
+            return Ok(Some(bind));
         };
         let (id, sql) = self.shard_statement(&stmt, r, shard.shard_id);
         let Some(mux) = self.mux_for(&addr).await else {
-            return Ok(false);
+            return Ok(Some(bind));
         };
         let name = backend_name(id);
         let types = &stmt.meta.param_types;
@@ -99,7 +94,7 @@ impl Session {
             msg::write_sync(w);
         });
         let Some(queued) = queued else {
-            return Ok(false);
+            return Ok(Some(bind));
         };
         bytes::Buf::advance(&mut self.reader.buf, batch_len);
         // Earlier messages of the batch answered by pgshard itself (ParseComplete).
@@ -110,7 +105,7 @@ impl Session {
         let status = self.status_byte();
         msg::write_ready_for_query(&mut self.out, status);
         self.flush_client().await?;
-        Ok(true)
+        Ok(None)
     }
 
     /// Runs a routed read sent with the simple protocol (`sql` already names the
@@ -189,13 +184,7 @@ impl Session {
 
     /// A pipelined connection to `addr` carrying this session's settings.
     async fn open_mux(&mut self, addr: &NodeAddr) -> Option<Arc<Mux>> {
-        let mut conn = self.shared.pools.node(addr).acquire().await.ok()?;
-        if conn.settings_fingerprint != self.settings_fp {
-            conn.simple(&settings_replay_sql(&self.settings))
-                .await
-                .ok()?;
-            conn.settings_fingerprint = self.settings_fp;
-        }
+        let conn = self.private_conn(addr).await.ok()?;
         if !conn.is_reusable() {
             return None;
         }
