@@ -421,3 +421,118 @@ async fn reference_tables_and_pushed_down_joins() {
     exec(&pgs, "DROP TABLE ref_r, ja, jb, jc").await;
     assert!(placements_rows("ref_r").await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reference_writes_in_blocks_with_parameters_and_returning() {
+    let cl = cluster();
+    let pgs = cl.client().await;
+    let plain = plain_postgres().client().await;
+    let setup = "DROP TABLE IF EXISTS ref_w, dist_w; \
+         CREATE TABLE ref_w (id int PRIMARY KEY, name text, n numeric DEFAULT 0); \
+         INSERT INTO ref_w SELECT i, 'n' || i FROM generate_series(1, 5) i; \
+         CREATE TABLE dist_w (k int PRIMARY KEY, v int)";
+    exec(&pgs, setup).await;
+    exec(&plain, setup).await;
+    exec(&pgs, "SELECT create_reference_table('ref_w')").await;
+    exec(&pgs, "SELECT create_distributed_table('dist_w', 'k')").await;
+    let same_everywhere = |what: &'static str| {
+        let plain = &plain;
+        async move {
+            let expect = sorted_rows(plain, "SELECT * FROM ref_w").await;
+            let placements = placements_rows("ref_w").await;
+            assert_eq!(placements.len(), cluster().worker_ports.len());
+            assert!(
+                placements.iter().all(|p| *p == expect),
+                "after {what}: {placements:?} expected {expect:?}"
+            );
+        }
+    };
+
+    // A block mixing reference and distributed writes: rolled back, nothing stays.
+    let block = "BEGIN; \
+         INSERT INTO ref_w VALUES (10, 'ten'); \
+         UPDATE ref_w SET name = 'one' WHERE id = 1; \
+         INSERT INTO dist_w VALUES (1, 1), (2, 2), (3, 3); \
+         SELECT 1";
+    exec(&pgs, block).await;
+    // The block reads its own reference write.
+    assert_eq!(
+        sorted_rows(&pgs, "SELECT name FROM ref_w WHERE id = 10").await,
+        vec![vec![Some("ten".to_string())]]
+    );
+    exec(&pgs, "ROLLBACK").await;
+    same_everywhere("a rolled-back block").await;
+    assert!(sorted_rows(&pgs, "SELECT * FROM dist_w").await.is_empty());
+    // Committed: on every placement, with the distributed rows.
+    exec(&pgs, &block.replace("SELECT 1", "COMMIT")).await;
+    exec(&plain, &block.replace("SELECT 1", "COMMIT")).await;
+    same_everywhere("a committed block").await;
+    assert_eq!(
+        sorted_rows(&pgs, "SELECT * FROM dist_w").await,
+        sorted_rows(&plain, "SELECT * FROM dist_w").await
+    );
+    // An error in the block aborts it like PostgreSQL: 25P02, then nothing stays.
+    exec(&pgs, "BEGIN; INSERT INTO ref_w VALUES (11, 'eleven')").await;
+    assert_eq!(
+        sqlstate_of(&pgs, "INSERT INTO ref_w VALUES (1, 'dup')").await,
+        "23505"
+    );
+    assert_eq!(sqlstate_of(&pgs, "SELECT 1").await, "25P02");
+    exec(&pgs, "ROLLBACK").await;
+    same_everywhere("a failed block").await;
+
+    // Prepared statements with parameters, RETURNING from one placement.
+    let ins = "INSERT INTO ref_w (id, name, n) VALUES ($1, $2, $3::text::numeric) RETURNING id, name, n::text";
+    for (id, name) in [(20, "twenty"), (21, "twenty-one")] {
+        let n = format!("{id}.50");
+        let a = pgs.query(ins, &[&id, &name, &n]).await.unwrap();
+        let b = plain.query(ins, &[&id, &name, &n]).await.unwrap();
+        assert_eq!(a.len(), 1);
+        let row = |r: &tokio_postgres::Row| {
+            (
+                r.get::<_, i32>(0),
+                r.get::<_, String>(1),
+                r.get::<_, String>(2),
+            )
+        };
+        assert_eq!(row(&a[0]), row(&b[0]));
+    }
+    let upd = "UPDATE ref_w SET n = n + $1::text::numeric WHERE id >= $2";
+    assert_eq!(
+        pgs.execute(upd, &[&"1.25", &20i32]).await.unwrap(),
+        plain.execute(upd, &[&"1.25", &20i32]).await.unwrap()
+    );
+    let del = "DELETE FROM ref_w WHERE id = $1 RETURNING name";
+    let a = pgs.query(del, &[&21i32]).await.unwrap();
+    let b = plain.query(del, &[&21i32]).await.unwrap();
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].get::<_, String>(0), b[0].get::<_, String>(0));
+    same_everywhere("prepared writes").await;
+    // In a transaction through the driver too.
+    let mut pgs2 = cl.client().await;
+    let t = pgs2.transaction().await.unwrap();
+    t.execute(
+        "INSERT INTO ref_w (id, name) VALUES ($1, $2)",
+        &[&30i32, &"thirty"],
+    )
+    .await
+    .unwrap();
+    t.commit().await.unwrap();
+    exec(&plain, "INSERT INTO ref_w (id, name) VALUES (30, 'thirty')").await;
+    same_everywhere("a driver transaction").await;
+
+    // A non-immutable function would give each placement its own value: refused.
+    for w in [
+        "UPDATE ref_w SET name = random()::text WHERE id = 1",
+        "INSERT INTO ref_w VALUES (40, now()::text)",
+        "INSERT INTO ref_w VALUES (41, CURRENT_TIMESTAMP::text)",
+    ] {
+        assert_eq!(sqlstate_of(&pgs, w).await, "0A000", "{w}");
+    }
+    // Immutable functions are fine.
+    let w = "UPDATE ref_w SET name = upper(name) || abs(-1)::text WHERE id = 2";
+    exec(&pgs, w).await;
+    exec(&plain, w).await;
+    same_everywhere("an immutable function").await;
+    exec(&pgs, "DROP TABLE ref_w, dist_w").await;
+}

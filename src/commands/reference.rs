@@ -14,16 +14,14 @@ use super::distribute::{
 };
 use super::twopc::{self, Participant};
 use super::{abbreviate, begin_catalog_change, db_err, resolve_relation, Args, UtilityResult};
-use crate::backend::control;
 use crate::catalog::cache::{bump_version, CatalogCache};
-use crate::catalog::{shard_table_name, DistTable};
+use crate::catalog::shard_table_name;
 use crate::error::{sqlstate, PgError};
 use crate::sql::quote::{quote_ident, quote_qualified};
 use bytes::Bytes;
 use futures_util::future::join_all;
 use futures_util::{SinkExt, StreamExt};
 use std::collections::HashMap;
-use std::sync::Arc;
 
 pub(crate) async fn create_reference_table(
     cache: &CatalogCache,
@@ -232,66 +230,4 @@ async fn load_placements(
         }
     }
     Ok(())
-}
-
-/// A write (INSERT/UPDATE/DELETE) on a reference table: the statement, with the
-/// shard's name spliced in, on every placement, committed with 2PC. Returns the
-/// row count (the same on every placement).
-pub async fn write_all_placements(
-    cache: &CatalogCache,
-    table: &Arc<DistTable>,
-    sql: &str,
-) -> Result<u64, PgError> {
-    let catalog = cache.snapshot();
-    let shard = table.shards.first().ok_or_else(|| {
-        PgError::internal(format!("reference table \"{}\" has no shard", table.name))
-    })?;
-    let mut nodes = Vec::new();
-    for g in &shard.placement_groups {
-        let n = catalog.node_for_group(*g).ok_or_else(|| {
-            PgError::new(
-                sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
-                format!(
-                    "placement of shard {} is in group {g}, which has no active node",
-                    shard.shard_id
-                ),
-            )
-        })?;
-        nodes.push((*g, n.host.clone(), n.port));
-    }
-    let mut participants =
-        super::shards::open_participants(cache.config(), nodes.into_iter()).await?;
-    let results = join_all(participants.iter().map(|p| async move {
-        p.client.execute(sql, &[]).await.map_err(|e| {
-            PgError::from_client_error(
-                &format!(
-                    "shard {} on node {}, statement \"{}\"",
-                    shard.shard_id,
-                    p.node(),
-                    abbreviate(sql)
-                ),
-                &e,
-            )
-        })
-    }))
-    .await;
-    let mut count = None;
-    for r in results {
-        match r {
-            Ok(n) => {
-                count.get_or_insert(n);
-            }
-            Err(e) => {
-                twopc::abort(&participants).await;
-                return Err(e);
-            }
-        }
-    }
-    let coord = control::connect_coordinator(cache.config()).await?;
-    coord
-        .batch_execute("BEGIN")
-        .await
-        .map_err(db_err("cannot begin on the coordinator node"))?;
-    twopc::commit_distributed(&coord, &mut participants, "refw", || async { Ok(()) }).await?;
-    Ok(count.unwrap_or(0))
 }

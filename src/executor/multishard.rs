@@ -258,10 +258,20 @@ impl Session {
     }
 
     /// Whether any of these functions is an aggregate or window function on the
-    /// coordinator node (user-defined ones included); cached per process.
+    /// coordinator node (user-defined ones included).
     pub(super) async fn calls_aggregate(&mut self, names: &[String]) -> PgResult<bool> {
+        let kinds = self.function_kinds(names).await?;
+        Ok(kinds.iter().any(|k| k.is_some_and(|k| k.aggregate)))
+    }
+
+    /// What the coordinator node's functions of each name are (None: it has none);
+    /// cached per process.
+    pub(super) async fn function_kinds(
+        &mut self,
+        names: &[String],
+    ) -> PgResult<Vec<Option<FunctionKind>>> {
         let unknown: Vec<String> = {
-            let cache = self.shared.aggregate_names.lock().unwrap();
+            let cache = self.shared.function_kinds.lock().unwrap();
             names
                 .iter()
                 .filter(|n| !cache.contains_key(*n))
@@ -271,21 +281,32 @@ impl Session {
         if !unknown.is_empty() {
             let list: Vec<String> = unknown.iter().map(|n| quote_literal(n)).collect();
             let sql = format!(
-                "SELECT proname FROM pg_catalog.pg_proc WHERE proname IN ({}) AND prokind IN ('a', 'w')",
+                "SELECT proname::text || ' ' || bool_or(prokind IN ('a', 'w'))::text || ' ' || \
+                 bool_and(provolatile = 'i')::text FROM pg_catalog.pg_proc \
+                 WHERE proname IN ({}) GROUP BY proname",
                 list.join(", ")
             );
             let coord = self.shared.coordinator.clone();
             let mut conn = self.shared.pools.node(&coord).acquire().await?;
-            // An error is returned, never cached as "not an aggregate".
-            let aggs = conn.simple_column(&sql).await?;
-            let mut cache = self.shared.aggregate_names.lock().unwrap();
-            for n in unknown {
-                let is_agg = aggs.contains(&n);
-                cache.insert(n, is_agg);
+            // An error is returned, never cached.
+            let rows = conn.simple_column(&sql).await?;
+            let mut cache = self.shared.function_kinds.lock().unwrap();
+            for row in rows {
+                let mut it = row.rsplitn(3, ' ');
+                let (Some(immutable), Some(aggregate), Some(name)) =
+                    (it.next(), it.next(), it.next())
+                else {
+                    continue;
+                };
+                let kind = FunctionKind {
+                    aggregate: aggregate == "true",
+                    immutable: immutable == "true",
+                };
+                cache.insert(name.to_string(), kind);
             }
         }
-        let cache = self.shared.aggregate_names.lock().unwrap();
-        Ok(names.iter().any(|n| cache.get(n) == Some(&true)))
+        let cache = self.shared.function_kinds.lock().unwrap();
+        Ok(names.iter().map(|n| cache.get(n).copied()).collect())
     }
 
     /// A pooled connection to `addr` carrying this session's settings (outside the

@@ -11,7 +11,7 @@
 use super::combine;
 #[path = "multishard.rs"]
 mod multishard;
-use super::shared::{CancelTargets, PipelinedBatch, RunningBackends, Shared};
+use super::shared::{CancelTargets, FunctionKind, PipelinedBatch, RunningBackends, Shared};
 use super::statements::{backend_name, MAX_PREPARED_PER_CONNECTION};
 use crate::backend::{NodeAddr, PooledConn};
 use crate::catalog::{Catalog, ShardId, ShardInterval};
@@ -753,6 +753,7 @@ impl Session {
             | Plan::InsertRows(_)
             | Plan::MultiShardModify(_)
             | Plan::Explain(_)
+            | Plan::ReferenceWrite { .. }
             | Plan::InsertSelect(_) => self.describe_on_coordinator(&sql, declared).await?,
             _ => Self::meta_without_backend(&plan, declared),
         };
@@ -1452,26 +1453,12 @@ impl Session {
                 table,
                 template,
                 tag,
+                functions,
             } => {
-                if self.txn != TxnState::Idle {
-                    return Err(PgError::not_supported("writes to reference tables inside a transaction block are not supported by pgshard yet"));
-                }
-                if params.bind.is_some_and(|b| !b.params.is_empty()) {
-                    return Err(PgError::not_supported(
-                        "writes to reference tables with parameters are not supported by pgshard yet",
-                    ));
-                }
-                let shard = table.shards.first().map(|s| s.shard_id).unwrap_or_default();
-                let sql = template.for_shard(shard);
-                let n =
-                    commands::reference::write_all_placements(&self.shared.catalog, table, &sql)
-                        .await?;
-                sink.complete(&if tag == "INSERT" {
-                    format!("INSERT 0 {n}")
-                } else {
-                    format!("{tag} {n}")
-                });
-                Ok(())
+                self.reference_write(
+                    table, template, tag, functions, params, formats, describe, sink,
+                )
+                .await
             }
             Plan::DropIndexes { stmt: d, indexes } => {
                 if self.txn != TxnState::Idle {

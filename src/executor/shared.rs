@@ -32,15 +32,24 @@ pub struct Shared {
     pub cancel_keys: Mutex<HashMap<(i32, i32), CancelTargets>>,
     /// ParameterStatus values reported to clients at startup (the coordinator node's).
     pub server_params: Vec<(String, String)>,
-    /// Function name -> whether some function of that name is an aggregate or
-    /// window function on the coordinator node.
-    pub aggregate_names: Mutex<HashMap<String, bool>>,
+    /// Function name -> what the coordinator node's functions of that name are
+    /// (names it has no function of are not cached).
+    pub function_kinds: Mutex<HashMap<String, FunctionKind>>,
     /// Random id of this pgshard process, part of its 2PC transaction names.
     pub instance_id: String,
     /// Numbers this process's distributed transactions (unique within the process).
     pub next_transaction: std::sync::atomic::AtomicU64,
     /// Where 2PC decision records are written (group commit, `transaction::decision`).
     pub decisions: crate::transaction::decision::Target,
+}
+
+/// What the functions of one name are, over all their overloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FunctionKind {
+    /// Some overload is an aggregate or window function.
+    pub aggregate: bool,
+    /// Every overload is IMMUTABLE (gives the same result on every node).
+    pub immutable: bool,
 }
 
 impl Shared {
@@ -87,7 +96,7 @@ impl Shared {
             statements: StatementRegistry::default(),
             cancel_keys: Mutex::new(HashMap::new()),
             server_params,
-            aggregate_names: Mutex::new(HashMap::new()),
+            function_kinds: Mutex::new(HashMap::new()),
             instance_id,
             next_transaction: std::sync::atomic::AtomicU64::new(1),
             decisions,

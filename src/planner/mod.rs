@@ -125,6 +125,10 @@ pub enum Plan {
         table: Arc<DistTable>,
         template: ShardSqlTemplate,
         tag: String,
+        /// Every function the statement calls (`now` for SQL value functions such as
+        /// CURRENT_TIMESTAMP): the executor refuses non-immutable ones, which could
+        /// write different values on different placements.
+        functions: Vec<String>,
     },
     /// DROP INDEX of indexes of distributed tables, each with its table.
     DropIndexes {

@@ -319,7 +319,7 @@ fn plan_insert(
 fn plan_reference(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> PgResult<Plan> {
     let edit = Edit::relation(text, rel)?;
     let template = ShardSqlTemplate::new(text, &table, vec![edit]);
-    let (tag, returning) = match node {
+    let tag = match node {
         N::SelectStmt(s) => {
             if s.with_clause.is_some() {
                 return unsupported(
@@ -338,24 +338,9 @@ fn plan_reference(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> 
                 add_alias: false,
             })));
         }
-        N::InsertStmt(i) if i.with_clause.is_none() => (
-            "INSERT",
-            i.returning_clause
-                .as_ref()
-                .is_some_and(|r| !r.exprs.is_empty()),
-        ),
-        N::UpdateStmt(u) if u.with_clause.is_none() && u.from_clause.is_empty() => (
-            "UPDATE",
-            u.returning_clause
-                .as_ref()
-                .is_some_and(|r| !r.exprs.is_empty()),
-        ),
-        N::DeleteStmt(d) if d.with_clause.is_none() && d.using_clause.is_empty() => (
-            "DELETE",
-            d.returning_clause
-                .as_ref()
-                .is_some_and(|r| !r.exprs.is_empty()),
-        ),
+        N::InsertStmt(i) if i.with_clause.is_none() => "INSERT",
+        N::UpdateStmt(u) if u.with_clause.is_none() && u.from_clause.is_empty() => "UPDATE",
+        N::DeleteStmt(d) if d.with_clause.is_none() && d.using_clause.is_empty() => "DELETE",
         _ => {
             return unsupported(format!(
                 "pgshard does not support this statement on the reference table \"{}\" yet",
@@ -363,15 +348,10 @@ fn plan_reference(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> 
             ))
         }
     };
-    if returning {
-        return unsupported(format!(
-            "pgshard does not support RETURNING on the reference table \"{}\" yet",
-            table.name
-        ));
-    }
     Ok(Plan::ReferenceWrite {
         table,
         template,
         tag: tag.to_string(),
+        functions: crate::sql::parse::function_calls(node),
     })
 }

@@ -189,6 +189,48 @@ fn walk_json(v: &serde_json::Value, out: &mut Vec<RelRef>) {
     }
 }
 
+/// Every function a statement calls, by its unqualified lower-case name, once each
+/// (sorted),
+/// found through the full serialised tree (pg_query's fast walker skips VALUES lists
+/// and RETURNING). SQL value functions (CURRENT_TIMESTAMP, CURRENT_USER, ...) count
+/// as `now`: none of them is immutable.
+pub fn function_calls(node: &N) -> Vec<String> {
+    let value = serde_json::to_value(node).unwrap_or(serde_json::Value::Null);
+    let mut out = Vec::new();
+    walk_functions(&value, &mut out);
+    out.sort();
+    out
+}
+
+fn walk_functions(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(map) => {
+            let mut found = None;
+            if let Some(f) = map.get("FuncCall") {
+                found = f
+                    .get("funcname")
+                    .and_then(|n| n.as_array())
+                    .and_then(|n| n.last())
+                    .and_then(|n| n.pointer("/node/String/sval"))
+                    .and_then(|n| n.as_str())
+                    .map(str::to_ascii_lowercase);
+            } else if map.contains_key("SqlvalueFunction") {
+                found = Some("now".to_string());
+            }
+            if let Some(name) = found {
+                if !out.contains(&name) {
+                    out.push(name);
+                }
+            }
+            for child in map.values() {
+                walk_functions(child, out);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|i| walk_functions(i, out)),
+        _ => {}
+    }
+}
+
 /// How often `name` occurs in `text` as a whole identifier, ignoring case.
 pub fn count_mentions(text: &str, name: &str) -> usize {
     if name.is_empty() {
@@ -302,6 +344,23 @@ mod tests {
         let sql = "delete from only t where k = 1";
         let r = rels(sql);
         assert_eq!(&sql[r[0].location..r[0].location + 1], "t");
+    }
+
+    #[test]
+    fn function_calls_are_found_everywhere() {
+        let calls = |sql: &str| {
+            let s = parse(sql).unwrap().remove(0);
+            function_calls(s.node.as_ref().unwrap())
+        };
+        assert_eq!(
+            calls("INSERT INTO t VALUES (1, now()::text), (2, pg_catalog.Upper('x')) RETURNING random()"),
+            vec!["now", "random", "upper"]
+        );
+        assert_eq!(
+            calls("UPDATE t SET a = CURRENT_TIMESTAMP WHERE b IN (SELECT abs(c) FROM u)"),
+            vec!["abs", "now"]
+        );
+        assert!(calls("DELETE FROM t WHERE a = 1").is_empty());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::planner::copy::{CopyInPlan, CopyOutPlan, CopyOutSource};
 use crate::planner::distvalue::{hash_param, input_is_exact, param_is_invalid};
 use crate::planner::insert::{eval_int, InsertRowsPlan, RowKey};
 use crate::planner::insert_select::InsertSelectPlan;
+use crate::planner::template::ShardSqlTemplate;
 use crate::sharding::hash::{self, oid};
 use crate::sql::copy_format::{self as cf, CopyFormat, KeySpec, KeyValue, Next};
 use crate::sql::quote::quote_qualified;
@@ -1025,6 +1026,100 @@ impl Session {
                 Err(e)
             }
         }
+    }
+
+    /// A write on a reference table: the statement on every placement, one node after
+    /// the other in group order, so that sessions writing the same rows queue on the
+    /// first placement instead of deadlocking across nodes. It runs in the client's
+    /// block or in pgshard's own; several placements commit with two-phase commit.
+    /// RETURNING rows and the row count are the first placement's.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn reference_write(
+        &mut self,
+        table: &DistTable,
+        template: &ShardSqlTemplate,
+        tag: &str,
+        functions: &[String],
+        params: &BoundParams<'_>,
+        formats: &[i16],
+        describe: bool,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        let kinds = self.function_kinds(functions).await?;
+        if let Some((name, _)) = functions
+            .iter()
+            .zip(&kinds)
+            .find(|(_, k)| !k.is_some_and(|k| k.immutable))
+        {
+            return Err(PgError::not_supported(format!(
+                "pgshard does not support calling the non-immutable function {name}() in a write \
+                 to the reference table \"{}\": each placement would compute its own value",
+                table.name
+            )));
+        }
+        let catalog = self.shared.catalog.snapshot();
+        let shard = table.shards.first().ok_or_else(|| {
+            PgError::internal(format!("reference table \"{}\" has no shard", table.name))
+        })?;
+        let mut groups = shard.placement_groups.clone();
+        groups.sort_unstable();
+        let mut nodes = Vec::new();
+        for g in groups {
+            let n = catalog.node_for_group(g).ok_or_else(|| {
+                PgError::new(
+                    sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                    format!(
+                        "placement of shard {} is in group {g}, which has no active node",
+                        shard.shard_id
+                    ),
+                )
+            })?;
+            nodes.push(NodeAddr {
+                host: n.host.clone(),
+                port: n.port,
+            });
+        }
+        let sql = template.for_shard(shard.shard_id);
+        let extended = params.bind.is_some();
+        let own = if nodes.len() > 1 {
+            self.begin_own_block().await?
+        } else {
+            false
+        };
+        let mut count = None;
+        let mut result = Ok(());
+        for addr in nodes {
+            let one = [(addr, vec![sql.clone()])];
+            let r = if count.is_none() {
+                self.insert_on_nodes(&one, params, formats, describe, sink)
+                    .await
+            } else {
+                let mut ignored = ResultSink::default();
+                self.insert_on_nodes(&one, params, formats, false, &mut ignored)
+                    .await
+            };
+            match r {
+                Ok(n) => {
+                    count.get_or_insert(n);
+                }
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        if let Err(e) = result {
+            self.end_own_block(own, false, extended).await.ok();
+            return Err(e);
+        }
+        self.end_own_block(own, true, extended).await?;
+        let n = count.unwrap_or(0);
+        sink.complete(&if tag == "INSERT" {
+            format!("INSERT 0 {n}")
+        } else {
+            format!("{tag} {n}")
+        });
+        Ok(())
     }
 
     async fn insert_on_nodes(
