@@ -137,7 +137,7 @@ impl Session {
                                 }
                                 sink.push_frame(b'D', f.body);
                                 sent += 1;
-                                if sink.frames.len() > 512 {
+                                if sink.should_spill() {
                                     let frames: Vec<Frame> = sink.frames.drain(..).collect();
                                     sink.spill(frames, &mut self.out);
                                     self.flush_client().await?;
@@ -576,7 +576,7 @@ impl Session {
                 b'E' if err.is_none() => err = Some(PgError::from_server_fields(f.body)),
                 b'T' | b'D' | b'C' | b'N' if ready == 0 && err.is_none() => {
                     sink.push_frame(f.tag, f.body);
-                    if sink.frames.len() > 512 {
+                    if sink.should_spill() {
                         let frames: Vec<Frame> = sink.frames.drain(..).collect();
                         sink.spill(frames, &mut self.out);
                         self.flush_client().await?;
@@ -668,7 +668,7 @@ impl Session {
                     }
                     b'T' | b'D' if err.is_none() => {
                         sink.push_frame(f.tag, f.body);
-                        if sink.frames.len() > 512 {
+                        if sink.should_spill() {
                             let frames: Vec<Frame> = sink.frames.drain(..).collect();
                             sink.spill(frames, &mut self.out);
                             self.flush_client().await?;

@@ -39,6 +39,8 @@ use tokio::net::tcp::OwnedWriteHalf;
 mod bulk;
 /// Routed reads through the thread's pipelined connection to a node.
 mod pipelined;
+/// INSERT ... SELECT into distributed tables through the coordinator node.
+mod via_coordinator;
 /// Citus's default `citus.max_intermediate_result_size`: 1 GB.
 const DEFAULT_MAX_INTERMEDIATE_KB: i64 = 1024 * 1024;
 
@@ -754,6 +756,7 @@ impl Session {
             | Plan::MultiShardModify(_)
             | Plan::Explain(_)
             | Plan::ReferenceWrite { .. }
+            | Plan::InsertViaCoordinator(_)
             | Plan::InsertSelect(_) => self.describe_on_coordinator(&sql, declared).await?,
             _ => Self::meta_without_backend(&plan, declared),
         };
@@ -1422,6 +1425,7 @@ impl Session {
             Plan::MultiShard(m) => self.multi_shard(m, params, formats, describe, sink).await,
             Plan::InsertRows(p) => self.insert_rows(p, params, formats, describe, sink).await,
             Plan::InsertSelect(p) => self.insert_select(p, params, sink).await,
+            Plan::InsertViaCoordinator(p) => self.insert_via_coordinator(p, params, sink).await,
             Plan::CopyIn(p) => self.copy_in(p, params.bind.is_some(), sink).await,
             Plan::CopyOut(p) => self.copy_out(p, sink).await,
             Plan::MultiShardModify(m) => {
@@ -2164,6 +2168,8 @@ fn placement_addr(catalog: &Catalog, shard: &ShardInterval) -> PgResult<NodeAddr
 #[derive(Default)]
 struct ResultSink {
     frames: Vec<Frame>,
+    /// Keeps every frame for pgshard's own use: never spilled to the client.
+    capture: bool,
 }
 
 impl ResultSink {
@@ -2203,6 +2209,19 @@ impl ResultSink {
         let mut b = BytesMut::new();
         msg::write_report(&mut b, b'N', &w);
         self.push_bytes(b);
+    }
+
+    /// A sink whose frames pgshard reads itself.
+    fn capturing() -> ResultSink {
+        ResultSink {
+            frames: Vec::new(),
+            capture: true,
+        }
+    }
+
+    /// Whether enough is collected to pass it on to the client now.
+    fn should_spill(&self) -> bool {
+        !self.capture && self.frames.len() > 512
     }
 
     fn spill(&mut self, frames: Vec<Frame>, out: &mut BytesMut) {

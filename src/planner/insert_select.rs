@@ -2,7 +2,7 @@
 //! the selected value for a's distribution column is b's distribution column: every row
 //! stays on the shard index it came from, so the statement runs shard by shard
 //! (`INSERT INTO a_i SELECT ... FROM b_i ...`) in one distributed transaction.
-//! Other INSERT ... SELECT shapes are refused with 0A000.
+//! Other shapes run through the coordinator ([`plan_via_coordinator`]).
 
 use super::distvalue::is_column;
 use super::multishard::plain_expression;
@@ -23,6 +23,30 @@ enum Piece {
         table: usize,
         alias: Option<String>,
     },
+}
+
+/// INSERT ... SELECT that cannot run shard by shard. The SELECT runs first: on the
+/// coordinator node when it reads no distributed table, else through pgshard's own
+/// planner. PostgreSQL itself then turns its rows into the target's (assignment casts,
+/// defaults, constraints): an INSERT into the table's empty shell on the coordinator
+/// node, inside a savepoint rolled back at once, RETURNING the rows. Those rows are
+/// copied into the shards.
+#[derive(Debug)]
+pub struct InsertViaCoordinatorPlan {
+    pub table: Arc<DistTable>,
+    /// The target columns as written (empty: the table's columns in order).
+    pub columns: Vec<String>,
+    pub source: ViaSource,
+}
+
+#[derive(Debug)]
+pub enum ViaSource {
+    /// The whole statement runs on the coordinator node against the shell: its SELECT
+    /// reads no distributed table.
+    Coordinator { text: String },
+    /// The SELECT alone (deparsed), planned and run by pgshard; its rows then reach the
+    /// shell as typed VALUES.
+    Distributed { select: String },
 }
 
 #[derive(Debug)]
@@ -62,6 +86,68 @@ fn refuse(why: &str) -> PgResult<Plan> {
     Ok(Plan::Unsupported(PgError::not_supported(format!(
         "pgshard does not support this INSERT ... SELECT on distributed tables yet: {why}"
     ))))
+}
+
+/// Plans an INSERT ... SELECT into the hash-distributed `table` through the
+/// coordinator; `reads_distributed`: its SELECT reads some distributed table.
+pub fn plan_via_coordinator(
+    i: &protobuf::InsertStmt,
+    text: &str,
+    table: Arc<DistTable>,
+    reads_distributed: bool,
+) -> PgResult<Plan> {
+    let refuse = |why: &str| -> PgResult<Plan> {
+        Ok(Plan::Unsupported(PgError::not_supported(format!(
+            "pgshard does not support this INSERT ... SELECT into the distributed table \"{}\" yet: {why}",
+            table.name
+        ))))
+    };
+    if table.method != PartitionMethod::Hash {
+        return refuse("only hash-distributed tables are filled through the coordinator");
+    }
+    if i.with_clause.is_some() {
+        return refuse("WITH");
+    }
+    if i.on_conflict_clause.is_some() {
+        return refuse("ON CONFLICT when the rows cannot be inserted shard by shard");
+    }
+    if i.returning_clause
+        .as_ref()
+        .is_some_and(|r| !r.exprs.is_empty())
+    {
+        return refuse("RETURNING when the rows cannot be inserted shard by shard");
+    }
+    let mut columns = Vec::new();
+    for c in &i.cols {
+        match c.node.as_ref() {
+            Some(N::ResTarget(rt)) if rt.indirection.is_empty() => columns.push(rt.name.clone()),
+            _ => return refuse("subscripts or fields in the column list"),
+        }
+    }
+    let Some(select @ N::SelectStmt(s)) = i.select_stmt.as_deref().and_then(|x| x.node.as_ref())
+    else {
+        return refuse("unexpected shape");
+    };
+    let source = if reads_distributed {
+        if !s.values_lists.is_empty() {
+            return refuse("VALUES reading distributed tables");
+        }
+        match select.deparse(Default::default()) {
+            Ok(select) => ViaSource::Distributed { select },
+            Err(_) => return refuse("pgshard could not isolate the SELECT"),
+        }
+    } else {
+        ViaSource::Coordinator {
+            text: text.to_string(),
+        }
+    };
+    Ok(Plan::InsertViaCoordinator(Arc::new(
+        InsertViaCoordinatorPlan {
+            table,
+            columns,
+            source,
+        },
+    )))
 }
 
 /// Plans an INSERT ... SELECT whose table references are all distributed (`dist`).

@@ -17,8 +17,8 @@ pub mod multishard;
 pub mod router;
 pub mod template;
 
-use crate::catalog::{Catalog, DistTable};
-use crate::error::{PgError, PgResult};
+use crate::catalog::{Catalog, DistTable, PartitionMethod};
+use crate::error::{sqlstate, PgError, PgResult};
 use crate::sql::parse::{relations, RelRef, Statement};
 use pg_query::protobuf::node::Node as N;
 use pg_query::protobuf::{self, TransactionStmtKind, VariableSetKind};
@@ -105,6 +105,8 @@ pub enum Plan {
     InsertRows(Arc<insert::InsertRowsPlan>),
     /// INSERT ... SELECT between co-located tables, run shard by shard.
     InsertSelect(Arc<insert_select::InsertSelectPlan>),
+    /// INSERT ... SELECT through the coordinator (`insert_select::plan_via_coordinator`).
+    InsertViaCoordinator(Arc<insert_select::InsertViaCoordinatorPlan>),
     /// COPY FROM STDIN into a distributed table: rows routed by pgshard.
     CopyIn(Arc<copy::CopyInPlan>),
     /// COPY TO STDOUT from a distributed table or a selection on one.
@@ -278,7 +280,17 @@ pub fn plan(
                     "pgshard does not support INSERT into a local table selecting from a distributed table yet",
                 )));
             }
-            insert_select::plan_insert_select(i, &stmt.text, &dist, rels.len())
+            match insert_select::plan_insert_select(i, &stmt.text, &dist, rels.len())? {
+                Plan::Unsupported(e) if e.code == sqlstate::FEATURE_NOT_SUPPORTED => {
+                    // Not shard by shard: through the coordinator.
+                    let table = dist[0].1.clone();
+                    if table.method == PartitionMethod::Reference {
+                        return Ok(Plan::Unsupported(e));
+                    }
+                    insert_select::plan_via_coordinator(i, &stmt.text, table, dist.len() > 1)
+                }
+                p => Ok(p),
+            }
         }
         N::SelectStmt(_) | N::InsertStmt(_) | N::UpdateStmt(_) | N::DeleteStmt(_) => {
             if rels.len() != 1 || dist.len() != 1 {

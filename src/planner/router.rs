@@ -207,10 +207,8 @@ fn plan_insert(
         return unsupported("pgshard does not support this INSERT form yet".into());
     };
     if sel.values_lists.is_empty() {
-        return unsupported(format!(
-            "pgshard does not support INSERT ... SELECT into the distributed table \"{}\" yet",
-            table.name
-        ));
+        // INSERT ... SELECT reading no table, or only local ones.
+        return super::insert_select::plan_via_coordinator(i, text, table, false);
     }
     let Some(position) = position else {
         return no_value();

@@ -107,7 +107,24 @@ fn never_routes_what_it_cannot_prove() {
         plan_of("delete from t where v = 'x'"),
         Plan::MultiShardModify(_)
     ));
-    assert!(unsupported("insert into t select * from t"));
+    // INSERT ... SELECT: shard by shard where rows keep their shard, else through the
+    // coordinator; never routed to one shard.
+    assert!(matches!(
+        plan_of("insert into t select k, v from t"),
+        Plan::InsertSelect(_)
+    ));
+    assert!(matches!(
+        plan_of("insert into t select * from t"),
+        Plan::InsertViaCoordinator(_)
+    ));
+    assert!(matches!(
+        plan_of("insert into t (k, v) select length(v), v from t"),
+        Plan::InsertViaCoordinator(_)
+    ));
+    assert!(matches!(
+        plan_of("insert into t select 1, 'x' from generate_series(1, 3)"),
+        Plan::InsertViaCoordinator(_)
+    ));
     assert!(
         matches!(plan_of("insert into t values (null, 'x')"), Plan::Unsupported(e) if e.code == "23502")
     );

@@ -6,6 +6,7 @@
 
 use crate::error::{sqlstate, PgError, PgResult};
 use crate::sql::quote::{quote_ident, quote_literal};
+use bytes::BytesMut;
 use pg_query::protobuf::node::Node as N;
 
 /// The signature opening a binary COPY stream.
@@ -368,6 +369,35 @@ pub fn next_text_row(buf: &[u8], eof: bool, opts: &CopyOptions, key: KeySpec) ->
     }
 }
 
+/// Appends one row in COPY's default text format (tab-separated, `\N` for NULL,
+/// backslash escapes), as `COPY ... FROM STDIN` reads it back.
+pub fn write_text_row(values: &[Option<&[u8]>], out: &mut BytesMut) {
+    for (i, v) in values.iter().enumerate() {
+        if i > 0 {
+            out.extend_from_slice(b"\t");
+        }
+        let Some(v) = v else {
+            out.extend_from_slice(b"\\N");
+            continue;
+        };
+        let mut start = 0;
+        for (j, &c) in v.iter().enumerate() {
+            let esc: &[u8] = match c {
+                b'\\' => b"\\\\",
+                b'\t' => b"\\t",
+                b'\n' => b"\\n",
+                b'\r' => b"\\r",
+                _ => continue,
+            };
+            out.extend_from_slice(&v[start..j]);
+            out.extend_from_slice(esc);
+            start = j + 1;
+        }
+        out.extend_from_slice(&v[start..]);
+    }
+    out.extend_from_slice(b"\n");
+}
+
 /// De-escapes a text-format field (`\n`, `\t`, octal `\123`, hex `\x41`, `\<c>`).
 pub fn unescape_text(raw: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(raw.len());
@@ -627,6 +657,43 @@ mod tests {
             panic!("not a COPY")
         };
         CopyOptions::from_defelems(&c.options).unwrap()
+    }
+
+    #[test]
+    fn text_rows_written_read_back_the_same() {
+        let values: Vec<Option<&[u8]>> = vec![
+            Some(b"plain"),
+            None,
+            Some(b"tab\there\nnew\rline \\ back\\N"),
+            Some(b""),
+            Some("ünï".as_bytes()),
+        ];
+        let mut out = BytesMut::new();
+        write_text_row(&values, &mut out);
+        write_text_row(&[Some(b"\\.")], &mut out);
+        assert_eq!(
+            &out[..],
+            b"plain\t\\N\ttab\\there\\nnew\\rline \\\\ back\\\\N\t\t\xc3\xbcn\xc3\xaf\n\\\\.\n"
+        );
+        let o = opts("COPY t FROM STDIN");
+        for (i, v) in values.iter().enumerate() {
+            let Next::Row { key: k, .. } = next_text_row(&out, true, &o, key(i)) else {
+                panic!("no row")
+            };
+            match v {
+                None => assert_eq!(k, KeyValue::Null),
+                Some(v) => assert_eq!(k, KeyValue::Value(v.to_vec())),
+            }
+        }
+        // A lone "\." value is escaped, so it does not end the data.
+        let second = &out[out.iter().position(|&c| c == b'\n').unwrap() + 1..];
+        assert_eq!(
+            next_text_row(second, true, &o, key(0)),
+            Next::Row {
+                len: 4,
+                key: KeyValue::Value(b"\\.".to_vec())
+            }
+        );
     }
 
     fn key(i: usize) -> KeySpec {

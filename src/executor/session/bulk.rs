@@ -81,7 +81,7 @@ fn int_width(t: u32) -> Option<u8> {
     }
 }
 
-fn null_key_error(table: &DistTable) -> PgError {
+pub(super) fn null_key_error(table: &DistTable) -> PgError {
     PgError::new(
         sqlstate::NOT_NULL_VIOLATION,
         format!(
@@ -105,7 +105,7 @@ fn encoding_is_ascii_safe(enc: &str) -> bool {
     )
 }
 
-fn encoding_is_utf8(enc: &str) -> bool {
+pub(super) fn encoding_is_utf8(enc: &str) -> bool {
     let e: String = enc
         .chars()
         .filter(|c| c.is_ascii_alphanumeric())
@@ -120,21 +120,72 @@ struct ShardBuffer {
     rows: u64,
 }
 
-struct CopyState {
+/// Whether pgshard can hash a distribution value of type `t` given as COPY text.
+pub(super) fn text_hashable(t: u32) -> bool {
+    input_is_exact(t)
+        || matches!(
+            t,
+            oid::DATE | oid::TIMESTAMP | oid::OID | oid::NAME | oid::CHAR
+        )
+}
+
+/// A COPY of rows with `columns` into every shard of `table`, nothing sent yet.
+pub(super) fn copy_state(
+    table: &Arc<DistTable>,
+    columns: &[String],
+    with: &str,
+    binary: bool,
+    catalog: &Catalog,
+) -> PgResult<CopyState> {
+    let col_list: Vec<String> = columns.iter().map(|c| quote_ident(c)).collect();
+    Ok(CopyState {
+        copy_sql: table
+            .shards
+            .iter()
+            .map(|s| {
+                format!(
+                    "COPY {} ({}) FROM STDIN WITH {with}",
+                    quote_qualified(&table.schema, &table.shard_name(s.shard_id)),
+                    col_list.join(", ")
+                )
+            })
+            .collect(),
+        addrs: table
+            .shards
+            .iter()
+            .map(|s| placement_addr(catalog, s))
+            .collect::<PgResult<_>>()?,
+        buffers: table
+            .shards
+            .iter()
+            .map(|_| ShardBuffer {
+                data: BytesMut::new(),
+                rows: 0,
+            })
+            .collect(),
+        conns: Vec::new(),
+        copied: 0,
+        error: None,
+        binary,
+        table: table.clone(),
+    })
+}
+
+pub(super) struct CopyState {
     table: Arc<DistTable>,
     copy_sql: Vec<String>,
     addrs: Vec<NodeAddr>,
     buffers: Vec<ShardBuffer>,
     /// Held-connection index per node, and the shards of its chunks in flight.
     conns: Vec<(NodeAddr, usize, VecDeque<usize>)>,
-    copied: u64,
-    error: Option<PgError>,
+    pub(super) copied: u64,
+    pub(super) error: Option<PgError>,
     binary: bool,
 }
 
 impl Session {
     /// The session's client encoding (its startup parameter or last SET).
-    fn client_encoding(&self) -> String {
+    pub(super) fn client_encoding(&self) -> String {
         let mut enc = "UTF8".to_string();
         for s in &self.settings {
             let lower = s.to_ascii_lowercase();
@@ -150,7 +201,7 @@ impl Session {
     }
 
     /// The columns a COPY without a column list reads: every non-generated one.
-    async fn copy_columns(&mut self, table: &DistTable) -> PgResult<Vec<String>> {
+    pub(super) async fn copy_columns(&mut self, table: &DistTable) -> PgResult<Vec<String>> {
         let coord = self.shared.coordinator.clone();
         let mut conn = self.shared.pools.node(&coord).acquire().await?;
         let sql = format!(
@@ -162,7 +213,7 @@ impl Session {
     }
 
     /// Opens pgshard's own transaction block when the session has none.
-    async fn begin_own_block(&mut self) -> PgResult<bool> {
+    pub(super) async fn begin_own_block(&mut self) -> PgResult<bool> {
         if self.txn != TxnState::Idle {
             return Ok(false);
         }
@@ -172,7 +223,12 @@ impl Session {
 
     /// Ends pgshard's own block: at once in the simple protocol; at Sync in the
     /// extended protocol (the block then ends with the client's batch).
-    async fn end_own_block(&mut self, own: bool, ok: bool, extended: bool) -> PgResult<()> {
+    pub(super) async fn end_own_block(
+        &mut self,
+        own: bool,
+        ok: bool,
+        extended: bool,
+    ) -> PgResult<()> {
         if !own || extended {
             return Ok(());
         }
@@ -181,7 +237,7 @@ impl Session {
     }
 
     /// The held connection to `addr` for a bulk operation, BEGIN (if any) answered.
-    async fn bulk_conn(&mut self, addr: &NodeAddr, write: bool) -> PgResult<usize> {
+    pub(super) async fn bulk_conn(&mut self, addr: &NodeAddr, write: bool) -> PgResult<usize> {
         let idx = self.join(addr, write).await?;
         self.drain_all().await?;
         if self.batch_error {
@@ -257,11 +313,7 @@ impl Session {
                     | oid::NUMERIC
             )
         } else {
-            input_is_exact(t)
-                || matches!(
-                    t,
-                    oid::DATE | oid::TIMESTAMP | oid::OID | oid::NAME | oid::CHAR
-                )
+            text_hashable(t)
         };
         if !hashable {
             return Err(PgError::not_supported(format!(
@@ -273,39 +325,13 @@ impl Session {
             force_null: opts.force_null.contains(&col.name),
             force_not_null: opts.force_not_null.contains(&col.name),
         };
-        let col_list: Vec<String> = columns.iter().map(|c| quote_ident(c)).collect();
-        let with = opts.shard_options(false);
-        let mut st = CopyState {
-            copy_sql: table
-                .shards
-                .iter()
-                .map(|s| {
-                    format!(
-                        "COPY {} ({}) FROM STDIN WITH {with}",
-                        quote_qualified(&table.schema, &table.shard_name(s.shard_id)),
-                        col_list.join(", ")
-                    )
-                })
-                .collect(),
-            addrs: table
-                .shards
-                .iter()
-                .map(|s| placement_addr(&catalog, s))
-                .collect::<PgResult<_>>()?,
-            buffers: table
-                .shards
-                .iter()
-                .map(|_| ShardBuffer {
-                    data: BytesMut::new(),
-                    rows: 0,
-                })
-                .collect(),
-            conns: Vec::new(),
-            copied: 0,
-            error: None,
+        let mut st = copy_state(
+            &table,
+            &columns,
+            &opts.shard_options(false),
             binary,
-            table: table.clone(),
-        };
+            &catalog,
+        )?;
         let own = self.begin_own_block().await?;
         // CopyInResponse: the client's format for every column.
         let mut g = BytesMut::new();
@@ -418,6 +444,17 @@ impl Session {
                 break;
             }
         }
+        self.finish_copy(st, failure).await
+    }
+
+    /// Sends the rows still buffered (unless something failed) and reads every
+    /// node's answers, even after a failure (the connections stay usable); returns
+    /// the first failure, pgshard's or a node's.
+    pub(super) async fn finish_copy(
+        &mut self,
+        st: &mut CopyState,
+        mut failure: Option<PgError>,
+    ) -> PgResult<()> {
         if failure.is_none() && st.error.is_none() {
             for slot in 0..st.buffers.len() {
                 if st.buffers[slot].rows > 0 {
@@ -428,20 +465,19 @@ impl Session {
                 }
             }
         }
-        // Every node's answers, even after a failure (the connections stay usable).
         for c in 0..st.conns.len() {
             while !st.conns[c].2.is_empty() {
                 self.read_chunk_reply(st, c).await?;
             }
         }
-        match failure {
+        match failure.or_else(|| st.error.take()) {
             Some(e) => Err(e),
             None => Ok(()),
         }
     }
 
     #[allow(clippy::too_many_arguments)]
-    async fn route_rows(
+    pub(super) async fn route_rows(
         &mut self,
         st: &mut CopyState,
         pending: &mut BytesMut,
