@@ -637,3 +637,34 @@ async fn insert_select_through_the_coordinator_matches_postgres() {
         assert_eq!(e.code().unwrap().code(), "0A000", "{sql}");
     }
 }
+
+#[tokio::test]
+async fn large_loads_report_progress_to_the_client() {
+    let c = cluster().client().await;
+    simple(
+        &c,
+        "drop table if exists progress_t; create table progress_t (id int, v int); \
+         select create_distributed_table('progress_t', 'id')",
+    )
+    .await;
+    let out = std::process::Command::new("psql")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(cluster().pg_env())
+        .args(["-X", "-v", "ON_ERROR_STOP=1", "-c"])
+        .arg("insert into progress_t select g, g % 7 from generate_series(1, 1100000) g")
+        .output()
+        .expect("running psql");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("NOTICE:  1000000 rows routed to the shards of \"progress_t\""),
+        "no progress notice: {stderr}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "INSERT 0 1100000"
+    );
+    assert_eq!(rows_on_workers("progress_t").await, 1_100_000);
+    simple(&c, "drop table progress_t").await;
+}

@@ -578,7 +578,11 @@ impl Session {
             at += len;
             *rows += 1;
             if *rows % PROGRESS_EVERY == 0 {
-                tracing::info!("COPY into {}: {} rows routed", st.table.name, rows);
+                // Progress for the client (a NOTICE) and the log.
+                let text = format!("{rows} rows routed to the shards of \"{}\"", st.table.name);
+                tracing::info!("{text}");
+                msg::write_notice(&mut self.out, &text);
+                self.flush_client().await?;
             }
             if b.data.len() >= CHUNK_BYTES {
                 // Earlier rows of `pending` are consumed before the (awaiting) send.
