@@ -536,3 +536,48 @@ async fn reference_writes_in_blocks_with_parameters_and_returning() {
     same_everywhere("an immutable function").await;
     exec(&pgs, "DROP TABLE ref_w, dist_w").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncate_vacuum_and_analyze_reach_every_shard() {
+    let cl = cluster();
+    let pgs = cl.client().await;
+    exec(
+        &pgs,
+        "DROP TABLE IF EXISTS tva; CREATE TABLE tva (k int, v text); \
+         SELECT create_distributed_table('tva', 'k'); \
+         INSERT INTO tva SELECT i, 'v' || i FROM generate_series(1, 500) i",
+    )
+    .await;
+    exec(&pgs, "VACUUM ANALYZE tva").await;
+    exec(&pgs, "ANALYZE tva").await;
+    let mut shards = 0;
+    for port in &cl.worker_ports {
+        let w = cl.direct(*port).await;
+        for n in shard_tables(&w, "tva").await {
+            let row = w
+                .query_one(
+                    "SELECT last_vacuum IS NOT NULL, last_analyze IS NOT NULL \
+                     FROM pg_stat_user_tables WHERE relid = $1::text::regclass",
+                    &[&n],
+                )
+                .await
+                .unwrap();
+            assert!(
+                row.get::<_, bool>(0) && row.get::<_, bool>(1),
+                "{n} on {port}"
+            );
+            shards += 1;
+        }
+    }
+    assert!(shards > 0);
+    exec(&pgs, "TRUNCATE tva").await;
+    assert!(sorted_rows(&pgs, "SELECT * FROM tva").await.is_empty());
+    for port in &cl.worker_ports {
+        let w = cl.direct(*port).await;
+        for n in shard_tables(&w, "tva").await {
+            let rows = sorted_rows(&w, &format!("SELECT * FROM {n}")).await;
+            assert!(rows.is_empty(), "{n} on {port}");
+        }
+    }
+    exec(&pgs, "DROP TABLE tva").await;
+}
