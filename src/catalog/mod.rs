@@ -131,6 +131,23 @@ impl Catalog {
         self.workers.iter().find(|w| w.group_id == group)
     }
 
+    /// The active node of placement group `group` of shard `shard_id`, or the error
+    /// naming both when the group has none.
+    pub fn placement_node(
+        &self,
+        shard_id: ShardId,
+        group: GroupId,
+    ) -> Result<&WorkerNode, crate::error::PgError> {
+        self.node_for_group(group).ok_or_else(|| {
+            crate::error::PgError::new(
+                crate::error::sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!(
+                    "placement of shard {shard_id} is in group {group}, which has no active node"
+                ),
+            )
+        })
+    }
+
     pub fn add_table(&mut self, table: DistTable) {
         let table = Arc::new(table);
         self.tables_by_oid.insert(table.relid, table.clone());

@@ -16,7 +16,7 @@ use super::{abbreviate, begin_catalog_change, db_err};
 use crate::backend::control;
 use crate::catalog::cache::{bump_version, CatalogCache};
 use crate::catalog::{shard_table_name, Catalog, DistTable, GroupId, Oid};
-use crate::error::{sqlstate, PgError};
+use crate::error::PgError;
 use crate::planner::ddl::{drop_index_shard_statement, shard_statement, DdlPlan, Unnamed};
 use futures_util::future::join_all;
 use pg_query::protobuf;
@@ -53,15 +53,7 @@ fn work_per_node(
     for shard in &table.shards {
         let sql = sql_for(shard.shard_id)?;
         for g in &shard.placement_groups {
-            let node = catalog.node_for_group(*g).ok_or_else(|| {
-                PgError::new(
-                    sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
-                    format!(
-                        "placement of shard {} is in group {g}, which has no active node",
-                        shard.shard_id
-                    ),
-                )
-            })?;
+            let node = catalog.placement_node(shard.shard_id, *g)?;
             per_node
                 .entry((*g, node.host.clone(), node.port))
                 .or_default()

@@ -290,15 +290,7 @@ pub async fn propagate_to_shards(
             &table.shard_name(shard.shard_id),
         ));
         for g in &shard.placement_groups {
-            let node = snapshot.node_for_group(*g).ok_or_else(|| {
-                PgError::new(
-                    sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
-                    format!(
-                        "placement of shard {} is in group {g}, which has no active node",
-                        shard.shard_id
-                    ),
-                )
-            })?;
+            let node = snapshot.placement_node(shard.shard_id, *g)?;
             per_node
                 .entry((*g, node.host.clone(), node.port))
                 .or_default()

@@ -1105,15 +1105,7 @@ impl Session {
         groups.sort_unstable();
         let mut nodes = Vec::new();
         for g in groups {
-            let n = catalog.node_for_group(g).ok_or_else(|| {
-                PgError::new(
-                    sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
-                    format!(
-                        "placement of shard {} is in group {g}, which has no active node",
-                        shard.shard_id
-                    ),
-                )
-            })?;
+            let n = catalog.placement_node(shard.shard_id, g)?;
             nodes.push(NodeAddr {
                 host: n.host.clone(),
                 port: n.port,
