@@ -535,6 +535,40 @@ async fn reference_writes_in_blocks_with_parameters_and_returning() {
     exec(&plain, w).await;
     same_everywhere("an immutable function").await;
     exec(&pgs, "DROP TABLE ref_w, dist_w").await;
+
+    // So are defaults that are not immutable, where the write would use them.
+    exec(
+        &pgs,
+        "DROP TABLE IF EXISTS ref_d; \
+         CREATE TABLE ref_d (id int PRIMARY KEY, seq int DEFAULT 7, at timestamptz DEFAULT now()); \
+         SELECT create_reference_table('ref_d')",
+    )
+    .await;
+    for w in [
+        "INSERT INTO ref_d (id) VALUES (1)",
+        "INSERT INTO ref_d VALUES (1, 2)",
+        "INSERT INTO ref_d (id, seq, at) VALUES (1, 2, DEFAULT)",
+        "UPDATE ref_d SET at = DEFAULT",
+    ] {
+        assert_eq!(sqlstate_of(&pgs, w).await, "0A000", "{w}");
+    }
+    for w in [
+        "INSERT INTO ref_d (id, at) VALUES (1, '2024-01-01 00:00:00+00')",
+        "INSERT INTO ref_d VALUES (2, 3, '2024-01-01 00:00:00+00')",
+        "UPDATE ref_d SET seq = seq + 1",
+        "DELETE FROM ref_d WHERE id = 2",
+    ] {
+        exec(&pgs, w).await;
+    }
+    let placements = placements_rows("ref_d").await;
+    assert_eq!(placements.len(), cl.worker_ports.len());
+    assert!(
+        placements
+            .iter()
+            .all(|p| p.len() == 1 && *p == placements[0]),
+        "{placements:?}"
+    );
+    exec(&pgs, "DROP TABLE ref_d").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1458,9 +1458,10 @@ impl Session {
                 template,
                 tag,
                 functions,
+                defaults,
             } => {
                 self.reference_write(
-                    table, template, tag, functions, params, formats, describe, sink,
+                    table, template, tag, functions, defaults, params, formats, describe, sink,
                 )
                 .await
             }

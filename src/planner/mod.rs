@@ -131,6 +131,9 @@ pub enum Plan {
         /// CURRENT_TIMESTAMP): the executor refuses non-immutable ones, which could
         /// write different values on different placements.
         functions: Vec<String>,
+        /// Which columns may get their default: the executor refuses the write when
+        /// one of them has a default that is not immutable, for the same reason.
+        defaults: DefaultUse,
     },
     /// DROP INDEX of indexes of distributed tables, each with its table.
     DropIndexes {
@@ -155,6 +158,19 @@ pub const CITUS_SETTINGS: &[&str] = &[
     "citus.max_adaptive_executor_pool_size",
     "citus.max_intermediate_result_size",
 ];
+
+/// Which columns of the table a write may fill with their defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DefaultUse {
+    /// None (DELETE, UPDATE without `DEFAULT`).
+    Nothing,
+    /// Every column but these (INSERT with a column list).
+    AllExcept(Vec<String>),
+    /// The columns after the first n (INSERT without a column list).
+    AllAfter(usize),
+    /// Any column (`DEFAULT` written somewhere).
+    Any,
+}
 
 /// Plans one parsed statement against a catalog snapshot.
 pub fn plan(

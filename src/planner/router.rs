@@ -351,5 +351,40 @@ fn plan_reference(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> 
         template,
         tag: tag.to_string(),
         functions: crate::sql::parse::function_calls(node),
+        defaults: default_use(node),
     })
+}
+
+/// Which columns a write may fill with their defaults.
+fn default_use(node: &N) -> super::DefaultUse {
+    use super::DefaultUse;
+    // The DEFAULT keyword anywhere (VALUES, SET, nested): any column.
+    let keyword = serde_json::to_string(node)
+        .map(|j| j.contains("\"SetToDefault\""))
+        .unwrap_or(true);
+    match node {
+        _ if keyword => DefaultUse::Any,
+        N::InsertStmt(i) if !i.cols.is_empty() => DefaultUse::AllExcept(
+            i.cols
+                .iter()
+                .filter_map(|c| match c.node.as_ref() {
+                    Some(N::ResTarget(rt)) => Some(rt.name.clone()),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        N::InsertStmt(i) => match i.select_stmt.as_deref().and_then(|s| s.node.as_ref()) {
+            Some(N::SelectStmt(s)) => match s.values_lists.first().and_then(|l| l.node.as_ref()) {
+                Some(N::List(l)) => DefaultUse::AllAfter(l.items.len()),
+                None if s.values_lists.is_empty() && !s.target_list.is_empty() => {
+                    DefaultUse::AllAfter(s.target_list.len())
+                }
+                _ => DefaultUse::Any,
+            },
+            // DEFAULT VALUES.
+            None => DefaultUse::AllAfter(0),
+            _ => DefaultUse::Any,
+        },
+        _ => DefaultUse::Nothing,
+    }
 }

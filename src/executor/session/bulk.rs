@@ -14,6 +14,7 @@ use crate::planner::distvalue::{hash_param, input_is_exact, param_is_invalid};
 use crate::planner::insert::{eval_int, InsertRowsPlan, RowKey};
 use crate::planner::insert_select::InsertSelectPlan;
 use crate::planner::template::ShardSqlTemplate;
+use crate::planner::DefaultUse;
 use crate::sharding::hash::{self, oid};
 use crate::sql::copy_format::{self as cf, CopyFormat, KeySpec, KeyValue, Next};
 use crate::sql::quote::quote_qualified;
@@ -1080,6 +1081,7 @@ impl Session {
         template: &ShardSqlTemplate,
         tag: &str,
         functions: &[String],
+        defaults: &DefaultUse,
         params: &BoundParams<'_>,
         formats: &[i16],
         describe: bool,
@@ -1094,6 +1096,14 @@ impl Session {
             return Err(PgError::not_supported(format!(
                 "pgshard does not support calling the non-immutable function {name}() in a write \
                  to the reference table \"{}\": each placement would compute its own value",
+                table.name
+            )));
+        }
+        if let Some((column, name)) = self.volatile_default(table, defaults).await? {
+            return Err(PgError::not_supported(format!(
+                "pgshard does not support a write to the reference table \"{}\" that fills \
+                 column \"{column}\" with its default, which calls the non-immutable function \
+                 {name}(): each placement would compute its own value; give the column a value",
                 table.name
             )));
         }
@@ -1152,6 +1162,67 @@ impl Session {
             format!("{tag} {n}")
         });
         Ok(())
+    }
+
+    /// A column the write may fill with a default that is not immutable, with the
+    /// first such function its default calls.
+    async fn volatile_default(
+        &mut self,
+        table: &DistTable,
+        defaults: &DefaultUse,
+    ) -> PgResult<Option<(String, String)>> {
+        if *defaults == DefaultUse::Nothing {
+            return Ok(None);
+        }
+        // Defaults (not generation expressions: PostgreSQL makes those immutable), with
+        // each column's position among the live ones.
+        let sql = format!(
+            "SELECT x.n::text, x.attname::text, x.def FROM (\
+               SELECT row_number() OVER (ORDER BY a.attnum) AS n, a.attname, a.attgenerated, \
+                      pg_catalog.pg_get_expr(d.adbin, d.adrelid) AS def \
+               FROM pg_catalog.pg_attribute a \
+               LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
+               WHERE a.attrelid = {} AND a.attnum > 0 AND NOT a.attisdropped) x \
+             WHERE x.def IS NOT NULL AND x.attgenerated = ''",
+            table.relid
+        );
+        let coord = self.shared.coordinator.clone();
+        let rows = {
+            let mut conn = self.shared.pools.node(&coord).acquire().await?;
+            conn.simple_rows(&sql).await?
+        };
+        for row in rows {
+            let (Some(n), Some(column), Some(def)) = (&row[0], &row[1], &row[2]) else {
+                continue;
+            };
+            let position: usize = n.parse().unwrap_or(0);
+            let used = match defaults {
+                DefaultUse::Nothing => false,
+                DefaultUse::Any => true,
+                DefaultUse::AllExcept(given) => !given.contains(column),
+                DefaultUse::AllAfter(k) => position > *k,
+            };
+            if !used {
+                continue;
+            }
+            let names = match parse::parse(&format!("SELECT {def}")) {
+                Ok(stmts) => stmts
+                    .first()
+                    .and_then(|s| s.node.as_ref())
+                    .map(crate::sql::parse::function_calls)
+                    .unwrap_or_default(),
+                Err(_) => vec![def.clone()],
+            };
+            let kinds = self.function_kinds(&names).await?;
+            if let Some((name, _)) = names
+                .iter()
+                .zip(&kinds)
+                .find(|(_, k)| !k.is_some_and(|k| k.immutable))
+            {
+                return Ok(Some((column.clone(), name.clone())));
+            }
+        }
+        Ok(None)
     }
 
     async fn insert_on_nodes(
