@@ -615,3 +615,122 @@ async fn truncate_vacuum_and_analyze_reach_every_shard() {
     }
     exec(&pgs, "DROP TABLE tva").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ddl_inside_a_transaction_block_commits_or_rolls_back_with_it() {
+    let cl = cluster();
+    let pgs = cl.client().await;
+    exec(
+        &pgs,
+        "DROP TABLE IF EXISTS ddl_b; CREATE TABLE ddl_b (k int, v int); \
+         SET citus.shard_count = 4; SELECT create_distributed_table('ddl_b', 'k'); \
+         INSERT INTO ddl_b SELECT i, i FROM generate_series(1, 20) i",
+    )
+    .await;
+    let coord = cl.direct(cl.coordinator_port).await;
+    let shell_rows: i64 = coord
+        .query_one("SELECT count(*) FROM ONLY ddl_b", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(shell_rows, 0, "rows went into the shell");
+    assert_eq!(
+        sorted_rows(&pgs, "SELECT count(*) FROM ddl_b").await,
+        vec![vec![Some("20".to_string())]]
+    );
+    let (shell_before, shards_before) = definitions("ddl_b").await;
+    let ddl = "CREATE INDEX ddl_b_v ON ddl_b (v); \
+         ALTER TABLE ddl_b ADD COLUMN w int DEFAULT 5, ADD CONSTRAINT ddl_b_pos CHECK (v >= 0); \
+         ALTER TABLE ddl_b ALTER COLUMN v SET NOT NULL; \
+         INSERT INTO ddl_b (k, v) VALUES (100, 100)";
+    exec(&pgs, &format!("BEGIN; {ddl}; ROLLBACK")).await;
+    let (shell, shards) = definitions("ddl_b").await;
+    assert_eq!(shell, shell_before, "the shell changed after ROLLBACK");
+    assert_eq!(shards, shards_before, "a shard changed after ROLLBACK");
+    assert_eq!(
+        sorted_rows(&pgs, "SELECT count(*) FROM ddl_b").await,
+        vec![vec![Some("20".to_string())]]
+    );
+
+    exec(&pgs, &format!("BEGIN; {ddl}; COMMIT")).await;
+    assert_shards_match("ddl_b", 4, "DDL committed in a block").await;
+    let (shell, _) = definitions("ddl_b").await;
+    assert_ne!(shell, shell_before, "the DDL did not reach the shell");
+    // pgshard plans with the new columns after the commit.
+    assert_eq!(
+        sorted_rows(&pgs, "SELECT w, count(*) FROM ddl_b GROUP BY w").await,
+        vec![vec![Some("5".to_string()), Some("21".to_string())]]
+    );
+    assert_eq!(
+        sqlstate_of(&pgs, "INSERT INTO ddl_b (k, v) VALUES (7, -1)").await,
+        "23514"
+    );
+
+    // A DDL failing on a shard inside the block aborts the block like PostgreSQL.
+    exec(&pgs, "BEGIN").await;
+    assert_eq!(
+        sqlstate_of(
+            &pgs,
+            "ALTER TABLE ddl_b ADD CONSTRAINT small CHECK (v < 10)"
+        )
+        .await,
+        "23514"
+    );
+    assert_eq!(sqlstate_of(&pgs, "SELECT 1").await, "25P02");
+    exec(&pgs, "ROLLBACK").await;
+    assert_shards_match("ddl_b", 4, "a failed DDL in a block").await;
+    // What would change pgshard's own planning inside the block is refused.
+    for sql in [
+        "ALTER TABLE ddl_b RENAME TO ddl_c",
+        "ALTER TABLE ddl_b DROP COLUMN w",
+        "CREATE INDEX ON ddl_b (w)",
+    ] {
+        exec(&pgs, "BEGIN").await;
+        assert_eq!(sqlstate_of(&pgs, sql).await, "0A000", "{sql}");
+        exec(&pgs, "ROLLBACK").await;
+    }
+    for port in &cl.worker_ports {
+        let n: i64 = cl
+            .direct(*port)
+            .await
+            .query_one(
+                "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'pgshard%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 0, "prepared transactions left on {port}");
+    }
+    exec(&pgs, "DROP TABLE ddl_b").await;
+}
+
+/// One query string that distributes a table and then writes and reads it: each
+/// statement is planned with the catalog as the statements before it left it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_after_create_distributed_table_in_one_string_see_it() {
+    let cl = cluster();
+    let pgs = cl.client().await;
+    let rows = pgs
+        .simple_query(
+            "DROP TABLE IF EXISTS one_str; CREATE TABLE one_str (k int, v text); \
+             SELECT create_distributed_table('one_str', 'k'); \
+             INSERT INTO one_str SELECT i, 'v' || i FROM generate_series(1, 50) i; \
+             SELECT count(*) FROM one_str",
+        )
+        .await
+        .unwrap();
+    let count = rows.iter().rev().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+        _ => None,
+    });
+    assert_eq!(count.as_deref(), Some("50"));
+    let coord = cl.direct(cl.coordinator_port).await;
+    let shell: i64 = coord
+        .query_one("SELECT count(*) FROM ONLY one_str", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(shell, 0, "rows went into the coordinator node's shell");
+    exec(&pgs, "DROP TABLE one_str").await;
+}

@@ -28,7 +28,7 @@ use tokio_postgres::Client;
 const MAX_IDENTIFIER: usize = 63;
 
 /// A node and the (shard id, statement) list it runs.
-type NodeWork = BTreeMap<(GroupId, String, u16), Vec<(i64, String)>>;
+pub(crate) type NodeWork = BTreeMap<(GroupId, String, u16), Vec<(i64, String)>>;
 
 /// An error of the client's own statement on the shell: PostgreSQL's, unchanged.
 fn shell_error(e: &tokio_postgres::Error) -> PgError {
@@ -44,7 +44,7 @@ fn shell_error(e: &tokio_postgres::Error) -> PgError {
 }
 
 /// Statements per node for every placement of `table`.
-fn work_per_node(
+pub(crate) fn work_per_node(
     catalog: &Catalog,
     table: &DistTable,
     sql_for: impl Fn(i64) -> Result<String, PgError>,

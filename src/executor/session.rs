@@ -37,6 +37,8 @@ use tokio::net::tcp::OwnedWriteHalf;
 
 /// COPY into/out of distributed tables and multi-row INSERTs across shards.
 mod bulk;
+/// DDL on distributed tables inside a transaction block.
+mod ddl_in_block;
 /// Routed reads through the thread's pipelined connection to a node.
 mod pipelined;
 /// INSERT ... SELECT into distributed tables through the coordinator node.
@@ -146,6 +148,9 @@ pub struct Session {
     /// The current transaction block was started by pgshard for a Sync batch that
     /// wrote on several nodes; it ends at that Sync.
     implicit_block: bool,
+    /// DDL ran inside the current block: after its commit every pgshard reloads the
+    /// catalog.
+    catalog_changed: bool,
 }
 
 /// What brings a pooled connection to the session's settings: reset, then replay them.
@@ -215,6 +220,7 @@ impl Session {
             txn_serial: 0,
             shapes: ShapeCache::default(),
             implicit_block: false,
+            catalog_changed: false,
         }
     }
 
@@ -1136,7 +1142,30 @@ impl Session {
             self.finish_simple(r).await;
             return Ok(());
         }
-        for (stmt, plan) in stmts.iter().zip(plans.iter()) {
+        let planned_with = catalog.version;
+        let mut catalog = catalog;
+        for (i, stmt) in stmts.iter().enumerate() {
+            // A statement before this one may have changed the catalog (e.g.
+            // create_distributed_table): this one and the rest are planned again.
+            let replanned;
+            let current = self.shared.catalog.snapshot();
+            let plan = if current.version != planned_with {
+                catalog = current;
+                match self.plan_statement(stmt, &catalog) {
+                    Ok(p) => {
+                        replanned = p;
+                        &replanned
+                    }
+                    Err(e) => {
+                        msg::write_error(&mut self.out, &e);
+                        self.fail();
+                        self.batch_error = false;
+                        break;
+                    }
+                }
+            } else {
+                &plans[i]
+            };
             if self.txn == TxnState::Failed
                 && !matches!(
                     plan,
@@ -1447,7 +1476,14 @@ impl Session {
             }
             Plan::Ddl(d) => {
                 if self.txn != TxnState::Idle {
-                    return Err(PgError::not_supported("DDL on a distributed table inside a transaction block is not supported by pgshard yet"));
+                    if let Some(why) = d.not_in_block() {
+                        return Err(PgError::not_supported(format!(
+                            "pgshard does not support {why} on a distributed table inside a transaction block yet"
+                        )));
+                    }
+                    self.ddl_in_block(d).await?;
+                    sink.complete(&d.tag);
+                    return Ok(());
                 }
                 commands::ddl::propagate_ddl(&self.shared.catalog, d).await?;
                 sink.complete(&d.tag);
@@ -1765,6 +1801,15 @@ impl Session {
     /// Ends the block on every node it used: COMMIT where one node wrote, two-phase
     /// commit where several did (unless the session chose 1PC), ROLLBACK otherwise.
     async fn finish_transaction(&mut self, commit: bool) -> PgResult<()> {
+        let catalog_changed = std::mem::take(&mut self.catalog_changed);
+        let r = self.end_transaction(commit).await;
+        if catalog_changed && commit && r.is_ok() {
+            self.announce_catalog_change().await;
+        }
+        r
+    }
+
+    async fn end_transaction(&mut self, commit: bool) -> PgResult<()> {
         self.drain_all().await.ok();
         let mut held = std::mem::take(&mut self.held);
         self.txn = TxnState::Idle;

@@ -43,6 +43,43 @@ pub struct DdlPlan {
     pub tag: String,
 }
 
+impl DdlPlan {
+    /// Why this DDL cannot run inside a transaction block, if it cannot. Inside a block
+    /// pgshard plans the block's later statements with the catalog as it was, so only
+    /// DDL that changes nothing pgshard plans with may run there: CREATE INDEX and
+    /// ALTER TABLE adding columns (at the end), defaults, NOT NULL or named constraints.
+    pub fn not_in_block(&self) -> Option<&'static str> {
+        if self.concurrent {
+            return Some("CREATE INDEX CONCURRENTLY cannot run inside a transaction block");
+        }
+        if self.new_table_name.is_some() || self.new_dist_column.is_some() {
+            return Some("renaming a distributed table or its distribution column");
+        }
+        if !self.unnamed.is_empty() {
+            return Some("an index or constraint without a name (name it)");
+        }
+        match &self.stmt {
+            N::IndexStmt(_) => None,
+            N::AlterTableStmt(a) => {
+                let allowed = a.cmds.iter().all(|c| match c.node.as_ref() {
+                    Some(N::AlterTableCmd(cmd)) => matches!(
+                        At::try_from(cmd.subtype).unwrap_or(At::Undefined),
+                        At::AtAddColumn
+                            | At::AtColumnDefault
+                            | At::AtSetNotNull
+                            | At::AtDropNotNull
+                            | At::AtAddConstraint
+                            | At::AtDropConstraint
+                    ),
+                    _ => false,
+                });
+                (!allowed).then_some("this ALTER TABLE form")
+            }
+            _ => Some("this statement"),
+        }
+    }
+}
+
 fn refuse(msg: impl Into<String>) -> Option<PgResult<DdlPlan>> {
     Some(Err(PgError::not_supported(msg)))
 }

@@ -1,0 +1,65 @@
+//! DDL on a distributed table inside the client's transaction block: the statement
+//! runs on the shell table over the session's own connection to the coordinator node,
+//! then on every shard over the session's connections to the workers, and commits or
+//! rolls back with the block (2PC with the coordinator node among the participants).
+//!
+//! The block's later statements are planned with the catalog as it was, so only DDL
+//! that changes nothing pgshard plans with runs here (`DdlPlan::not_in_block`); the
+//! catalog version is raised in the block, and every pgshard reloads after the commit.
+
+use super::*;
+use crate::commands::ddl::work_per_node;
+use crate::planner::ddl::{shard_statement, DdlPlan};
+
+impl Session {
+    pub(super) async fn ddl_in_block(&mut self, plan: &DdlPlan) -> PgResult<()> {
+        let coord = self.shared.coordinator.clone();
+        let idx = self.bulk_conn(&coord, true).await?;
+        // PostgreSQL checks the client's own statement on the shell first.
+        self.held[idx].conn.simple(&plan.text).await?;
+        let catalog = self.shared.catalog.snapshot();
+        let per_node = work_per_node(&catalog, &plan.table, |id| shard_statement(plan, id, &[]))?;
+        for ((_, host, port), stmts) in &per_node {
+            let addr = NodeAddr {
+                host: host.clone(),
+                port: *port,
+            };
+            let n = self.bulk_conn(&addr, true).await?;
+            for (shard_id, sql) in stmts {
+                self.held[n].conn.simple(sql).await.map_err(|e| {
+                    // As outside blocks: the message names shard, node and statement.
+                    let mut named = PgError::new(
+                        &e.code,
+                        format!(
+                            "shard {shard_id} on node {addr}, statement \"{}\": {}",
+                            commands::abbreviate(sql),
+                            e.message
+                        ),
+                    );
+                    named.detail = e.detail;
+                    named.hint = e.hint;
+                    named
+                })?;
+            }
+        }
+        // Other pgshard processes see the version move once the block commits.
+        self.held[idx]
+            .conn
+            .simple("UPDATE pg_catalog.pgshard_catalog_version SET version = version + 1")
+            .await?;
+        self.catalog_changed = true;
+        Ok(())
+    }
+
+    /// After a committed block that changed the catalog: reload it here and tell the
+    /// other pgshard processes (NOTIFY cannot be part of a prepared transaction).
+    pub(super) async fn announce_catalog_change(&mut self) {
+        let coord = self.shared.coordinator.clone();
+        if let Ok(mut conn) = self.shared.pools.node(&coord).acquire().await {
+            if let Err(e) = conn.simple("NOTIFY pgshard_catalog").await {
+                tracing::warn!("cannot notify other pgshard processes of a catalog change: {e}");
+            }
+        }
+        self.shared.catalog.reload().await;
+    }
+}
