@@ -339,6 +339,145 @@ async fn one_phase_commit_mode() {
     assert_eq!(scalar_i64(&c, "SELECT count(*) FROM onepc").await, 2);
 }
 
+/// Statements of a block sent with the extended protocol (tokio-postgres prepares
+/// and binds them) run inside the block's own BEGIN on every node they reach: its
+/// isolation level holds there, an error in a node's first statement aborts the block,
+/// and after ROLLBACK the pooled connections are outside any transaction again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_protocol_statements_join_the_block() {
+    let cl = cluster();
+    let c = cl.client().await;
+    c.batch_execute(
+        "CREATE TABLE extblock (id int PRIMARY KEY, v int); \
+         SELECT create_distributed_table('extblock', 'id')",
+    )
+    .await
+    .unwrap();
+    let (a, b) = keys_on_two_workers(&c, "extblock").await;
+    let isolation = "SELECT current_setting('transaction_isolation') FROM extblock WHERE id = $1";
+    c.batch_execute(&format!("INSERT INTO extblock VALUES ({a}, 0), ({b}, 0)"))
+        .await
+        .unwrap();
+    c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .unwrap();
+    for k in [a, b] {
+        let row = c.query_one(isolation, &[&k]).await.unwrap();
+        assert_eq!(row.get::<_, String>(0), "repeatable read", "key {k}");
+    }
+    c.execute("UPDATE extblock SET v = v + 1 WHERE id = $1", &[&a])
+        .await
+        .unwrap();
+    c.execute("UPDATE extblock SET v = v + 1 WHERE id = $1", &[&b])
+        .await
+        .unwrap();
+    c.batch_execute("COMMIT").await.unwrap();
+    let sum = "SELECT sum(v)::int8 FROM extblock";
+    assert_eq!(scalar_i64(&c, sum).await, 2);
+    // A node's first statement in the block fails: the block is aborted (25P02 after),
+    // and ROLLBACK undoes the other node's write.
+    c.batch_execute("BEGIN").await.unwrap();
+    c.execute("UPDATE extblock SET v = v + 1 WHERE id = $1", &[&a])
+        .await
+        .unwrap();
+    let e = c
+        .execute("INSERT INTO extblock VALUES ($1, 0)", &[&b])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "23505");
+    let e = c.query_one(isolation, &[&a]).await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "25P02");
+    c.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(scalar_i64(&c, sum).await, 2);
+    // Fresh blocks on the same pooled connections start at the default level.
+    c.batch_execute("BEGIN").await.unwrap();
+    for k in [a, b] {
+        let row = c.query_one(isolation, &[&k]).await.unwrap();
+        assert_eq!(row.get::<_, String>(0), "read committed", "key {k}");
+    }
+    c.batch_execute("COMMIT").await.unwrap();
+}
+
+/// Two-phase-commit decision records (`transaction::decision`): the records of
+/// concurrent committers land in the coordinator node's pg_dist_transaction exactly
+/// as given, quotes and backslashes included; a batch that fails (a duplicate gid)
+/// records nothing and reports the server's error, not an unknown outcome; the writer
+/// goes on working after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decision_records_are_written_exactly() {
+    use pgshard::backend::{Credentials, NodeAddr};
+    use pgshard::transaction::decision;
+    let cl = cluster();
+    let coord = cl.direct(cl.coordinator_port).await;
+    let target = decision::Target {
+        coordinator: NodeAddr {
+            host: cl.host.clone(),
+            port: cl.coordinator_port,
+        },
+        creds: Arc::new(Credentials {
+            user: cl.user.clone(),
+            password: cl.password.clone(),
+            database: cl.database.clone(),
+        }),
+        application_name: "decision test".into(),
+    };
+    // Not pgshard gids: recovery leaves these records alone.
+    let gid = |t: usize, p: usize| format!("test_decision_{t}_{p}_'q\"b\\");
+    let committers = (0..20).map(|t| {
+        let target = target.clone();
+        let rows = vec![(t as i32, gid(t, 0)), (-(t as i32), gid(t, 1))];
+        async move { decision::record(&target, rows).await }
+    });
+    for r in futures_util::future::join_all(committers).await {
+        r.unwrap();
+    }
+    let stored = coord
+        .query(
+            "SELECT groupid, gid FROM pg_catalog.pg_dist_transaction \
+             WHERE gid LIKE 'test\\_decision\\_%'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let mut got: Vec<(i32, String)> = stored.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let mut want: Vec<(i32, String)> = (0..20)
+        .flat_map(|t| [(t as i32, gid(t, 0)), (-(t as i32), gid(t, 1))])
+        .collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    let e = decision::record(
+        &target,
+        vec![(1, "test_decision_new".into()), (0, gid(0, 0))],
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code, "23505", "{e:?}");
+    decision::record(&target, vec![(3, "test_decision_after".into())])
+        .await
+        .unwrap();
+    let n: i64 = coord
+        .query_one(
+            "SELECT count(*) FROM pg_catalog.pg_dist_transaction \
+             WHERE gid IN ('test_decision_new', 'test_decision_after')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        n, 1,
+        "the failed batch recorded nothing, the next one its record"
+    );
+    coord
+        .execute(
+            "DELETE FROM pg_catalog.pg_dist_transaction WHERE gid LIKE 'test\\_decision\\_%'",
+            &[],
+        )
+        .await
+        .unwrap();
+}
+
 async fn prepared_orphans(w: &Client) -> i64 {
     scalar_i64(
         w,

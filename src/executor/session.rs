@@ -99,6 +99,9 @@ enum Expect {
     Execute(NodeAddr),
     /// A simple query pgshard sent for itself (BEGIN, settings): read to ReadyForQuery.
     SimpleSilent(NodeAddr),
+    /// One reply to an extended-protocol message pgshard added (the BindComplete or
+    /// CommandComplete of its BEGIN): swallowed.
+    OneSilent(NodeAddr),
 }
 
 struct Held {
@@ -129,6 +132,8 @@ pub struct Session {
     max_intermediate_kb: i64,
     txn: TxnState,
     begin_text: String,
+    /// The backend statement id of `begin_text` (the text it was made for, the id).
+    begin_statement: Option<(String, u64)>,
     /// Active savepoints of the block, oldest first: replayed after BEGIN on a node
     /// that joins later, so that ROLLBACK TO works on every node.
     savepoints: Vec<String>,
@@ -207,6 +212,7 @@ impl Session {
             max_intermediate_kb: DEFAULT_MAX_INTERMEDIATE_KB,
             txn: TxnState::Idle,
             begin_text: String::new(),
+            begin_statement: None,
             savepoints: Vec::new(),
             deadlocked: false,
             held: Vec::new(),
@@ -351,6 +357,12 @@ impl Session {
     /// The connection to `addr` for this batch / block, joining it if needed: a new
     /// connection gets the session's settings and, inside a block, BEGIN.
     async fn join(&mut self, addr: &NodeAddr, write: bool) -> PgResult<usize> {
+        self.join_with(addr, write, false).await
+    }
+
+    /// `join`; with `extended`, the caller goes on with extended-protocol messages
+    /// that the batch's Sync ends, and BEGIN is queued as one of them (`write_begin`).
+    async fn join_with(&mut self, addr: &NodeAddr, write: bool, extended: bool) -> PgResult<usize> {
         if self.txn == TxnState::Idle && write {
             // One Sync batch is one implicit transaction. Once it writes on a second
             // node it becomes a transaction block, committed (with 2PC) at Sync.
@@ -401,14 +413,18 @@ impl Session {
                 self.pending.push_back(Expect::SimpleSilent(addr.clone()));
             }
             if self.txn != TxnState::Idle && h.conn.txn_status == b'I' {
-                let mut begin = self.begin_text.clone();
-                for name in &self.savepoints {
-                    begin.push_str("; SAVEPOINT ");
-                    begin.push_str(&quote_ident(name));
+                if extended && self.savepoints.is_empty() {
+                    self.write_begin(idx);
+                } else {
+                    let mut begin = self.begin_text.clone();
+                    for name in &self.savepoints {
+                        begin.push_str("; SAVEPOINT ");
+                        begin.push_str(&quote_ident(name));
+                    }
+                    msg::write_query(&mut h.conn.wbuf, &begin);
+                    h.dirty = true;
+                    self.pending.push_back(Expect::SimpleSilent(addr.clone()));
                 }
-                msg::write_query(&mut h.conn.wbuf, &begin);
-                h.dirty = true;
-                self.pending.push_back(Expect::SimpleSilent(addr.clone()));
             }
         }
         // Drain whatever another backend still owes before this one gets work.
@@ -417,13 +433,46 @@ impl Session {
             .iter()
             .enumerate()
             .any(|(i, h)| i != idx && h.dirty);
-        if other_dirty || self.pending.iter().any(|e| matches!(e, Expect::One(a) | Expect::Execute(a) | Expect::ParseSilent(a) if a != addr)) {
+        if other_dirty || self.pending.iter().any(|e| matches!(e, Expect::One(a) | Expect::Execute(a) | Expect::ParseSilent(a) | Expect::OneSilent(a) if a != addr)) {
             self.drain_all().await?;
         }
         if write {
             self.held[idx].wrote = true;
         }
         Ok(idx)
+    }
+
+    /// Queues the block's BEGIN on held connection `idx` as a prepared statement
+    /// without Sync: it travels in the same write as the batch's first statement and
+    /// is answered together with it. A simple-query BEGIN would be answered (and
+    /// flushed, waking pgshard) on its own: one send and one wake-up more per node and
+    /// transaction.
+    fn write_begin(&mut self, idx: usize) {
+        let id = match &self.begin_statement {
+            Some((text, id)) if *text == self.begin_text => *id,
+            _ => {
+                let id = self.shared.statements.id(&self.begin_text, &[]);
+                self.begin_statement = Some((self.begin_text.clone(), id));
+                id
+            }
+        };
+        let h = &mut self.held[idx];
+        let name = backend_name(id);
+        if !h.conn.prepared.contains(&id) {
+            msg::write_parse(&mut h.conn.wbuf, &name, &self.begin_text, &[]);
+            h.conn.prepared.insert(id);
+            self.pending
+                .push_back(Expect::ParseSilent(h.conn.addr.clone()));
+        }
+        msg::write_bind(&mut h.conn.wbuf, "", &name, &[], &[], &[]);
+        msg::write_execute(&mut h.conn.wbuf, "", 0);
+        // In a block from here on, as far as anything sent after it is concerned (the
+        // batch's ReadyForQuery tells the truth).
+        h.conn.txn_status = b'T';
+        h.dirty = true;
+        let addr = &h.conn.addr;
+        self.pending.push_back(Expect::OneSilent(addr.clone()));
+        self.pending.push_back(Expect::OneSilent(addr.clone()));
     }
 
     /// Turns the current autocommit batch into a transaction block of pgshard's own
@@ -475,6 +524,7 @@ impl Session {
                 Expect::One(a) => (a, 1),
                 Expect::Execute(a) => (a, 2),
                 Expect::SimpleSilent(a) => (a, 3),
+                Expect::OneSilent(a) => (a, 4),
             };
             let Some(idx) = self.held_index(&addr) else {
                 continue;
@@ -502,7 +552,10 @@ impl Session {
                     }
                     // After an error the client hears nothing more until ReadyForQuery.
                     _ if self.batch_error && kind != 3 => {
-                        if matches!((kind, f.tag), (0, b'1') | (1, _) | (2, b'C' | b'I' | b's')) {
+                        if matches!(
+                            (kind, f.tag),
+                            (0, b'1') | (1, _) | (2, b'C' | b'I' | b's') | (4, b'2' | b'C')
+                        ) {
                             break;
                         }
                     }
@@ -512,6 +565,7 @@ impl Session {
                     b'Z' if kind == 3 => break,
                     _ if kind == 3 => {}
                     b'1' if kind == 0 => break,
+                    b'2' | b'C' if kind == 4 => break,
                     _ if kind == 1 => {
                         msg::write_raw(&mut self.out, f.tag, &f.body);
                         break;
@@ -880,7 +934,7 @@ impl Session {
         bind: &BindMsg,
         write: bool,
     ) -> PgResult<()> {
-        let idx = self.join(addr, write).await?;
+        let idx = self.join_with(addr, write, true).await?;
         let h = &mut self.held[idx];
         if !h.conn.prepared.contains(&id) {
             msg::write_parse(&mut h.conn.wbuf, &backend_name(id), sql, types);
