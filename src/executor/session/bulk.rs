@@ -94,7 +94,7 @@ pub(super) fn null_key_error(table: &DistTable) -> PgError {
 
 /// Whether a client encoding keeps ASCII bytes unambiguous (PostgreSQL's
 /// "encoding embeds ASCII" ones do not: a trail byte may look like `\` or `,`).
-fn encoding_is_ascii_safe(enc: &str) -> bool {
+pub(super) fn encoding_is_ascii_safe(enc: &str) -> bool {
     let e: String = enc
         .chars()
         .filter(|c| c.is_ascii_alphanumeric())

@@ -10,7 +10,9 @@
 //! 3. the rows are copied into the shards as by `COPY FROM STDIN` (`bulk.rs`), in the
 //!    session's block or pgshard's own, committed with 2PC where several nodes wrote.
 
-use super::bulk::{copy_state, encoding_is_utf8, null_key_error, text_hashable, CopyState};
+use super::bulk::{
+    copy_state, encoding_is_ascii_safe, encoding_is_utf8, null_key_error, text_hashable, CopyState,
+};
 use super::*;
 use crate::planner::insert_select::{InsertViaCoordinatorPlan, ViaSource};
 use crate::sql::copy_format::{self as cf, CopyOptions, KeySpec};
@@ -58,6 +60,13 @@ impl Session {
         let Some(index) = columns.iter().position(|c| *c == col.name) else {
             return Err(null_key_error(&table));
         };
+        // Rows travel as COPY text in the session's encoding, escaped byte by byte.
+        let enc = self.client_encoding();
+        if !encoding_is_ascii_safe(&enc) {
+            return Err(PgError::not_supported(format!(
+                "pgshard does not support INSERT ... SELECT through the coordinator in encoding {enc}"
+            )));
+        }
         let opts = CopyOptions::from_defelems(&[])?;
         let st = copy_state(
             &table,
@@ -74,7 +83,7 @@ impl Session {
                 force_not_null: false,
             },
             opts,
-            utf8: encoding_is_utf8(&self.client_encoding()),
+            utf8: encoding_is_utf8(&enc),
             pending: BytesMut::new(),
             rows: 0,
         };
