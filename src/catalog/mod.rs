@@ -127,6 +127,14 @@ impl Catalog {
         }
     }
 
+    /// `table` as this catalog has it (a plan may hold an older copy).
+    pub fn current(&self, table: &Arc<DistTable>) -> Arc<DistTable> {
+        self.tables_by_oid
+            .get(&table.relid)
+            .cloned()
+            .unwrap_or_else(|| table.clone())
+    }
+
     pub fn node_for_group(&self, group: GroupId) -> Option<&WorkerNode> {
         self.workers.iter().find(|w| w.group_id == group)
     }

@@ -256,11 +256,7 @@ impl Session {
         sink: &mut ResultSink,
     ) -> PgResult<()> {
         let catalog = self.shared.catalog.snapshot();
-        let table = catalog
-            .tables_by_oid
-            .get(&plan.table.relid)
-            .cloned()
-            .unwrap_or_else(|| plan.table.clone());
+        let table = catalog.current(&plan.table);
         let col = table.dist_column.clone().expect("planned with a column");
         let opts = &plan.options;
         let columns = if plan.columns.is_empty() {
@@ -684,11 +680,7 @@ impl Session {
         };
         match &plan.source {
             CopyOutSource::Table { table, columns } => {
-                let table = catalog
-                    .tables_by_oid
-                    .get(&table.relid)
-                    .cloned()
-                    .unwrap_or_else(|| table.clone());
+                let table = catalog.current(&table);
                 let cols = if columns.is_empty() {
                     String::new()
                 } else {

@@ -43,11 +43,7 @@ impl Session {
         sink: &mut ResultSink,
     ) -> PgResult<()> {
         let catalog = self.shared.catalog.snapshot();
-        let table = catalog
-            .tables_by_oid
-            .get(&plan.table.relid)
-            .cloned()
-            .unwrap_or_else(|| plan.table.clone());
+        let table = catalog.current(&plan.table);
         let col = table.dist_column.clone().expect("planned with a column");
         if !text_hashable(col.type_oid) {
             return Err(PgError::not_supported(format!(
