@@ -3,7 +3,9 @@
 //!   sent in chunks (`COPY shard FROM STDIN` + data + CopyDone, pipelined) over the
 //!   session's one connection per node, all in one distributed transaction;
 //! - COPY TO STDOUT: one COPY per shard, outputs concatenated (one header/trailer);
-//! - multi-row INSERT: one INSERT per shard holding its rows, run in parallel.
+//! - multi-row INSERT: one INSERT per shard holding its rows, run in parallel;
+//! - INSERT ... SELECT between co-located tables: one statement per shard index;
+//! - writes on reference tables: the statement on every placement, node by node.
 //!   When the session has no transaction block and several nodes are written, pgshard
 //!   opens one of its own, committed with 2PC (or 1PC if the session chose it).
 
