@@ -1202,8 +1202,8 @@ impl Session {
             // A statement before this one may have changed the catalog (e.g.
             // create_distributed_table): this one and the rest are planned again.
             let replanned;
-            let current = self.shared.catalog.snapshot();
-            let plan = if current.version != planned_with {
+            let current = (i > 0).then(|| self.shared.catalog.snapshot());
+            let plan = if let Some(current) = current.filter(|c| c.version != planned_with) {
                 catalog = current;
                 match self.plan_statement(stmt, &catalog) {
                     Ok(p) => {

@@ -346,22 +346,20 @@ fn plan_reference(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> 
             ))
         }
     };
+    let (functions, default_keyword) = crate::sql::parse::calls_and_defaults(node);
     Ok(Plan::ReferenceWrite {
         table,
         template,
         tag: tag.to_string(),
-        functions: crate::sql::parse::function_calls(node),
-        defaults: default_use(node),
+        functions,
+        defaults: default_use(node, default_keyword),
     })
 }
 
-/// Which columns a write may fill with their defaults.
-fn default_use(node: &N) -> super::DefaultUse {
+/// Which columns a write may fill with their defaults; `keyword`: the DEFAULT keyword
+/// stands somewhere in it (VALUES, SET, nested), so any column may.
+fn default_use(node: &N, keyword: bool) -> super::DefaultUse {
     use super::DefaultUse;
-    // The DEFAULT keyword anywhere (VALUES, SET, nested): any column.
-    let keyword = serde_json::to_string(node)
-        .map(|j| j.contains("\"SetToDefault\""))
-        .unwrap_or(true);
     match node {
         _ if keyword => DefaultUse::Any,
         N::InsertStmt(i) if !i.cols.is_empty() => DefaultUse::AllExcept(

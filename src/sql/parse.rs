@@ -190,19 +190,25 @@ fn walk_json(v: &serde_json::Value, out: &mut Vec<RelRef>) {
 }
 
 /// Every function a statement calls, by its unqualified lower-case name, once each
-/// (sorted),
-/// found through the full serialised tree (pg_query's fast walker skips VALUES lists
-/// and RETURNING). SQL value functions (CURRENT_TIMESTAMP, CURRENT_USER, ...) count
-/// as `now`: none of them is immutable.
+/// (sorted), found through the full serialised tree (pg_query's fast walker skips
+/// VALUES lists and RETURNING). SQL value functions (CURRENT_TIMESTAMP, CURRENT_USER,
+/// ...) count as `now`: none of them is immutable.
 pub fn function_calls(node: &N) -> Vec<String> {
-    let value = serde_json::to_value(node).unwrap_or(serde_json::Value::Null);
-    let mut out = Vec::new();
-    walk_functions(&value, &mut out);
-    out.sort();
-    out
+    calls_and_defaults(node).0
 }
 
-fn walk_functions(v: &serde_json::Value, out: &mut Vec<String>) {
+/// [`function_calls`], and whether the `DEFAULT` keyword stands anywhere in the
+/// statement (VALUES, SET), from one walk of the tree.
+pub fn calls_and_defaults(node: &N) -> (Vec<String>, bool) {
+    let value = serde_json::to_value(node).unwrap_or(serde_json::Value::Null);
+    let mut out = Vec::new();
+    let mut default = false;
+    walk_functions(&value, &mut out, &mut default);
+    out.sort();
+    (out, default)
+}
+
+fn walk_functions(v: &serde_json::Value, out: &mut Vec<String>, default: &mut bool) {
     match v {
         serde_json::Value::Object(map) => {
             let mut found = None;
@@ -216,6 +222,8 @@ fn walk_functions(v: &serde_json::Value, out: &mut Vec<String>) {
                     .map(str::to_ascii_lowercase);
             } else if map.contains_key("SqlvalueFunction") {
                 found = Some("now".to_string());
+            } else if map.contains_key("SetToDefault") {
+                *default = true;
             }
             if let Some(name) = found {
                 if !out.contains(&name) {
@@ -223,10 +231,12 @@ fn walk_functions(v: &serde_json::Value, out: &mut Vec<String>) {
                 }
             }
             for child in map.values() {
-                walk_functions(child, out);
+                walk_functions(child, out, default);
             }
         }
-        serde_json::Value::Array(items) => items.iter().for_each(|i| walk_functions(i, out)),
+        serde_json::Value::Array(items) => {
+            items.iter().for_each(|i| walk_functions(i, out, default))
+        }
         _ => {}
     }
 }
@@ -361,6 +371,13 @@ mod tests {
             vec!["abs", "now"]
         );
         assert!(calls("DELETE FROM t WHERE a = 1").is_empty());
+        let defaults = |sql: &str| {
+            let s = parse(sql).unwrap().remove(0);
+            calls_and_defaults(s.node.as_ref().unwrap()).1
+        };
+        assert!(defaults("INSERT INTO t VALUES (1, DEFAULT)"));
+        assert!(defaults("UPDATE t SET a = DEFAULT"));
+        assert!(!defaults("INSERT INTO t VALUES (1, 'DEFAULT')"));
     }
 
     #[test]
