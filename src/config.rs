@@ -30,6 +30,11 @@ pub struct Config {
     #[serde(default = "default_listen_host")]
     pub listen_host: String,
     pub listen_port: u16,
+    /// Directory of a Unix-domain socket the listener also accepts clients on, named
+    /// as PostgreSQL names its own (`.s.PGSQL.<listen_port>`), so that `psql -h DIR`
+    /// works; the same authentication applies. None: TCP only.
+    #[serde(default)]
+    pub unix_socket_directory: Option<std::path::PathBuf>,
     #[serde(default)]
     pub auth: AuthMethod,
     /// The coordinator node's PostgreSQL: catalog and every non-distributed table.

@@ -121,6 +121,36 @@ fn cluster_up_restart_and_down() {
         .collect();
     assert_eq!(nodes, want.join("\n"));
 
+    // pgshard's own Unix socket, beside the nodes' ones: the same password login, and
+    // the same refusal of a wrong one.
+    let socket_env = |password: &str| {
+        let mut e = info.pg_env();
+        e.retain(|(k, _)| k != "PGHOST" && k != "PGPASSWORD");
+        e.push(("PGHOST".into(), sockets.to_str().unwrap().into()));
+        e.push(("PGPASSWORD".into(), password.into()));
+        e
+    };
+    assert!(sockets.join(format!(".s.PGSQL.{base}")).exists());
+    let got = psql(
+        &socket_env(&info.password),
+        &["-c", "select count(*) from pg_dist_node"],
+    );
+    assert_eq!(got, "2");
+    let out = std::process::Command::new("psql")
+        .envs(socket_env("wrong"))
+        .args(["-X", "-c", "select 1"])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "wrong password accepted over the socket"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("password authentication failed"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // kill -9 one worker's postmaster; a second `up` restarts only it.
     let before_coord = postmaster_pid(&coordinator);
     let before_w1 = postmaster_pid(&w1);
@@ -161,6 +191,24 @@ fn cluster_up_restart_and_down() {
     env.retain(|(k, _)| k != "PGPORT");
     env.push(("PGPORT".into(), info.worker_ports[0].to_string()));
     assert_eq!(psql(&env, &["-c", "select 1"]), "1");
+
+    // pgshard killed with -9 leaves its socket file behind: the restarted one replaces
+    // it and serves on it.
+    unsafe { libc::kill(pgshard_pid as i32, libc::SIGKILL) };
+    let t = std::time::Instant::now();
+    while alive(pgshard_pid) {
+        assert!(t.elapsed().as_secs() < 10, "killed pgshard still alive");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(sockets.join(format!(".s.PGSQL.{base}")).exists());
+    cluster_up(&dir, base);
+    let pgshard_pid: u32 = std::fs::read_to_string(dir.join("pgshard.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let got = psql(&socket_env(&info.password), &["-c", "select 'again'"]);
+    assert_eq!(got, "again");
 
     // down stops every part; a second down is harmless.
     pgshard(&["cluster", "down", "--dir", d]);

@@ -90,6 +90,10 @@ pub struct BenchArgs {
     /// stopped all the same).
     #[arg(long)]
     pub keep: bool,
+    /// Clients (pgbench, sysbench, psql) reach both targets through their Unix-domain
+    /// sockets instead of TCP on 127.0.0.1.
+    #[arg(long)]
+    pub unix_sockets: bool,
 }
 
 /// What a workload runs.
@@ -379,6 +383,7 @@ struct Options {
     out: PathBuf,
     port: u16,
     keep: bool,
+    unix_sockets: bool,
 }
 
 impl Options {
@@ -421,6 +426,7 @@ impl Options {
             out: a.out,
             port: a.port,
             keep: a.keep,
+            unix_sockets: a.unix_sockets,
         };
         if o.scale == 0
             || o.clients == 0
@@ -563,8 +569,15 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
     };
     plain_res??;
     let cluster = cluster_res.context("starting the pgshard cluster")?;
+    // Clients connect over TCP on 127.0.0.1, or with --unix-sockets through each
+    // target's socket directory.
+    let plain_host = if opts.unix_sockets {
+        plain_node.socket_dir.to_string_lossy().into_owned()
+    } else {
+        "127.0.0.1".to_string()
+    };
     let plain_env: Env = [
-        ("PGHOST", "127.0.0.1".to_string()),
+        ("PGHOST", plain_host),
         ("PGPORT", plain_port.to_string()),
         ("PGUSER", "postgres".into()),
         ("PGPASSWORD", password),
@@ -573,7 +586,14 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
-    let pgshard_env: Env = cluster.pg_env();
+    let mut pgshard_env: Env = cluster.pg_env();
+    if opts.unix_sockets {
+        for (k, v) in pgshard_env.iter_mut() {
+            if k == "PGHOST" {
+                *v = cluster.socket_dir.to_string_lossy().into_owned();
+            }
+        }
+    }
     progress.say("servers and pgshard are up");
 
     // Load W1 (W4 is loaded before its first workload).
@@ -817,8 +837,14 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         ));
     }
     subtitle.push_str(&format!(
-        "{} workers, {SHARD_COUNT} shards; {}",
-        opts.workers, date
+        "{} workers, {SHARD_COUNT} shards, clients over {}; {}",
+        opts.workers,
+        if opts.unix_sockets {
+            "Unix sockets"
+        } else {
+            "TCP (127.0.0.1)"
+        },
+        date
     ));
     let doc = json!({
         "pgshard_bench_format": 2,
@@ -841,6 +867,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
             "latency_sampling_rate": SAMPLING_RATE,
             "sysbench_table_size": SYSBENCH_TABLE_SIZE,
             "tls": false,
+            "client_transport": if opts.unix_sockets { "unix" } else { "tcp" },
             "ports": { "plain": plain_port, "pgshard": cluster.port,
                        "coordinator": cluster.coordinator_port, "workers": cluster.worker_ports },
         },

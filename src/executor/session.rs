@@ -17,6 +17,7 @@ use crate::backend::{NodeAddr, PooledConn};
 use crate::catalog::{Catalog, ShardId, ShardInterval};
 use crate::commands::{self, CitusSettings};
 use crate::error::{sqlstate, PgError, PgResult};
+use crate::frontend::client_stream::ClientWrite;
 use crate::frontend::messages::{self as msg, BindMsg, FieldDesc, Frame};
 use crate::frontend::server::ClientReader;
 use crate::planner::fastpath::{self, FastPlan, ShapeCache};
@@ -33,7 +34,6 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
 
 /// COPY into/out of distributed tables and multi-row INSERTs across shards.
 mod bulk;
@@ -118,7 +118,7 @@ struct Held {
 
 pub struct Session {
     shared: Arc<Shared>,
-    client: OwnedWriteHalf,
+    client: ClientWrite,
     pub reader: ClientReader,
     pub out: BytesMut,
     /// SET statements replayed on every backend connection this session uses.
@@ -180,7 +180,7 @@ fn fingerprint(settings: &[String]) -> u64 {
 impl Session {
     pub fn new(
         shared: Arc<Shared>,
-        client: OwnedWriteHalf,
+        client: ClientWrite,
         reader: ClientReader,
         startup: &[(String, String)],
         cancel: CancelTargets,

@@ -4,6 +4,7 @@
 //! client's messages to its executor session.
 
 use super::auth::{self, ScramServer, ScramVerifier};
+use super::client_stream::{self, ClientRead, ClientStream, ClientWrite, StdClientStream};
 use super::messages::{self as msg, StartupPacket, MAX_MESSAGE_LEN};
 use super::startup_options;
 use crate::catalog::cache::CatalogCache;
@@ -15,8 +16,7 @@ use crate::sql::quote::quote_literal;
 use bytes::BytesMut;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedReadHalf;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The parser recurses deeply on nested expressions: big stacks for every thread
@@ -24,7 +24,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 const THREAD_STACK: usize = 32 * 1024 * 1024;
 
 /// A client connection handed to a serving thread, with its client slot.
-type Handoff = (std::net::TcpStream, OwnedSemaphorePermit);
+type Handoff = (StdClientStream, OwnedSemaphorePermit);
 
 /// Runs the coordinator until the process ends: thread-per-core. Each thread runs a
 /// single-threaded runtime with its own share of the backend pools; the listener
@@ -94,7 +94,7 @@ fn serve_thread(
     };
     rt.block_on(async move {
         while let Some((stream, permit)) = clients.recv().await {
-            match TcpStream::from_std(stream) {
+            match stream.into_tokio() {
                 Ok(stream) => spawn_session(shared.clone(), stream, permit),
                 Err(e) => tracing::warn!("cannot adopt a client socket: {e}"),
             }
@@ -123,6 +123,17 @@ async fn listen(
 ) -> anyhow::Result<()> {
     let cfg = shared.cfg.clone();
     let listener = TcpListener::bind((cfg.listen_host.as_str(), cfg.listen_port)).await?;
+    let unix = match &cfg.unix_socket_directory {
+        Some(dir) => {
+            let path = client_stream::socket_path(dir, cfg.listen_port);
+            let l = client_stream::bind_unix(&path).map_err(|e| {
+                anyhow::anyhow!("cannot listen on Unix socket {}: {e}", path.display())
+            })?;
+            tracing::info!("pgshard listening on Unix socket {}", path.display());
+            Some(l)
+        }
+        None => None,
+    };
     tracing::info!(
         "pgshard listening on {}:{} ({} serving threads)",
         cfg.listen_host,
@@ -132,7 +143,14 @@ async fn listen(
     let slots = Arc::new(Semaphore::new(cfg.max_client_connections));
     let mut next = 0usize;
     loop {
-        let (stream, _) = match listener.accept().await {
+        let accepted = match &unix {
+            Some(u) => tokio::select! {
+                r = listener.accept() => r.map(|(s, _)| ClientStream::Tcp(s)),
+                r = u.accept() => r.map(|(s, _)| ClientStream::Unix(s)),
+            },
+            None => listener.accept().await.map(|(s, _)| ClientStream::Tcp(s)),
+        };
+        let stream = match accepted {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!("accept failed: {e}");
@@ -165,14 +183,14 @@ async fn listen(
             dealers[turn - 1].send((handoff, permit))
         {
             // That thread is gone: serve the client here.
-            if let Ok(stream) = TcpStream::from_std(s) {
+            if let Ok(stream) = s.into_tokio() {
                 spawn_session(shared.clone(), stream, permit);
             }
         }
     }
 }
 
-fn spawn_session(shared: Arc<Shared>, stream: TcpStream, permit: OwnedSemaphorePermit) {
+fn spawn_session(shared: Arc<Shared>, stream: ClientStream, permit: OwnedSemaphorePermit) {
     tokio::spawn(async move {
         let _permit = permit;
         if let Err(e) = handle_client(shared, stream).await {
@@ -181,7 +199,8 @@ fn spawn_session(shared: Arc<Shared>, stream: TcpStream, permit: OwnedSemaphoreP
     });
 }
 
-async fn refuse_client(mut stream: TcpStream) {
+async fn refuse_client(stream: ClientStream) {
+    let (_rd, mut wr) = stream.into_split();
     let mut out = BytesMut::new();
     msg::write_error(
         &mut out,
@@ -190,7 +209,7 @@ async fn refuse_client(mut stream: TcpStream) {
             "sorry, too many clients already",
         ),
     );
-    let _ = stream.write_all(&out).await;
+    let _ = wr.write_all(&out).await;
 }
 
 /// The liveness lock first (so that no other process takes this one's transactions
@@ -276,7 +295,7 @@ async fn check_workers(catalog: &Arc<CatalogCache>) {
 
 /// The read half of a client connection and what has arrived but is not handled yet.
 pub struct ClientReader {
-    rd: OwnedReadHalf,
+    rd: ClientRead,
     pub buf: BytesMut,
 }
 
@@ -303,13 +322,13 @@ impl ClientReader {
     }
 }
 
-async fn send(stream: &mut tokio::net::tcp::OwnedWriteHalf, out: &mut BytesMut) -> PgResult<()> {
+async fn send(stream: &mut ClientWrite, out: &mut BytesMut) -> PgResult<()> {
     let r = stream.write_all(out).await;
     out.clear();
     r.map_err(|e| PgError::new(sqlstate::CONNECTION_FAILURE, e.to_string()))
 }
 
-async fn fatal(wr: &mut tokio::net::tcp::OwnedWriteHalf, e: PgError) -> PgResult<()> {
+async fn fatal(wr: &mut ClientWrite, e: PgError) -> PgResult<()> {
     let mut out = BytesMut::new();
     msg::write_error(
         &mut out,
@@ -323,8 +342,7 @@ async fn fatal(wr: &mut tokio::net::tcp::OwnedWriteHalf, e: PgError) -> PgResult
     Err(e)
 }
 
-async fn handle_client(shared: Arc<Shared>, stream: TcpStream) -> PgResult<()> {
-    let _ = stream.set_nodelay(true);
+async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()> {
     let (rd, mut wr) = stream.into_split();
     let mut reader = ClientReader {
         rd,
@@ -516,7 +534,7 @@ async fn authenticate(
     shared: &Shared,
     user: &str,
     reader: &mut ClientReader,
-    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    wr: &mut ClientWrite,
 ) -> PgResult<()> {
     let failed = || {
         PgError::fatal(
