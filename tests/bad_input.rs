@@ -72,9 +72,14 @@ struct Raw {
 impl Raw {
     async fn open() -> Raw {
         let c = cluster();
-        let s = TcpStream::connect((c.host.as_str(), c.port))
+        Raw::open_to(&c.host, c.port).await
+    }
+
+    /// A raw connection to any server (the plain PostgreSQL, to compare with).
+    async fn open_to(host: &str, port: u16) -> Raw {
+        let s = TcpStream::connect((host, port))
             .await
-            .expect("connect to pgshard");
+            .expect("connect to the server");
         Raw {
             s,
             buf: BytesMut::new(),
@@ -149,16 +154,25 @@ impl Raw {
     /// success; an ErrorResponse on failure).
     async fn login(&mut self, user: &str, password: &str) -> Vec<Msg> {
         let c = cluster();
+        self.login_with(user, &c.database, password, &[]).await
+    }
+
+    /// The same with more startup parameters.
+    async fn login_with(
+        &mut self,
+        user: &str,
+        database: &str,
+        password: &str,
+        extra: &[(&str, &str)],
+    ) -> Vec<Msg> {
         let mut out = BytesMut::new();
-        frontend::startup_message(
-            [
-                ("user", user),
-                ("database", c.database.as_str()),
-                ("application_name", "bad_input"),
-            ],
-            &mut out,
-        )
-        .unwrap();
+        let mut params = vec![
+            ("user", user),
+            ("database", database),
+            ("application_name", "bad_input"),
+        ];
+        params.extend_from_slice(extra);
+        frontend::startup_message(params, &mut out).unwrap();
         self.send(&out).await;
         self.sasl(password).await
     }
@@ -828,8 +842,9 @@ async fn startup_options_set_the_session_or_fail_the_connection() {
         .lines()
         .map(str::to_string)
         .collect();
-    // As PostgreSQL shows a list given in options: as written.
-    assert_eq!(lines, ["1pc", "pg_temp,public", "4s", "with space"]);
+    // As PostgreSQL shows a list given in options: as written. psql's own
+    // application_name in the startup packet wins over the one in options, as there.
+    assert_eq!(lines, ["1pc", "pg_temp,public", "4s", "psql"]);
 
     for (options, code_text) in [
         ("-d 3", "invalid command-line argument"),
@@ -852,4 +867,42 @@ async fn startup_options_set_the_session_or_fail_the_connection() {
         );
     }
     server_still_up().await;
+}
+
+/// Settings given in `options` that PostgreSQL reports (DateStyle, TimeZone, ...) reach
+/// the client in ParameterStatus as PostgreSQL itself shows them: drivers read dates
+/// and encodings by these, not by the server's defaults.
+#[tokio::test]
+async fn startup_options_are_reported_as_postgresql_reports_them() {
+    let options = r"-c datestyle=iso,dmy -c timezone=europe/paris -c intervalstyle=sql_standard -c work_mem=8MB -c application_name=from\ options";
+    let last_status = |msgs: &[Msg]| {
+        let mut values = std::collections::BTreeMap::new();
+        for m in msgs.iter().filter(|m| m.tag == b'S') {
+            let mut parts = m.body.split(|&b| b == 0);
+            let name = String::from_utf8_lossy(parts.next().unwrap()).into_owned();
+            let value = String::from_utf8_lossy(parts.next().unwrap()).into_owned();
+            values.insert(name, value);
+        }
+        values
+    };
+    let c = cluster();
+    let mut r = Raw::open().await;
+    let got = r
+        .login_with(&c.user, &c.database, &c.password, &[("options", options)])
+        .await;
+    assert_ok_login(&got);
+    let got = last_status(&got);
+    let p = plain_postgres();
+    let mut r = Raw::open_to(&p.host, p.port).await;
+    let want = r
+        .login_with(&p.user, &p.database, &p.password, &[("options", options)])
+        .await;
+    assert_ok_login(&want);
+    let want = last_status(&want);
+    assert_eq!(got["DateStyle"], "ISO, DMY");
+    for name in ["DateStyle", "TimeZone", "IntervalStyle", "application_name"] {
+        assert!(got.contains_key(name), "{name} reported");
+        assert_eq!(got.get(name), want.get(name), "{name}");
+    }
+    assert!(!got.contains_key("work_mem"), "work_mem is not reported");
 }

@@ -8,10 +8,9 @@ use bytes::{BufMut, BytesMut};
 use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256};
 use postgres_protocol::message::frontend;
 use std::collections::HashSet;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
+use tokio_util::either::Either;
 
 /// Where a server listens: the key of its pool.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -34,62 +33,21 @@ impl NodeAddr {
     }
 }
 
-/// The byte stream to a node: TCP, or a Unix-domain socket for a node registered by its
-/// socket directory (cheaper per message when the node runs on pgshard's own host).
-pub enum NodeStream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
+/// The byte stream to a node: TCP (Left), or a Unix-domain socket (Right) for a node
+/// registered by its socket directory (cheaper per message when the node runs on
+/// pgshard's own host).
+pub type NodeStream = Either<TcpStream, UnixStream>;
 
-impl NodeStream {
-    pub async fn connect(addr: &NodeAddr) -> std::io::Result<NodeStream> {
-        if addr.is_unix_socket() {
-            let path = format!("{}/.s.PGSQL.{}", addr.host.trim_end_matches('/'), addr.port);
-            Ok(NodeStream::Unix(UnixStream::connect(path).await?))
-        } else {
-            let s = TcpStream::connect((addr.host.as_str(), addr.port)).await?;
-            // Small protocol messages must not wait for Nagle.
-            s.set_nodelay(true)?;
-            Ok(NodeStream::Tcp(s))
-        }
-    }
-}
-
-impl AsyncRead for NodeStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            NodeStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            NodeStream::Unix(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for NodeStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            NodeStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            NodeStream::Unix(s) => Pin::new(s).poll_write(cx, buf),
-        }
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            NodeStream::Tcp(s) => Pin::new(s).poll_flush(cx),
-            NodeStream::Unix(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            NodeStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            NodeStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
-        }
+/// Opens the stream to `addr`: its socket file when the host is a directory.
+async fn connect_stream(addr: &NodeAddr) -> std::io::Result<NodeStream> {
+    if addr.is_unix_socket() {
+        let path = format!("{}/.s.PGSQL.{}", addr.host.trim_end_matches('/'), addr.port);
+        Ok(Either::Right(UnixStream::connect(path).await?))
+    } else {
+        let s = TcpStream::connect((addr.host.as_str(), addr.port)).await?;
+        // Small protocol messages must not wait for Nagle.
+        s.set_nodelay(true)?;
+        Ok(Either::Left(s))
     }
 }
 
@@ -132,7 +90,7 @@ impl BackendConn {
                 format!("could not connect to node {addr}: {e}"),
             )
         };
-        let stream = NodeStream::connect(addr).await.map_err(fail)?;
+        let stream = connect_stream(addr).await.map_err(fail)?;
         let mut conn = BackendConn {
             addr: addr.clone(),
             stream,
@@ -384,7 +342,7 @@ impl BackendConn {
 
     /// Sends a CancelRequest for whatever this connection's backend is running.
     pub async fn cancel(addr: &NodeAddr, process_id: i32, secret_key: i32) {
-        if let Ok(mut s) = NodeStream::connect(addr).await {
+        if let Ok(mut s) = connect_stream(addr).await {
             let mut buf = BytesMut::new();
             buf.put_i32(16);
             buf.put_i32(messages::CANCEL_REQUEST);

@@ -187,10 +187,7 @@ impl Session {
     ) -> Session {
         let mut settings = Vec::new();
         for (k, v) in startup {
-            if matches!(
-                k.as_str(),
-                "user" | "database" | "options" | "replication" | "application_name"
-            ) {
+            if matches!(k.as_str(), "user" | "database" | "options" | "replication") {
                 continue;
             }
             settings.push(format!("SET {} TO {}", quote_ident(k), quote_literal(v)));
@@ -1381,26 +1378,48 @@ impl Session {
     /// after one check on the coordinator node so that a bad name or value fails the
     /// connection, as PostgreSQL would. `set_config` takes the value as `options` gives
     /// it (a list such as `search_path=a,b` stays a list).
-    pub async fn apply_startup_options(&mut self, options: &[(String, String)]) -> PgResult<()> {
-        let mut added = false;
+    /// Applies the startup packet's `options` settings and returns the values the
+    /// client must be told of in ParameterStatus (those PostgreSQL reports, as the
+    /// coordinator node shows them: `-c datestyle=iso,dmy` is reported as `ISO, DMY`).
+    pub async fn apply_startup_options(
+        &mut self,
+        options: &[(String, String)],
+    ) -> PgResult<Vec<(String, String)>> {
+        let mut from_options = Vec::new();
         for (name, value) in options {
             if name.starts_with("citus.") {
                 self.set_citus(name, Some(value))?;
             } else {
-                self.settings.push(format!(
+                from_options.push(format!(
                     "SELECT pg_catalog.set_config({}, {}, false)",
                     quote_literal(name),
                     quote_literal(value)
                 ));
-                added = true;
             }
         }
-        if added {
+        let mut reported = Vec::new();
+        if !from_options.is_empty() {
+            // Before the startup packet's own parameters: PostgreSQL applies `options`
+            // first, so a parameter given both ways takes the packet's value.
+            self.settings.splice(0..0, from_options);
             self.settings_fp = fingerprint(&self.settings);
             let coord = self.shared.coordinator.clone();
-            self.private_conn(&coord).await?;
+            let mut conn = self.private_conn(&coord).await?;
+            for (name, _) in options {
+                let Some(canonical) = reported_parameter(name) else {
+                    continue;
+                };
+                let sql = format!(
+                    "SELECT pg_catalog.current_setting({})",
+                    quote_literal(canonical)
+                );
+                if let Some(value) = conn.simple_column(&sql).await?.into_iter().next() {
+                    reported.retain(|(n, _): &(String, String)| n != canonical);
+                    reported.push((canonical.to_string(), value));
+                }
+            }
         }
-        Ok(())
+        Ok(reported)
     }
 
     /// SET statements are replayed on every connection the session uses later.
@@ -2050,6 +2069,21 @@ impl Session {
         self.held.clear();
         self.running.lock().unwrap().clear();
     }
+}
+
+/// The name PostgreSQL reports a setting under in ParameterStatus, for the settings a
+/// client may change that it reports (GUC_REPORT); None for every other setting.
+fn reported_parameter(name: &str) -> Option<&'static str> {
+    const REPORTED: [&str; 7] = [
+        "application_name",
+        "client_encoding",
+        "DateStyle",
+        "default_transaction_read_only",
+        "IntervalStyle",
+        "standard_conforming_strings",
+        "TimeZone",
+    ];
+    REPORTED.into_iter().find(|r| r.eq_ignore_ascii_case(name))
 }
 
 /// A size setting in kB: `-1`, `512`, `64kB`, `10MB`, `1GB`.

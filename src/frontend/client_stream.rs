@@ -1,14 +1,13 @@
 //! A client's connection, over TCP or a Unix-domain socket: the two halves a session
 //! reads and writes, and the plain std socket handed from the listener's thread to a
 //! serving thread. Clients on pgshard's own host (pgbench, an application server)
-//! reach it through its socket as they would reach PostgreSQL's: no TCP stack on
-//! either side, which costs pgshard about a third less CPU per message.
+//! reach it through its socket as they would reach PostgreSQL's, and pgshard no longer
+//! runs their TCP input path (about a third of its CPU per routed lookup on loopback
+//! TCP; see docs/ARCHITECTURE.md, "Client connections").
 
 use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{tcp, unix, TcpStream, UnixStream};
+use tokio_util::either::Either;
 
 /// An accepted client connection.
 pub enum ClientStream {
@@ -22,17 +21,11 @@ pub enum StdClientStream {
     Unix(std::os::unix::net::UnixStream),
 }
 
-/// The read half a session's reader owns.
-pub enum ClientRead {
-    Tcp(tcp::OwnedReadHalf),
-    Unix(unix::OwnedReadHalf),
-}
+/// The read half a session's reader owns: TCP (Left) or Unix-domain socket (Right).
+pub type ClientRead = Either<tcp::OwnedReadHalf, unix::OwnedReadHalf>;
 
 /// The write half a session answers through.
-pub enum ClientWrite {
-    Tcp(tcp::OwnedWriteHalf),
-    Unix(unix::OwnedWriteHalf),
-}
+pub type ClientWrite = Either<tcp::OwnedWriteHalf, unix::OwnedWriteHalf>;
 
 impl ClientStream {
     /// Splits the connection; TCP answers go out without Nagle's delay.
@@ -41,11 +34,11 @@ impl ClientStream {
             ClientStream::Tcp(s) => {
                 let _ = s.set_nodelay(true);
                 let (r, w) = s.into_split();
-                (ClientRead::Tcp(r), ClientWrite::Tcp(w))
+                (Either::Left(r), Either::Left(w))
             }
             ClientStream::Unix(s) => {
                 let (r, w) = s.into_split();
-                (ClientRead::Unix(r), ClientWrite::Unix(w))
+                (Either::Right(r), Either::Right(w))
             }
         }
     }
@@ -65,46 +58,6 @@ impl StdClientStream {
             StdClientStream::Tcp(s) => ClientStream::Tcp(TcpStream::from_std(s)?),
             StdClientStream::Unix(s) => ClientStream::Unix(UnixStream::from_std(s)?),
         })
-    }
-}
-
-impl AsyncRead for ClientRead {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            ClientRead::Tcp(r) => Pin::new(r).poll_read(cx, buf),
-            ClientRead::Unix(r) => Pin::new(r).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for ClientWrite {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            ClientWrite::Tcp(w) => Pin::new(w).poll_write(cx, buf),
-            ClientWrite::Unix(w) => Pin::new(w).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            ClientWrite::Tcp(w) => Pin::new(w).poll_flush(cx),
-            ClientWrite::Unix(w) => Pin::new(w).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            ClientWrite::Tcp(w) => Pin::new(w).poll_shutdown(cx),
-            ClientWrite::Unix(w) => Pin::new(w).poll_shutdown(cx),
-        }
     }
 }
 

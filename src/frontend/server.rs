@@ -428,8 +428,10 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
             break (pid, key);
         }
     };
-    msg::write_backend_key_data(&mut out, pid, key);
-    msg::write_ready_for_query(&mut out, b'I');
+    // BackendKeyData and ReadyForQuery follow the statuses of `options` settings.
+    let mut ready = BytesMut::new();
+    msg::write_backend_key_data(&mut ready, pid, key);
+    msg::write_ready_for_query(&mut ready, b'I');
     let targets = shared
         .cancel_keys
         .lock()
@@ -445,20 +447,28 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
         Ok(settings) => session.apply_startup_options(&settings).await,
         Err(e) => Err(e),
     };
-    if let Err(e) = applied {
-        shared.cancel_keys.lock().unwrap().remove(&(pid, key));
-        msg::write_error(
-            &mut session.out,
-            &PgError {
-                severity: "FATAL",
-                raw: None,
-                ..e.clone()
-            },
-        );
-        let _ = session.flush_client().await;
-        session.close();
-        return Err(e);
+    let reported = match applied {
+        Ok(reported) => reported,
+        Err(e) => {
+            shared.cancel_keys.lock().unwrap().remove(&(pid, key));
+            msg::write_error(
+                &mut session.out,
+                &PgError {
+                    severity: "FATAL",
+                    raw: None,
+                    ..e.clone()
+                },
+            );
+            let _ = session.flush_client().await;
+            session.close();
+            return Err(e);
+        }
+    };
+    // A later ParameterStatus of the same name replaces the earlier one for the client.
+    for (name, value) in &reported {
+        msg::write_parameter_status(&mut out, name, value);
     }
+    out.extend_from_slice(&ready);
     session.out.extend_from_slice(&out);
     let result = match session.flush_client().await {
         Ok(()) => client_loop(&mut session).await,
