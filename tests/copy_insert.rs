@@ -668,3 +668,135 @@ async fn large_loads_report_progress_to_the_client() {
     assert_eq!(rows_on_workers("progress_t").await, 1_100_000);
     simple(&c, "drop table progress_t").await;
 }
+
+/// INSERT into a local table of a SELECT reading distributed tables (a rollup into a
+/// coordinator-node table): the rows, counts, RETURNING and ON CONFLICT outcomes of one
+/// PostgreSQL, in autocommit, in a rolled-back block, and with a parameter.
+#[tokio::test]
+async fn insert_into_a_local_table_from_distributed_ones_matches_postgres() {
+    let c = cluster().client().await;
+    let plain = plain_postgres().client().await;
+    let setup = "drop table if exists ilo_src, ilo_sum, ilo_copy; \
+         create table ilo_src (id int, g int, v numeric(10,2), t text); \
+         create table ilo_sum (g int primary key, total numeric, n bigint, note text default 'd'); \
+         create table ilo_copy (id bigint, t varchar(20))";
+    simple(&c, setup).await;
+    simple(&plain, setup).await;
+    simple(&c, "select create_distributed_table('ilo_src', 'id')").await;
+    let load = "insert into ilo_src select i, i % 7, i * 1.25, case when i % 11 = 0 then null \
+         else E'it''s\\t' || i end from generate_series(1, 1500) i";
+    simple(&c, load).await;
+    simple(&plain, load).await;
+    let statements = [
+        // Many rows in several chunks: numeric sums and counts exact, defaults filled.
+        "insert into ilo_copy select id, t from ilo_src",
+        "insert into ilo_sum (g, total, n) select g, sum(v), count(*) from ilo_src group by g",
+        // ON CONFLICT, as written, over the rows.
+        "insert into ilo_sum (g, total, n) select distinct g, 0, 1 from ilo_src where id < 30 \
+         on conflict (g) do update set n = ilo_sum.n + excluded.n, note = 'again'",
+        // DO NOTHING: rows already there (and repeated keys) are skipped.
+        "insert into ilo_sum (g, total, n) select g, 0, 1 from ilo_src where id < 30 \
+         on conflict (g) do nothing",
+        // No rows at all.
+        "insert into ilo_sum (g, total, n) select g, 0, 0 from ilo_src where id < 0",
+    ];
+    for sql in statements {
+        let mine = c
+            .execute(sql, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        assert_eq!(mine, plain.execute(sql, &[]).await.unwrap(), "{sql}");
+    }
+    for table in ["ilo_sum", "ilo_copy"] {
+        assert_eq!(
+            table_lines(&c, table).await,
+            table_lines(&plain, table).await,
+            "{table}"
+        );
+    }
+    // RETURNING rows, through the simple protocol and the extended one (a parameter).
+    let returning = "insert into ilo_sum (g, total, n) select g + 100, max(v), min(id) \
+         from ilo_src group by g returning g, total, n, note";
+    let simple_rows = |msgs: Vec<SimpleQueryMessage>| {
+        let mut rows: Vec<Vec<Option<String>>> = msgs
+            .iter()
+            .filter_map(|m| match m {
+                SimpleQueryMessage::Row(r) => {
+                    Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+                }
+                _ => None,
+            })
+            .collect();
+        rows.sort();
+        rows
+    };
+    let mine = simple_rows(c.simple_query(returning).await.unwrap());
+    assert_eq!(mine.len(), 7);
+    assert_eq!(
+        mine,
+        simple_rows(plain.simple_query(returning).await.unwrap())
+    );
+    let sql = "insert into ilo_sum (g, total, n) select g + 200, sum(v), count(*) from ilo_src \
+         where id > $1 group by g returning g, total::text, n";
+    let mut mine: Vec<(i32, String, i64)> = c
+        .query(sql, &[&700i32])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let mut want: Vec<(i32, String, i64)> = plain
+        .query(sql, &[&700i32])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    mine.sort();
+    want.sort();
+    assert_eq!(mine.len(), 7);
+    assert_eq!(mine, want);
+    assert_eq!(
+        table_lines(&c, "ilo_sum").await,
+        table_lines(&plain, "ilo_sum").await
+    );
+    // A block rolled back leaves nothing; one committed keeps its rows.
+    let before = table_lines(&c, "ilo_copy").await;
+    simple(
+        &c,
+        "begin; insert into ilo_copy select id * 10, t from ilo_src where id < 5; rollback",
+    )
+    .await;
+    assert_eq!(table_lines(&c, "ilo_copy").await, before);
+    let block = "begin; insert into ilo_copy select id * 10, t from ilo_src where id < 5; \
+         insert into ilo_copy select id * 100, t from ilo_src where id < 3; commit";
+    simple(&c, block).await;
+    simple(&plain, block).await;
+    assert_eq!(
+        table_lines(&c, "ilo_copy").await,
+        table_lines(&plain, "ilo_copy").await
+    );
+    // PostgreSQL's own errors: a too-long value, a duplicate key without ON CONFLICT.
+    for (sql, code) in [
+        (
+            "insert into ilo_copy select id, repeat('x', 30) from ilo_src where id = 1",
+            "22001",
+        ),
+        (
+            "insert into ilo_sum (g, total, n) select g, 0, 0 from ilo_src",
+            "23505",
+        ),
+        (
+            "insert into ilo_sum (g, total, n) select g, 0, 1 from ilo_src where id < 30 \
+             on conflict (g) do update set n = 0",
+            "21000",
+        ),
+    ] {
+        let e = c.execute(sql, &[]).await.unwrap_err();
+        assert_eq!(e.code().map(|c| c.code()), Some(code), "{sql}: {e:?}");
+    }
+    assert_eq!(
+        table_lines(&c, "ilo_copy").await,
+        table_lines(&plain, "ilo_copy").await
+    );
+}

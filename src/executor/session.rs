@@ -814,6 +814,7 @@ impl Session {
             | Plan::Explain(_)
             | Plan::ReferenceWrite { .. }
             | Plan::InsertViaCoordinator(_)
+            | Plan::InsertIntoLocal(_)
             | Plan::InsertSelect(_) => self.describe_on_coordinator(&sql, declared).await?,
             _ => Self::meta_without_backend(&plan, declared),
         };
@@ -1528,6 +1529,10 @@ impl Session {
             Plan::InsertRows(p) => self.insert_rows(p, params, formats, describe, sink).await,
             Plan::InsertSelect(p) => self.insert_select(p, params, sink).await,
             Plan::InsertViaCoordinator(p) => self.insert_via_coordinator(p, params, sink).await,
+            Plan::InsertIntoLocal(p) => {
+                self.insert_into_local(p, params, formats, describe, sink)
+                    .await
+            }
             Plan::CopyIn(p) => self.copy_in(p, params.bind.is_some(), sink).await,
             Plan::CopyOut(p) => self.copy_out(p, sink).await,
             Plan::MultiShardModify(m) => {

@@ -2,7 +2,8 @@
 //! the selected value for a's distribution column is b's distribution column: every row
 //! stays on the shard index it came from, so the statement runs shard by shard
 //! (`INSERT INTO a_i SELECT ... FROM b_i ...`) in one distributed transaction.
-//! Other shapes run through the coordinator ([`plan_via_coordinator`]).
+//! Other shapes run through the coordinator ([`plan_via_coordinator`]), and so does an
+//! INSERT into a local table selecting from distributed ones ([`plan_into_local`]).
 
 use super::distvalue::is_column;
 use super::multishard::plain_expression;
@@ -47,6 +48,18 @@ pub enum ViaSource {
     /// The SELECT alone (deparsed), planned and run by pgshard; its rows then reach the
     /// shell as typed VALUES.
     Distributed { select: String },
+}
+
+/// INSERT into a local table (on the coordinator node) of a SELECT reading distributed
+/// tables: the SELECT runs through pgshard's planner, then the INSERT runs on the
+/// coordinator node with its rows as typed VALUES in place of the SELECT, a chunk at
+/// a time, its other clauses (column list, ON CONFLICT, RETURNING) as written.
+#[derive(Debug)]
+pub struct InsertIntoLocalPlan {
+    /// The client's INSERT without its SELECT.
+    pub insert: protobuf::InsertStmt,
+    /// The SELECT alone (deparsed).
+    pub select: String,
 }
 
 #[derive(Debug)]
@@ -148,6 +161,37 @@ pub fn plan_via_coordinator(
             source,
         },
     )))
+}
+
+/// Plans an INSERT into a local table whose SELECT reads distributed tables.
+pub fn plan_into_local(i: &protobuf::InsertStmt) -> PgResult<Plan> {
+    let refuse = |why: &str| -> PgResult<Plan> {
+        Ok(Plan::Unsupported(PgError::not_supported(format!(
+            "pgshard does not support this INSERT into a local table selecting from a distributed table yet: {why}"
+        ))))
+    };
+    if i.with_clause.is_some() {
+        return refuse("WITH");
+    }
+    // Parameters go to the SELECT; the INSERT's other clauses run without them.
+    let outside = serde_json::to_string(&(&i.on_conflict_clause, &i.returning_clause, &i.cols))
+        .map_err(|e| PgError::internal(format!("INSERT clauses: {e}")))?;
+    if outside.contains("\"ParamRef\"") {
+        return refuse("parameters outside the SELECT");
+    }
+    let Some(select @ N::SelectStmt(_)) = i.select_stmt.as_deref().and_then(|x| x.node.as_ref())
+    else {
+        return refuse("unexpected shape");
+    };
+    let Ok(select) = select.deparse(Default::default()) else {
+        return refuse("pgshard could not isolate the SELECT");
+    };
+    let mut insert = i.clone();
+    insert.select_stmt = None;
+    Ok(Plan::InsertIntoLocal(Arc::new(InsertIntoLocalPlan {
+        insert,
+        select,
+    })))
 }
 
 /// Plans an INSERT ... SELECT whose table references are all distributed (`dist`).

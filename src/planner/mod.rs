@@ -107,6 +107,8 @@ pub enum Plan {
     InsertSelect(Arc<insert_select::InsertSelectPlan>),
     /// INSERT ... SELECT through the coordinator (`insert_select::plan_via_coordinator`).
     InsertViaCoordinator(Arc<insert_select::InsertViaCoordinatorPlan>),
+    /// INSERT into a local table of a distributed SELECT (`insert_select::plan_into_local`).
+    InsertIntoLocal(Arc<insert_select::InsertIntoLocalPlan>),
     /// COPY FROM STDIN into a distributed table: rows routed by pgshard.
     CopyIn(Arc<copy::CopyInPlan>),
     /// COPY TO STDOUT from a distributed table or a selection on one.
@@ -292,9 +294,8 @@ pub fn plan(
             let mut dist = dist;
             dist.sort_by_key(|(r, _)| Some(r.location) != target_at);
             if Some(dist[0].0.location) != target_at {
-                return Ok(Plan::Unsupported(PgError::not_supported(
-                    "pgshard does not support INSERT into a local table selecting from a distributed table yet",
-                )));
+                // The target is a local table.
+                return insert_select::plan_into_local(i);
             }
             match insert_select::plan_insert_select(i, &stmt.text, &dist, rels.len())? {
                 Plan::Unsupported(e) if e.code == sqlstate::FEATURE_NOT_SUPPORTED => {

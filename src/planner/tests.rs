@@ -125,6 +125,18 @@ fn never_routes_what_it_cannot_prove() {
         plan_of("insert into t select 1, 'x' from generate_series(1, 3)"),
         Plan::InsertViaCoordinator(_)
     ));
+    // Into a local table: the SELECT through pgshard, the INSERT on the coordinator
+    // node; parameters only in the SELECT.
+    assert!(matches!(
+        plan_of("insert into local_t select k, v from t where k > $1 on conflict do nothing returning *"),
+        Plan::InsertIntoLocal(_)
+    ));
+    assert!(unsupported(
+        "insert into local_t select k, v from t on conflict (k) do update set v = $1"
+    ));
+    assert!(unsupported(
+        "with x as (select 1) insert into local_t select k, v from t"
+    ));
     assert!(
         matches!(plan_of("insert into t values (null, 'x')"), Plan::Unsupported(e) if e.code == "23502")
     );

@@ -9,12 +9,16 @@
 //!    savepoint rolled back at once, so the shell stays empty;
 //! 3. the rows are copied into the shards as by `COPY FROM STDIN` (`bulk.rs`), in the
 //!    session's block or pgshard's own, committed with 2PC where several nodes wrote.
+//!
+//! Also INSERT into a local table of a SELECT reading distributed tables
+//! (`InsertIntoLocalPlan`): the SELECT through pgshard, then the client's INSERT on the
+//! coordinator node over the rows as typed VALUES.
 
 use super::bulk::{
     copy_state, encoding_is_ascii_safe, encoding_is_utf8, null_key_error, text_hashable, CopyState,
 };
 use super::*;
-use crate::planner::insert_select::{InsertViaCoordinatorPlan, ViaSource};
+use crate::planner::insert_select::{InsertIntoLocalPlan, InsertViaCoordinatorPlan, ViaSource};
 use crate::sql::copy_format::{self as cf, CopyOptions, KeySpec};
 use crate::sql::quote::quote_qualified;
 
@@ -227,20 +231,7 @@ impl Session {
         };
         for chunk in rows.chunks(ROWS_PER_INSERT) {
             let mut sql = head.clone();
-            for (r, row) in chunk.iter().enumerate() {
-                sql.push_str(if r == 0 { "(" } else { ", (" });
-                for (i, v) in row.iter().enumerate() {
-                    if i > 0 {
-                        sql.push_str(", ");
-                    }
-                    let literal = match v {
-                        Some(v) => quote_literal(&String::from_utf8_lossy(v)),
-                        None => "NULL".to_string(),
-                    };
-                    sql.push_str(&format!("CAST({literal} AS {})", types[i]));
-                }
-                sql.push(')');
-            }
+            write_typed_rows(&mut sql, chunk, &types);
             sql.push_str(") AS pgshard_rows");
             sql.push_str(returning);
             self.shell_insert(&sql, &no_params, router).await?;
@@ -310,6 +301,105 @@ impl Session {
         Ok((fields, rows))
     }
 
+    /// INSERT into a local table of a SELECT reading distributed tables: the SELECT
+    /// through pgshard, then the client's INSERT on the coordinator node with the rows
+    /// as typed VALUES in place of its SELECT, a chunk at a time, in the session's
+    /// block or pgshard's own (all chunks or none).
+    pub(super) async fn insert_into_local(
+        &mut self,
+        plan: &InsertIntoLocalPlan,
+        params: &BoundParams<'_>,
+        formats: &[i16],
+        describe: bool,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        let extended = params.bind.is_some();
+        let own = self.begin_own_block().await?;
+        match self
+            .insert_local_rows(plan, params, formats, describe, sink)
+            .await
+        {
+            Ok(count) => {
+                self.end_own_block(own, true, extended).await?;
+                sink.complete(&format!("INSERT 0 {count}"));
+                Ok(())
+            }
+            Err(e) => {
+                self.end_own_block(own, false, extended).await.ok();
+                Err(e)
+            }
+        }
+    }
+
+    /// The chunks of [`Session::insert_into_local`]; returns the rows inserted.
+    async fn insert_local_rows(
+        &mut self,
+        plan: &InsertIntoLocalPlan,
+        params: &BoundParams<'_>,
+        formats: &[i16],
+        describe: bool,
+        sink: &mut ResultSink,
+    ) -> PgResult<u64> {
+        let (fields, rows) = self.distributed_select(&plan.select, params).await?;
+        if fields.is_empty() {
+            return Err(PgError::not_supported(
+                "pgshard does not support an INSERT ... SELECT of no columns into a local table yet",
+            ));
+        }
+        let types = self.type_names(&fields).await?;
+        // No rows: the INSERT still runs once, over a typed row filtered out, so that
+        // RETURNING describes its columns and statement triggers fire, as with an
+        // empty SELECT.
+        let none = vec![None; fields.len()];
+        let chunks: Vec<&[Vec<Option<Bytes>>]> = if rows.is_empty() {
+            vec![std::slice::from_ref(&none)]
+        } else {
+            rows.chunks(ROWS_PER_INSERT).collect()
+        };
+        let coord = self.shared.coordinator.clone();
+        let no_bind = BindMsg::default_empty();
+        let mut count = 0u64;
+        for (n, chunk) in chunks.into_iter().enumerate() {
+            let mut values = String::from("SELECT * FROM (VALUES ");
+            write_typed_rows(&mut values, chunk, &types);
+            values.push_str(") AS pgshard_rows");
+            if rows.is_empty() {
+                values.push_str(" WHERE false");
+            }
+            let sql = insert_with_select(&plan.insert, &values)?;
+            let idx = self.bulk_conn(&coord, true).await?;
+            let conn = &mut self.held[idx].conn;
+            // The columns of RETURNING are described once, before the first chunk's rows.
+            msg::write_unnamed_run(
+                &mut conn.wbuf,
+                &sql,
+                &[],
+                &no_bind,
+                formats,
+                describe && n == 0,
+            );
+            msg::write_sync(&mut conn.wbuf);
+            conn.flush().await?;
+            let mut failure = None;
+            loop {
+                let f = conn.read().await?;
+                match f.tag {
+                    b'T' | b'D' | b'N' if failure.is_none() => sink.push_frame(f.tag, f.body),
+                    b'C' => count += command_rows(&f.body),
+                    b'E' => {
+                        failure.get_or_insert(PgError::from_server_fields(f.body));
+                    }
+                    b'Z' => break,
+                    _ => {}
+                }
+            }
+            if let Some(e) = failure {
+                return Err(e);
+            }
+        }
+        Ok(count)
+    }
+
     /// SQL names of the columns' types (with their modifiers), as PostgreSQL writes them.
     async fn type_names(&mut self, fields: &[FieldDesc]) -> PgResult<Vec<String>> {
         let pairs: Vec<String> = fields
@@ -329,5 +419,99 @@ impl Session {
             ));
         }
         Ok(names)
+    }
+}
+
+/// Rows as `(CAST('v' AS type), NULL, ...), (...)`: every value a quoted literal cast to
+/// its column's exact type, so PostgreSQL reads back exactly what the SELECT returned.
+fn write_typed_rows(sql: &mut String, rows: &[Vec<Option<Bytes>>], types: &[String]) {
+    for (r, row) in rows.iter().enumerate() {
+        sql.push_str(if r == 0 { "(" } else { ", (" });
+        for (i, v) in row.iter().enumerate() {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            let literal = match v {
+                Some(v) => quote_literal(&String::from_utf8_lossy(v)),
+                None => "NULL".to_string(),
+            };
+            sql.push_str(&format!("CAST({literal} AS {})", types[i]));
+        }
+        sql.push(')');
+    }
+}
+
+/// The client's INSERT (without its SELECT) over `select` instead, as SQL text.
+fn insert_with_select(insert: &pg_query::protobuf::InsertStmt, select: &str) -> PgResult<String> {
+    use pg_query::protobuf::node::Node as N;
+    let parsed = pg_query::parse(select, 0).map_err(|e| PgError::internal(format!("rows: {e}")))?;
+    let node = parsed
+        .protobuf
+        .stmts
+        .into_iter()
+        .next()
+        .and_then(|s| s.stmt)
+        .ok_or_else(|| PgError::internal("rows: no statement"))?;
+    let mut insert = insert.clone();
+    insert.select_stmt = Some(node);
+    N::InsertStmt(Box::new(insert))
+        .deparse(Default::default())
+        .map_err(|e| PgError::internal(format!("INSERT over the rows: {e}")))
+}
+
+/// The row count of a CommandComplete tag (`INSERT 0 12` → 12).
+fn command_rows(body: &[u8]) -> u64 {
+    let tag = body.split(|&b| b == 0).next().unwrap_or_default();
+    std::str::from_utf8(tag)
+        .ok()
+        .and_then(|t| t.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_rows_quote_every_value_and_cast_it() {
+        let mut sql = String::new();
+        let rows = vec![
+            vec![Some(Bytes::from_static(b"1")), None],
+            vec![
+                Some(Bytes::from_static(b"it's")),
+                Some(Bytes::from_static(b"2")),
+            ],
+        ];
+        write_typed_rows(&mut sql, &rows, &["integer".into(), "numeric(10,2)".into()]);
+        assert_eq!(
+            sql,
+            "(CAST('1' AS integer), CAST(NULL AS numeric(10,2))), (CAST('it''s' AS integer), CAST('2' AS numeric(10,2)))"
+        );
+    }
+
+    #[test]
+    fn the_insert_keeps_its_clauses_over_the_new_rows() {
+        let parsed = pg_query::parse(
+            "INSERT INTO t (a, b) SELECT x, y FROM d ON CONFLICT (a) DO UPDATE SET b = excluded.b RETURNING a",
+            0,
+        )
+        .unwrap();
+        let node = parsed.protobuf.stmts[0].stmt.as_ref().unwrap().node.clone();
+        let Some(pg_query::protobuf::node::Node::InsertStmt(mut i)) = node else {
+            panic!("not an INSERT")
+        };
+        i.select_stmt = None;
+        let sql = insert_with_select(&i, "SELECT * FROM (VALUES (1, 2)) AS pgshard_rows").unwrap();
+        assert_eq!(
+            sql,
+            "INSERT INTO t (a, b) SELECT * FROM (VALUES (1, 2)) pgshard_rows ON CONFLICT (a) DO UPDATE SET b = excluded.b RETURNING a"
+        );
+    }
+
+    #[test]
+    fn command_tags_give_their_row_count() {
+        assert_eq!(command_rows(b"INSERT 0 12\0"), 12);
+        assert_eq!(command_rows(b"INSERT 0 0\0"), 0);
     }
 }
