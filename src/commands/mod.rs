@@ -326,6 +326,18 @@ mod tests {
     }
 
     #[test]
+    fn the_planner_spots_every_function_by_its_name() {
+        for (name, _) in FUNCTIONS {
+            assert!(
+                crate::planner::UTILITY_NAME_HINTS
+                    .iter()
+                    .any(|h| name.contains(h)),
+                "{name} has none of the planner's hints"
+            );
+        }
+    }
+
+    #[test]
     fn args_by_position() {
         let a = Args {
             name: "f",

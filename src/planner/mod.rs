@@ -480,6 +480,18 @@ pub fn const_text(node: Option<&protobuf::Node>) -> Option<String> {
     }
 }
 
+/// Every Citus function pgshard runs itself has one of these in its name: a statement
+/// whose text has none calls none of them (a cheap test before walking its tree).
+pub(crate) const UTILITY_NAME_HINTS: [&str; 7] = [
+    "citus_",
+    "master_",
+    "distribut",
+    "shard",
+    "undistribute",
+    "reference",
+    "recover_prepared",
+];
+
 /// `SELECT citus_function(args)` with nothing else in the statement.
 /// Citus function calls nested in expressions, found only when the text names one.
 fn inline_utility_calls(
@@ -488,10 +500,7 @@ fn inline_utility_calls(
     is_utility_function: &dyn Fn(&str) -> bool,
 ) -> Option<Plan> {
     let lower = text.to_ascii_lowercase();
-    if !["citus_", "master_", "distribut", "shard", "undistribute"]
-        .iter()
-        .any(|k| lower.contains(k))
-    {
+    if !UTILITY_NAME_HINTS.iter().any(|k| lower.contains(k)) {
         return None;
     }
     let mut calls = Vec::new();

@@ -202,6 +202,16 @@ fn local_and_utility() {
         Plan::UtilityInline { calls } => assert_eq!(calls[0].name, "citus_table_size"),
         other => panic!("{other:?}"),
     }
+    let utility = |n: &str| crate::commands::is_utility_function(n);
+    let stmt = parse("select recover_prepared_transactions()::int8")
+        .unwrap()
+        .remove(0);
+    match plan(&stmt, &catalog(), &utility).unwrap() {
+        Plan::UtilityInline { calls } => {
+            assert_eq!(calls[0].name, "recover_prepared_transactions")
+        }
+        other => panic!("{other:?}"),
+    }
     assert!(matches!(
         plan_of("begin isolation level serializable"),
         Plan::Transaction(TxnCommand::Begin { .. })
