@@ -343,20 +343,11 @@ async fn multi_row_insert_returning_and_on_conflict_match_postgres() {
         let theirs = plain.simple_query(sql).await;
         match (mine, theirs) {
             (Ok(m), Ok(t)) => {
-                let rows = |x: &[SimpleQueryMessage]| {
-                    let mut v: Vec<Vec<Option<String>>> = x
-                        .iter()
-                        .filter_map(|m| match m {
-                            SimpleQueryMessage::Row(r) => {
-                                Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
-                            }
-                            _ => None,
-                        })
-                        .collect();
-                    v.sort();
-                    v
-                };
-                assert_eq!(rows(&m), rows(&t), "{sql}");
+                assert_eq!(
+                    common::sorted_simple_rows(&m),
+                    common::sorted_simple_rows(&t),
+                    "{sql}"
+                );
                 assert_eq!(command_count(&m), command_count(&t), "{sql}");
             }
             (Err(m), Err(t)) => assert!(
@@ -717,24 +708,11 @@ async fn insert_into_a_local_table_from_distributed_ones_matches_postgres() {
     // RETURNING rows, through the simple protocol and the extended one (a parameter).
     let returning = "insert into ilo_sum (g, total, n) select g + 100, max(v), min(id) \
          from ilo_src group by g returning g, total, n, note";
-    let simple_rows = |msgs: Vec<SimpleQueryMessage>| {
-        let mut rows: Vec<Vec<Option<String>>> = msgs
-            .iter()
-            .filter_map(|m| match m {
-                SimpleQueryMessage::Row(r) => {
-                    Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
-                }
-                _ => None,
-            })
-            .collect();
-        rows.sort();
-        rows
-    };
-    let mine = simple_rows(c.simple_query(returning).await.unwrap());
+    let mine = common::sorted_simple_rows(&c.simple_query(returning).await.unwrap());
     assert_eq!(mine.len(), 7);
     assert_eq!(
         mine,
-        simple_rows(plain.simple_query(returning).await.unwrap())
+        common::sorted_simple_rows(&plain.simple_query(returning).await.unwrap())
     );
     let sql = "insert into ilo_sum (g, total, n) select g + 200, sum(v), count(*) from ilo_src \
          where id > $1 group by g returning g, total::text, n";

@@ -12,7 +12,7 @@
 mod common;
 
 use common::{cluster, plain_postgres};
-use tokio_postgres::{Client, SimpleQueryMessage};
+use tokio_postgres::Client;
 
 /// One table's definition as its catalogs show it, object names without shard suffix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,20 +137,11 @@ async fn sqlstate_of(c: &Client, sql: &str) -> String {
 
 /// Rows of a query as text, sorted (multi-shard reads come in shard order).
 async fn sorted_rows(c: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
-    let mut rows: Vec<Vec<Option<String>>> = c
-        .simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
-        .into_iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => {
-                Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
-            }
-            _ => None,
-        })
-        .collect();
-    rows.sort();
-    rows
+    common::sorted_simple_rows(
+        &c.simple_query(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}")),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -351,3 +351,19 @@ pub fn psql(env: &[(String, String)], args: &[&str]) -> String {
     }
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
+
+/// The rows of a simple-protocol answer as text (NULL: None), sorted: multi-shard
+/// reads come in shard order.
+pub fn sorted_simple_rows(msgs: &[tokio_postgres::SimpleQueryMessage]) -> Vec<Vec<Option<String>>> {
+    let mut rows: Vec<Vec<Option<String>>> = msgs
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+            }
+            _ => None,
+        })
+        .collect();
+    rows.sort();
+    rows
+}

@@ -18,6 +18,7 @@ use super::bulk::{
     copy_state, encoding_is_ascii_safe, encoding_is_utf8, null_key_error, text_hashable, CopyState,
 };
 use super::*;
+use crate::backend::BackendConn;
 use crate::planner::insert_select::{InsertIntoLocalPlan, InsertViaCoordinatorPlan, ViaSource};
 use crate::sql::copy_format::{self as cf, CopyOptions, KeySpec};
 use crate::sql::quote::quote_qualified;
@@ -267,21 +268,12 @@ impl Session {
                 msg::write_unnamed_run(&mut conn.wbuf, &sql, params.types, bind, &[], true);
                 msg::write_sync(&mut conn.wbuf);
                 conn.flush().await?;
-                let mut err = None;
-                loop {
-                    let f = conn.read().await?;
-                    match f.tag {
-                        b'T' | b'D' => frames.push_frame(f.tag, f.body),
-                        b'E' => {
-                            err.get_or_insert(PgError::from_server_fields(f.body));
-                        }
-                        b'Z' => break,
-                        _ => {}
+                read_answer(conn, |tag, body| {
+                    if matches!(tag, b'T' | b'D') {
+                        frames.push_frame(tag, body);
                     }
-                }
-                if let Some(e) = err {
-                    return Err(e);
-                }
+                })
+                .await?;
             }
             _ => {
                 return Err(PgError::not_supported(
@@ -380,22 +372,12 @@ impl Session {
             );
             msg::write_sync(&mut conn.wbuf);
             conn.flush().await?;
-            let mut failure = None;
-            loop {
-                let f = conn.read().await?;
-                match f.tag {
-                    b'T' | b'D' | b'N' if failure.is_none() => sink.push_frame(f.tag, f.body),
-                    b'C' => count += command_rows(&f.body),
-                    b'E' => {
-                        failure.get_or_insert(PgError::from_server_fields(f.body));
-                    }
-                    b'Z' => break,
-                    _ => {}
-                }
-            }
-            if let Some(e) = failure {
-                return Err(e);
-            }
+            read_answer(conn, |tag, body| match tag {
+                b'T' | b'D' | b'N' => sink.push_frame(tag, body),
+                b'C' => count += command_rows(&body),
+                _ => {}
+            })
+            .await?;
         }
         Ok(count)
     }
@@ -457,6 +439,27 @@ fn insert_with_select(insert: &pg_query::protobuf::InsertStmt, select: &str) -> 
     N::InsertStmt(Box::new(insert))
         .deparse(Default::default())
         .map_err(|e| PgError::internal(format!("INSERT over the rows: {e}")))
+}
+
+/// Reads a node's answer up to ReadyForQuery, handing each message before the first
+/// error to `take`; the first error, if any, once the connection is ready again.
+async fn read_answer(conn: &mut BackendConn, mut take: impl FnMut(u8, Bytes)) -> PgResult<()> {
+    let mut failure = None;
+    loop {
+        let f = conn.read().await?;
+        match f.tag {
+            b'Z' => break,
+            b'E' => {
+                failure.get_or_insert(PgError::from_server_fields(f.body));
+            }
+            tag if failure.is_none() => take(tag, f.body),
+            _ => {}
+        }
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// The row count of a CommandComplete tag (`INSERT 0 12` → 12).
