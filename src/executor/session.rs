@@ -1379,9 +1379,10 @@ impl Session {
     /// after one check on the coordinator node so that a bad name or value fails the
     /// connection, as PostgreSQL would. `set_config` takes the value as `options` gives
     /// it (a list such as `search_path=a,b` stays a list).
-    /// Applies the startup packet's `options` settings and returns the values the
-    /// client must be told of in ParameterStatus (those PostgreSQL reports, as the
-    /// coordinator node shows them: `-c datestyle=iso,dmy` is reported as `ISO, DMY`).
+    ///
+    /// Returns the values the client must be told of in ParameterStatus: those
+    /// PostgreSQL reports, as the coordinator node shows them (`-c datestyle=iso,dmy`
+    /// is reported as `ISO, DMY`).
     pub async fn apply_startup_options(
         &mut self,
         options: &[(String, String)],
