@@ -78,6 +78,14 @@ impl PgError {
         self
     }
 
+    /// The same error with `context` (what ran where) before its message. The server's
+    /// own bytes are dropped: they carry the message without it.
+    pub fn in_context(mut self, context: &str) -> PgError {
+        self.message = format!("{context}: {}", self.message);
+        self.raw = None;
+        self
+    }
+
     pub fn with_hint(mut self, hint: impl Into<String>) -> PgError {
         self.hint = Some(hint.into());
         self

@@ -17,6 +17,10 @@ use tokio_postgres::{Client, GenericClient};
 
 /// The NOTIFY channel announcing catalog changes.
 pub const CHANNEL: &str = "pgshard_catalog";
+/// Raises the catalog version, in the transaction that changes the catalog (alone where
+/// NOTIFY cannot be part of it: a prepared transaction).
+pub const RAISE_VERSION: &str =
+    "UPDATE pg_catalog.pgshard_catalog_version SET version = version + 1";
 /// How often the background task compares the stored version with the snapshot's.
 const VERSION_CHECK_INTERVAL: Duration = Duration::from_secs(3);
 /// Pause before reconnecting the listener after its connection failed.
@@ -104,10 +108,7 @@ impl CatalogCache {
 /// Every pgshard process reloads once that transaction commits.
 pub async fn bump_version<C: GenericClient + Sync>(client: &C) -> Result<(), PgError> {
     client
-        .batch_execute(
-            "UPDATE pg_catalog.pgshard_catalog_version SET version = version + 1; \
-             NOTIFY pgshard_catalog",
-        )
+        .batch_execute(&format!("{RAISE_VERSION}; NOTIFY {CHANNEL}"))
         .await
         .map_err(|e| PgError::from_client_error("cannot bump the catalog version", &e))
 }

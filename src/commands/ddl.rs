@@ -72,16 +72,18 @@ pub(super) async fn run_on_node(
 ) -> Result<(), PgError> {
     for (shard_id, sql) in stmts {
         client.batch_execute(sql).await.map_err(|e| {
-            PgError::from_client_error(
-                &format!(
-                    "shard {shard_id} on node {host}:{port}, statement \"{}\"",
-                    abbreviate(sql)
-                ),
-                &e,
-            )
+            PgError::from_client_error(&shard_context(*shard_id, host, port, sql), &e)
         })?;
     }
     Ok(())
+}
+
+/// What an error of a shard statement is prefixed with: the shard, node and statement.
+pub(crate) fn shard_context(shard_id: i64, host: &str, port: u16, sql: &str) -> String {
+    format!(
+        "shard {shard_id} on node {host}:{port}, statement \"{}\"",
+        abbreviate(sql)
+    )
 }
 
 /// A named object of a table: (name, Some(contype)) for constraints, (name, None) for

@@ -1407,17 +1407,24 @@ impl Session {
             self.settings_fp = fingerprint(&self.settings);
             let coord = self.shared.coordinator.clone();
             let mut conn = self.private_conn(&coord).await?;
-            for (name, _) in options {
-                let Some(canonical) = reported_parameter(name) else {
-                    continue;
-                };
-                let sql = format!(
-                    "SELECT pg_catalog.current_setting({})",
-                    quote_literal(canonical)
-                );
-                if let Some(value) = conn.simple_column(&sql).await?.into_iter().next() {
-                    reported.retain(|(n, _): &(String, String)| n != canonical);
-                    reported.push((canonical.to_string(), value));
+            let mut names: Vec<&str> = options
+                .iter()
+                .filter_map(|(name, _)| reported_parameter(name))
+                .collect();
+            names.sort_unstable();
+            names.dedup();
+            if !names.is_empty() {
+                let columns: Vec<String> = names
+                    .iter()
+                    .map(|n| format!("pg_catalog.current_setting({})", quote_literal(n)))
+                    .collect();
+                let sql = format!("SELECT {}", columns.join(", "));
+                if let Some(row) = conn.simple_rows(&sql).await?.into_iter().next() {
+                    reported = names
+                        .iter()
+                        .zip(row)
+                        .filter_map(|(n, v)| Some((n.to_string(), v?)))
+                        .collect();
                 }
             }
         }

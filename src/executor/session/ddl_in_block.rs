@@ -8,7 +8,8 @@
 //! catalog version is raised in the block, and every pgshard reloads after the commit.
 
 use super::*;
-use crate::commands::ddl::work_per_node;
+use crate::catalog::cache::{CHANNEL, RAISE_VERSION};
+use crate::commands::ddl::{shard_context, work_per_node};
 use crate::planner::ddl::{shard_statement, DdlPlan};
 
 impl Session {
@@ -26,27 +27,16 @@ impl Session {
             };
             let n = self.bulk_conn(&addr, true).await?;
             for (shard_id, sql) in stmts {
-                self.held[n].conn.simple(sql).await.map_err(|e| {
-                    // As outside blocks: the message names shard, node and statement.
-                    let mut named = PgError::new(
-                        &e.code,
-                        format!(
-                            "shard {shard_id} on node {addr}, statement \"{}\": {}",
-                            commands::abbreviate(sql),
-                            e.message
-                        ),
-                    );
-                    named.detail = e.detail;
-                    named.hint = e.hint;
-                    named
-                })?;
+                // As outside blocks: the message names shard, node and statement.
+                self.held[n]
+                    .conn
+                    .simple(sql)
+                    .await
+                    .map_err(|e| e.in_context(&shard_context(*shard_id, host, *port, sql)))?;
             }
         }
         // Other pgshard processes see the version move once the block commits.
-        self.held[idx]
-            .conn
-            .simple("UPDATE pg_catalog.pgshard_catalog_version SET version = version + 1")
-            .await?;
+        self.held[idx].conn.simple(RAISE_VERSION).await?;
         self.catalog_changed = true;
         Ok(())
     }
@@ -56,7 +46,7 @@ impl Session {
     pub(super) async fn announce_catalog_change(&mut self) {
         let coord = self.shared.coordinator.clone();
         if let Ok(mut conn) = self.shared.pools.node(&coord).acquire().await {
-            if let Err(e) = conn.simple("NOTIFY pgshard_catalog").await {
+            if let Err(e) = conn.simple(&format!("NOTIFY {CHANNEL}")).await {
                 tracing::warn!("cannot notify other pgshard processes of a catalog change: {e}");
             }
         }
