@@ -800,9 +800,40 @@ async fn tpcb_invariant_through_crashes() {
             "SELECT create_distributed_table('pgbench_history','aid')",
         ],
     );
-    // TPC-B with the real pgbench.
+    // TPC-B with the real pgbench, while recovery runs again and again: it must leave
+    // every transaction of a healthy load to its session. Acting on one that its
+    // session finished meanwhile shows as a "does not exist" ERROR in a worker's log.
+    let stop = Arc::new(AtomicBool::new(false));
+    let recoverer = {
+        let c = cl.client().await;
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let (mut runs, mut resolved) = (0, 0);
+            while !stop.load(Ordering::Relaxed) {
+                resolved += scalar_i64(&c, "SELECT recover_prepared_transactions()::int8").await;
+                runs += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            (runs, resolved)
+        })
+    };
     let out = pgbench(&env, &["-M", "prepared", "-c", "16", "-j", "2", "-T", "10"]);
     assert!(out.contains("number of failed transactions: 0"), "{out}");
+    stop.store(true, Ordering::Relaxed);
+    let (runs, resolved) = recoverer.await.unwrap();
+    assert!(runs >= 20, "recovery ran {runs} times during the load");
+    assert_eq!(
+        resolved, 0,
+        "recovery resolved transactions of live sessions"
+    );
+    for w in ["worker1", "worker2"] {
+        let log = std::fs::read_to_string(dir.join("logs").join(format!("{w}.log"))).unwrap();
+        let raced: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("prepared transaction with identifier"))
+            .collect();
+        assert!(raced.is_empty(), "{w}: {raced:?}");
+    }
     let c = cl.client().await;
     assert_invariant(&c, "after pgbench").await;
     drop(c);

@@ -14,7 +14,9 @@
 //! 2. prepared gids are listed on every node;
 //! 3. the in-flight set and liveness of other owners are read after the listing, and
 //! 4. the decision records R1 after those: an owner that ended before step 3 had
-//!    its decision committed before, so R1 sees it.
+//!    its decision committed before, so R1 sees it;
+//! 5. prepared gids are listed again, and only those in both listings are resolved:
+//!    an own transaction that ended between steps 2 and 3 is gone by then.
 
 use super::{in_flight_snapshot, instance_id, lock_key, parse_gid, LIVENESS_LOCK_NS};
 use crate::backend::control;
@@ -144,6 +146,18 @@ async fn decision_records(coord: &Client) -> Result<HashSet<(i32, String)>, PgEr
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
+/// The gids of pgshard's prepared transactions in the node's database.
+async fn list_prepared(c: &Client) -> Result<Vec<String>, tokio_postgres::Error> {
+    let rows = c
+        .query(
+            "SELECT gid FROM pg_catalog.pg_prepared_xacts \
+             WHERE gid LIKE 'pgshard\\_%' AND database = pg_catalog.current_database()",
+            &[],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
 /// One pass of recovery; returns how many prepared transactions it resolved.
 pub async fn recover(cache: &CatalogCache) -> Result<i64, PgError> {
     let _one = RUNNING.lock().await;
@@ -174,17 +188,10 @@ pub async fn recover(cache: &CatalogCache) -> Result<i64, PgError> {
             }
         };
         let c = client.as_ref().unwrap_or(&coord);
-        let rows = c
-            .query(
-                "SELECT gid FROM pg_catalog.pg_prepared_xacts \
-                 WHERE gid LIKE 'pgshard\\_%' AND database = pg_catalog.current_database()",
-                &[],
-            )
-            .await;
-        match rows {
-            Ok(rows) => {
+        match list_prepared(c).await {
+            Ok(gids) => {
                 reachable.insert(*group);
-                prepared.extend(rows.iter().map(|r| (i, r.get::<_, String>(0))));
+                prepared.extend(gids.into_iter().map(|g| (i, g)));
             }
             Err(e) => {
                 tracing::debug!("recovery cannot list prepared transactions on {host}:{port}: {e}");
@@ -222,9 +229,19 @@ pub async fn recover(cache: &CatalogCache) -> Result<i64, PgError> {
         .into_iter()
         .map(|(_, g)| g)
         .collect();
+    // Listed again: an own transaction that finished between the first listing and the
+    // in-flight snapshot is gone now (acting on it would only fail, with an ERROR in
+    // the node's log); one still prepared here can no longer change under us.
+    let mut listed_again: HashSet<(usize, String)> = HashSet::new();
+    for i in prepared.iter().map(|(i, _)| *i).collect::<HashSet<_>>() {
+        let c = clients.get(&i).unwrap_or(&coord);
+        if let Ok(gids) = list_prepared(c).await {
+            listed_again.extend(gids.into_iter().map(|g| (i, g)));
+        }
+    }
     let mut resolved = 0i64;
     let mut committed: Vec<String> = Vec::new();
-    for (i, gid) in &prepared {
+    for (i, gid) in prepared.iter().filter(|p| listed_again.contains(*p)) {
         let Some((instance, prefix)) = parse_gid(gid) else {
             continue;
         };
