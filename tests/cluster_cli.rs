@@ -210,11 +210,19 @@ fn cluster_up_restart_and_down() {
     let got = psql(&socket_env(&info.password), &["-c", "select 'again'"]);
     assert_eq!(got, "again");
 
-    // down stops every part; a second down is harmless.
+    // down stops every part; a second down is harmless. pgshard, stopped by SIGTERM,
+    // takes its socket file with it, as PostgreSQL does.
+    let t = std::time::Instant::now();
     pgshard(&["cluster", "down", "--dir", d]);
     for pid in [before_coord, after_w1, before_w2, pgshard_pid] {
         assert!(!alive(pid), "pid {pid} still alive after down");
     }
+    assert!(
+        !sockets.join(format!(".s.PGSQL.{base}")).exists(),
+        "pgshard's socket file outlived it"
+    );
+    // Not the SIGKILL after 10 s: pgshard exits on SIGTERM.
+    assert!(t.elapsed().as_secs() < 9, "down took {:?}", t.elapsed());
     let st = status(d);
     assert!(part_states(&st).iter().all(|(_, up)| !up), "{st}");
     pgshard(&["cluster", "down", "--dir", d]);

@@ -17,6 +17,7 @@ use bytes::BytesMut;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The parser recurses deeply on nested expressions: big stacks for every thread
@@ -142,13 +143,15 @@ async fn listen(
     );
     let slots = Arc::new(Semaphore::new(cfg.max_client_connections));
     let mut next = 0usize;
+    // SIGTERM or SIGINT ends pgshard; its socket file goes with it, as PostgreSQL's.
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
     loop {
-        let accepted = match &unix {
-            Some(u) => tokio::select! {
-                r = listener.accept() => r.map(|(s, _)| ClientStream::Tcp(s)),
-                r = u.accept() => r.map(|(s, _)| ClientStream::Unix(s)),
-            },
-            None => listener.accept().await.map(|(s, _)| ClientStream::Tcp(s)),
+        let accepted = tokio::select! {
+            r = listener.accept() => r.map(|(s, _)| ClientStream::Tcp(s)),
+            r = accept_unix(unix.as_ref()) => r.map(|(s, _)| ClientStream::Unix(s)),
+            _ = term.recv() => break,
+            _ = int.recv() => break,
         };
         let stream = match accepted {
             Ok(s) => s,
@@ -187,6 +190,21 @@ async fn listen(
                 spawn_session(shared.clone(), stream, permit);
             }
         }
+    }
+    if let Some(dir) = &cfg.unix_socket_directory {
+        let _ = std::fs::remove_file(client_stream::socket_path(dir, cfg.listen_port));
+    }
+    tracing::info!("pgshard stops (signal received)");
+    Ok(())
+}
+
+/// A client from the Unix socket, if pgshard listens on one (else never).
+async fn accept_unix(
+    unix: Option<&tokio::net::UnixListener>,
+) -> std::io::Result<(tokio::net::UnixStream, tokio::net::unix::SocketAddr)> {
+    match unix {
+        Some(u) => u.accept().await,
+        None => std::future::pending().await,
     }
 }
 
