@@ -143,6 +143,7 @@ fn bench_quick_runs_both_targets() {
             "w1-select-simple",
             "w1-tpcb",
             "w1-tpcb-simple",
+            "w1-tpcb-vs-own-2pc",
             "w1-tpcb-1pc",
             "w2-9shards-2pc",
             "w2-9shards-1pc",
@@ -157,6 +158,23 @@ fn bench_quick_runs_both_targets() {
         ],
         "{text}"
     );
+    // One PostgreSQL's own 2PC: the plain server ran PREPARE TRANSACTION + COMMIT
+    // PREPARED, pgshard pgbench's built-in script; the report compares the two with the
+    // plain server's one-phase TPC-B.
+    let own = workloads
+        .iter()
+        .find(|w| w["name"] == "w1-tpcb-vs-own-2pc")
+        .unwrap();
+    let script = own["script"].as_str().unwrap_or("");
+    assert!(
+        script.contains("PREPARE TRANSACTION 'pgbench_client_:client_id';\nCOMMIT PREPARED"),
+        "{own:#}"
+    );
+    if own["status"] == "ok" {
+        let note = doc["own_two_phase"].as_str().unwrap_or("");
+        assert!(note.starts_with("2PC on one PostgreSQL"), "{text}");
+        assert!(stdout.contains(note), "{stdout}");
+    }
     let throughput = |w: &&Value| w["kind"] == "pgbench" || w["kind"] == "sysbench";
     for w in workloads.iter().filter(throughput) {
         let name = w["name"].as_str().unwrap();

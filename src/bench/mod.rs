@@ -53,9 +53,9 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     /// Workloads to run (default: all): w1-select-prepared, w1-select-simple, w1-tpcb,
-    /// w1-tpcb-simple, w1-tpcb-1pc, w2-9shards-2pc, w2-9shards-1pc, w2-2shards-2pc,
-    /// w2-2shards-1pc, w2-1shard, w2-1row, w3-sysbench-insert, w4-count, w4-groupby,
-    /// w4-copy; a prefix (w1, w2, ...) selects a group.
+    /// w1-tpcb-simple, w1-tpcb-vs-own-2pc, w1-tpcb-1pc, w2-9shards-2pc, w2-9shards-1pc,
+    /// w2-2shards-2pc, w2-2shards-1pc, w2-1shard, w2-1row, w3-sysbench-insert, w4-count,
+    /// w4-groupby, w4-copy; a prefix (w1, w2, ...) selects a group.
     pub workloads: Vec<String>,
     /// pgbench scale factor (100,000 accounts each) [default: 10; --quick: 1].
     #[arg(long)]
@@ -120,6 +120,11 @@ enum Script {
     /// pgshard takes no startup options (PGOPTIONS), so the setting travels with every
     /// transaction, on both targets (a placeholder setting to PostgreSQL).
     Tpcb { protocol: &'static str },
+    /// pgbench's TPC-B transaction committed by one PostgreSQL with its own two-phase
+    /// commit: END replaced by PREPARE TRANSACTION and COMMIT PREPARED (one gid per
+    /// client), the work every participant of a pgshard 2PC commit does. Run on the
+    /// plain PostgreSQL only; pgshard runs pgbench's built-in TPC-B in the same mode.
+    TpcbOwnTwoPhase,
     /// W2: one INSERT of 9 rows (or 1) landing as `spread` says, after
     /// `SET citus.multi_shard_commit_protocol` when `protocol` is given.
     W2 {
@@ -163,7 +168,7 @@ impl Workload {
             self.kind,
             Kind::Pgbench(_)
                 | Kind::Script {
-                    script: Script::Tpcb { .. },
+                    script: Script::Tpcb { .. } | Script::TpcbOwnTwoPhase,
                     ..
                 }
         )
@@ -251,6 +256,19 @@ const WORKLOADS: &[Workload] = &[
         description: "W1 TPC-B read-write over the simple query protocol (-M simple), 2PC",
         kind: Kind::Pgbench(&["-M", "simple"]),
         reference: (None, Some(0.6)),
+    },
+    Workload {
+        name: "w1-tpcb-vs-own-2pc",
+        description: "W1 TPC-B (-M simple) through pgshard (2PC across workers) against one \
+                      PostgreSQL committing the same transaction with its own two-phase \
+                      commit (PREPARE TRANSACTION + COMMIT PREPARED instead of END): what \
+                      2PC costs any PostgreSQL on this machine; compare the plain TPS with \
+                      w1-tpcb-simple's",
+        kind: Kind::Script {
+            mode: "simple",
+            script: Script::TpcbOwnTwoPhase,
+        },
+        reference: (None, None),
     },
     Workload {
         name: "w1-tpcb-1pc",
@@ -795,7 +813,8 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
             },
             pgbench_args: match w.kind {
                 Kind::Sysbench => sysbench_args(opts, None, "run"),
-                _ => pgbench_args(opts, w)
+                // The plain server's (a workload may run pgbench's own script on pgshard).
+                _ => pgbench_args(opts, w, Target::Plain)
                     .into_iter()
                     .chain(["--log".into(), format!("--sampling-rate={SAMPLING_RATE}")])
                     .collect(),
@@ -822,6 +841,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
     }
     let table = report::table(&results, w4_load.as_ref());
     let interference = report::interference(&results);
+    let own_two_phase = report::own_two_phase(&results, "w1-tpcb-simple", "w1-tpcb-vs-own-2pc");
     let mut subtitle = String::new();
     if w1 {
         subtitle.push_str(&format!(
@@ -890,6 +910,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         "load": load,
         "table": table,
         "interference": interference,
+        "own_two_phase": own_two_phase,
         "workloads": results,
     });
     let json_path = opts.out.join("bench.json");
@@ -902,14 +923,14 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         "{subtitle}\n\n{}",
         report::markdown_table(&results, w4_load.as_ref())
     );
-    if let Some(note) = &interference {
+    for note in [&own_two_phase, &interference].into_iter().flatten() {
         md.push_str(&format!("\n{note}\n"));
     }
     fs::write(opts.out.join("bench.md"), md)?;
 
     println!("{subtitle}");
     print!("{table}");
-    if let Some(note) = &interference {
+    for note in [&own_two_phase, &interference].into_iter().flatten() {
         println!("{note}");
     }
     println!(
@@ -927,10 +948,16 @@ struct TargetCtx {
     probe: cpu::Probe,
 }
 
-fn pgbench_args(opts: &Options, w: &Workload) -> Vec<String> {
+/// pgbench's arguments for a run of `w` against `target`.
+fn pgbench_args(opts: &Options, w: &Workload, target: Target) -> Vec<String> {
     let mut a: Vec<String> = w.pgbench_options().iter().map(|s| s.to_string()).collect();
-    if let Kind::Script { .. } = w.kind {
-        a.extend(["-f".into(), script_path(opts, w).display().to_string()]);
+    match w.kind {
+        Kind::Script {
+            script: Script::TpcbOwnTwoPhase,
+            ..
+        } if target == Target::Pgshard => {}
+        Kind::Script { .. } => a.extend(["-f".into(), script_path(opts, w).display().to_string()]),
+        _ => {}
     }
     a.extend([
         "-n".into(),
@@ -971,7 +998,7 @@ async fn run_once(
         cmd.args(sysbench_args(opts, Some(&t.env), "run"));
     } else {
         cmd = pgbench::command("pgbench", &t.env);
-        cmd.args(pgbench_args(opts, w))
+        cmd.args(pgbench_args(opts, w, t.target))
             .arg("--log")
             .arg(format!("--sampling-rate={SAMPLING_RATE}"))
             .arg(format!("--log-prefix={}", prefix.display()));
@@ -1244,6 +1271,27 @@ async fn setup_w2(progress: &Progress, [plain, pgshard]: [&TargetCtx; 2]) -> Res
     })
 }
 
+/// pgbench's TPC-B transaction (its built-in script) at `scale`, after `before`, ended
+/// by `commit`.
+fn tpcb_script(scale: u32, before: &str, commit: &str) -> String {
+    let s = scale as u64;
+    format!(
+        "\\set aid random(1, {})\n\\set bid random(1, {s})\n\\set tid random(1, {})\n\
+         \\set delta random(-5000, 5000)\n\
+         {before}\
+         BEGIN;\n\
+         UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;\n\
+         SELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n\
+         UPDATE pgbench_tellers SET tbalance = tbalance + :delta WHERE tid = :tid;\n\
+         UPDATE pgbench_branches SET bbalance = bbalance + :delta WHERE bid = :bid;\n\
+         INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) \
+         VALUES (:tid, :bid, :aid, :delta, CURRENT_TIMESTAMP);\n\
+         {commit}",
+        100_000 * s,
+        10 * s
+    )
+}
+
 /// Writes the pgbench script of `w`; for W2, then checks that pgshard runs its
 /// statements (in a transaction rolled back): the text of the script, and why the
 /// workload is not run.
@@ -1256,24 +1304,18 @@ async fn write_script(
 ) -> (Option<String>, Option<(Status, String)>) {
     let mut probe = None;
     let text = match script {
-        Script::Tpcb { protocol } => {
-            let s = opts.scale as u64;
-            format!(
-                "\\set aid random(1, {})\n\\set bid random(1, {s})\n\\set tid random(1, {})\n\
-                 \\set delta random(-5000, 5000)\n\
-                 SET citus.multi_shard_commit_protocol = '{protocol}';\n\
-                 BEGIN;\n\
-                 UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;\n\
-                 SELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n\
-                 UPDATE pgbench_tellers SET tbalance = tbalance + :delta WHERE tid = :tid;\n\
-                 UPDATE pgbench_branches SET bbalance = bbalance + :delta WHERE bid = :bid;\n\
-                 INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) \
-                 VALUES (:tid, :bid, :aid, :delta, CURRENT_TIMESTAMP);\n\
-                 END;\n",
-                100_000 * s,
-                10 * s
-            )
-        }
+        Script::Tpcb { protocol } => tpcb_script(
+            opts.scale,
+            &format!("SET citus.multi_shard_commit_protocol = '{protocol}';\n"),
+            "END;\n",
+        ),
+        // pgbench substitutes :client_id inside the quotes (simple mode only).
+        Script::TpcbOwnTwoPhase => tpcb_script(
+            opts.scale,
+            "",
+            "PREPARE TRANSACTION 'pgbench_client_:client_id';\n\
+             COMMIT PREPARED 'pgbench_client_:client_id';\n",
+        ),
         Script::W2 { spread, protocol } => {
             let setup = w2_setup.expect("W2 set up before its scripts");
             if let Some(e) = &setup.error {

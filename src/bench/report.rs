@@ -359,6 +359,31 @@ pub fn interference(results: &[WorkloadResult]) -> Option<String> {
     })
 }
 
+/// What two-phase commit costs one PostgreSQL here: the plain server's TPC-B with its
+/// own PREPARE TRANSACTION + COMMIT PREPARED (`own_2pc`) against its plain TPC-B in the
+/// same mode (`one_phase`), beside pgshard's 2PC against the latter. None unless both
+/// workloads were measured.
+pub fn own_two_phase(results: &[WorkloadResult], one_phase: &str, own_2pc: &str) -> Option<String> {
+    let find = |name: &str| results.iter().find(|w| w.name == name);
+    let one = find(one_phase)?;
+    let own = find(own_2pc)?;
+    let plain_one = one.plain.as_ref()?.tps_median;
+    let plain_own = own.plain.as_ref()?.tps_median;
+    let pgshard = own.pgshard.as_ref()?.tps_median;
+    (plain_one > 0.0).then(|| {
+        format!(
+            "2PC on one PostgreSQL ({own_2pc}): its TPC-B committed with PREPARE \
+             TRANSACTION + COMMIT PREPARED runs {} TPS, {:.2} of the same server's TPC-B with \
+             COMMIT ({one_phase}: {} TPS); pgshard with 2PC across workers: {} TPS, {:.2}",
+            thousands(plain_own),
+            plain_own / plain_one,
+            thousands(plain_one),
+            thousands(pgshard),
+            pgshard / plain_one
+        )
+    })
+}
+
 /// 12345.6 -> "12,346".
 pub fn thousands(v: f64) -> String {
     let s = format!("{:.0}", v.max(0.0));
@@ -929,6 +954,39 @@ mod tests {
         assert!(svg.contains("scale 1 &lt;quick&gt;"));
         assert!(svg.contains("ERROR: &lt;boom&gt; &amp; more"));
         assert!(!svg.contains("<boom>"));
+    }
+
+    fn tps(median: f64) -> Option<TargetSummary> {
+        Some(TargetSummary {
+            runs: 1,
+            tps_median: median,
+            tps_min: median,
+            tps_max: median,
+            latency_avg_ms_median: None,
+            latency_p50_ms_median: None,
+            latency_p95_ms_median: None,
+            latency_p99_ms_median: None,
+            pgshard_cpu_us_per_txn_median: None,
+            server_cpu_us_per_txn_median: None,
+        })
+    }
+
+    #[test]
+    fn own_two_phase_compares_with_the_servers_one_phase_tpcb() {
+        let mut one = result("one", Status::Ok, Some(0.3));
+        one.plain = tps(4000.0);
+        one.pgshard = tps(1200.0);
+        let mut own = result("own", Status::Ok, Some(1.2));
+        own.plain = tps(1000.0);
+        own.pgshard = tps(1200.0);
+        let note = own_two_phase(&[one.clone(), own.clone()], "one", "own").unwrap();
+        assert!(note.contains("runs 1,000 TPS, 0.25 of"), "{note}");
+        assert!(note.contains("(one: 4,000 TPS)"), "{note}");
+        assert!(note.contains("1,200 TPS, 0.30"), "{note}");
+        // Not measured: no note.
+        own.plain = None;
+        assert_eq!(own_two_phase(&[one.clone(), own], "one", "own"), None);
+        assert_eq!(own_two_phase(&[one], "one", "own"), None);
     }
 
     fn query_run(target: Target, repeat: u32, ms: f64) -> QueryRun {
