@@ -123,6 +123,11 @@ pub struct Session {
     pub out: BytesMut,
     /// SET statements replayed on every backend connection this session uses.
     settings: Vec<String>,
+    /// How many of `settings` come from the startup packet (its parameters and
+    /// `options`): what RESET ALL keeps, as PostgreSQL resets to them.
+    startup_settings: usize,
+    /// `citus.*` settings given in the startup packet's `options`.
+    startup_citus: Vec<(String, String)>,
     settings_fp: u64,
     citus: CitusSettings,
     commit_protocol: String,
@@ -157,6 +162,20 @@ pub struct Session {
     /// catalog.
     catalog_changed: bool,
 }
+
+/// A node connection's settings fingerprint when they are not known (a SET ran on
+/// it): never equal to a session's (`fingerprint` gives 0 or an odd number), so the
+/// connection is brought to the session's settings before its next use.
+const STALE_SETTINGS: u64 = 2;
+
+/// The `citus.*` settings a session can change (see `set_citus`).
+const CITUS_SETTINGS: [&str; 5] = [
+    "citus.shard_count",
+    "citus.shard_replication_factor",
+    "citus.multi_shard_commit_protocol",
+    "citus.explain_all_tasks",
+    "citus.max_intermediate_result_size",
+];
 
 /// What brings a pooled connection to the session's settings: reset, then replay them.
 fn settings_replay_sql(settings: &[String]) -> String {
@@ -199,6 +218,8 @@ impl Session {
             reader,
             out: BytesMut::with_capacity(16 * 1024),
             settings_fp: fingerprint(&settings),
+            startup_settings: settings.len(),
+            startup_citus: Vec::new(),
             settings,
             citus: CitusSettings {
                 shard_count: cfg.citus.shard_count,
@@ -1174,7 +1195,6 @@ impl Session {
                 }
             }
         }
-        self.record_settings(&stmts);
         if let (Some(sc), [stmt], [plan]) = (scanned, stmts.as_slice(), plans.as_slice()) {
             if let Some(node) = &stmt.node {
                 self.shapes
@@ -1391,6 +1411,7 @@ impl Session {
         for (name, value) in options {
             if name.starts_with("citus.") {
                 self.set_citus(name, Some(value))?;
+                self.startup_citus.push((name.clone(), value.clone()));
             } else {
                 from_options.push(format!(
                     "SELECT pg_catalog.set_config({}, {}, false)",
@@ -1403,6 +1424,7 @@ impl Session {
         if !from_options.is_empty() {
             // Before the startup packet's own parameters: PostgreSQL applies `options`
             // first, so a parameter given both ways takes the packet's value.
+            self.startup_settings += from_options.len();
             self.settings.splice(0..0, from_options);
             self.settings_fp = fingerprint(&self.settings);
             let coord = self.shared.coordinator.clone();
@@ -1431,6 +1453,49 @@ impl Session {
         Ok(reported)
     }
 
+    /// `SET` / `RESET` (Plan::SessionSetting): runs on the coordinator node (which
+    /// checks it and answers, ParameterStatus included), then joins the settings
+    /// replayed on every node connection. Recorded only once it succeeded: a bad
+    /// value fails this statement, as in PostgreSQL, and nothing after it.
+    async fn session_setting(&mut self, stmt: &Statement, sink: &mut ResultSink) -> PgResult<()> {
+        let coord = self.shared.coordinator.clone();
+        let idx = self.join(&coord, false).await?;
+        self.drain_all().await?;
+        let h = &mut self.held[idx];
+        msg::write_query(&mut h.conn.wbuf, &stmt.text);
+        h.conn.flush().await?;
+        let mut err = None;
+        loop {
+            let f = self.held[idx].conn.read().await?;
+            match f.tag {
+                b'Z' => break,
+                b'E' => err = Some(self.backend_error(idx, f.body)),
+                _ => sink.push_frame(f.tag, f.body),
+            }
+        }
+        let h = &mut self.held[idx];
+        h.in_batch = false;
+        if let Some(e) = err {
+            return Err(e);
+        }
+        // The connection now holds the new value under the old fingerprint: it is
+        // brought to the session's settings again before its next use.
+        h.conn.settings_fingerprint = STALE_SETTINGS;
+        self.record_settings(std::slice::from_ref(stmt));
+        Ok(())
+    }
+
+    /// `citus.*` settings back to the session's start: the configuration's values,
+    /// then those the startup packet's `options` gave.
+    fn reset_citus_to_startup(&mut self) {
+        for name in CITUS_SETTINGS {
+            let _ = self.set_citus(name, None);
+        }
+        for (name, value) in self.startup_citus.clone() {
+            let _ = self.set_citus(&name, Some(&value));
+        }
+    }
+
     /// SET statements are replayed on every connection the session uses later.
     fn record_settings(&mut self, stmts: &[Statement]) {
         use pg_query::protobuf::node::Node as N;
@@ -1438,11 +1503,14 @@ impl Session {
         let mut changed = false;
         for s in stmts {
             if let Some(N::VariableSetStmt(v)) = &s.node {
-                if v.is_local || v.name.starts_with("citus.") {
+                // SET LOCAL and SET TRANSACTION last one transaction: not replayed.
+                if v.is_local || v.name.starts_with("citus.") || v.name.starts_with("TRANSACTION") {
                     continue;
                 }
                 if v.kind == VariableSetKind::VarResetAll as i32 {
-                    self.settings.clear();
+                    // Back to the session's defaults: those of its startup packet.
+                    self.settings.truncate(self.startup_settings);
+                    self.reset_citus_to_startup();
                 } else {
                     self.settings.push(s.text.trim().to_string());
                 }
@@ -1474,6 +1542,7 @@ impl Session {
             }
             Plan::Unsupported(e) => Err(e.clone()),
             Plan::Transaction(cmd) => self.transaction(cmd, sink).await,
+            Plan::SessionSetting => self.session_setting(stmt, sink).await,
             Plan::SetCitus { name, value } => {
                 self.set_citus(name, value.as_deref())?;
                 sink.complete(if value.is_some() { "SET" } else { "RESET" });

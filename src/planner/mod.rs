@@ -80,6 +80,10 @@ pub enum Plan {
     Local,
     Empty,
     Transaction(TxnCommand),
+    /// Any other `SET` / `RESET` (`RESET ALL` too): run on the coordinator node, then,
+    /// once it succeeded, part of the settings every node connection of the session
+    /// gets (whichever protocol carried it).
+    SessionSetting,
     /// `SET citus.x = v` / `RESET citus.x` (value None).
     SetCitus {
         name: String,
@@ -202,6 +206,7 @@ pub fn plan(
                 value,
             });
         }
+        N::VariableSetStmt(_) => return Ok(Plan::SessionSetting),
         N::VariableShowStmt(v) if v.name.starts_with("citus.") => {
             return Ok(Plan::ShowCitus {
                 name: v.name.clone(),

@@ -220,6 +220,14 @@ fn local_and_utility() {
         plan_of("set citus.shard_count = 8"),
         Plan::SetCitus { .. }
     ));
+    // Every other SET / RESET is the session's, whatever the catalog holds.
+    for sql in [
+        "set datestyle = 'German'",
+        "reset all",
+        "set search_path to a, b",
+    ] {
+        assert!(matches!(plan_of(sql), Plan::SessionSetting), "{sql}");
+    }
     // Savepoint commands carry the name PostgreSQL parsed (quoted names keep their case).
     for (sql, want) in [
         ("savepoint a", TxnCommand::Savepoint { name: "a".into() }),
