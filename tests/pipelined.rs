@@ -366,6 +366,17 @@ async fn a_cancel_landing_on_the_wrong_batch_is_retried() {
     assert!(frames[1].body.windows(6).any(|w| w == b"57014\0"));
 }
 
+/// DateStyle as the node holding key `k` of pl_kv sees it for this session.
+async fn datestyle_at(c: &tokio_postgres::Client, k: i32) -> String {
+    c.query_one(
+        "SELECT current_setting('DateStyle') FROM pl_kv WHERE k = $1",
+        &[&k],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
 /// A SET sent over the extended protocol (as drivers send it) is the session's own:
 /// its later statements see it on every node, other sessions never do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -380,26 +391,12 @@ async fn settings_set_over_the_extended_protocol_stay_in_the_session() {
         .get(0);
     assert_eq!(local, "German, DMY");
     for k in [1i32, 2, 3, 500, 1000, 1500] {
-        let r = c
-            .query_one(
-                "SELECT current_setting('DateStyle') FROM pl_kv WHERE k = $1",
-                &[&k],
-            )
-            .await
-            .unwrap();
-        assert_eq!(r.get::<_, String>(0), "German, DMY", "key {k}");
+        assert_eq!(datestyle_at(&c, k).await, "German, DMY", "key {k}");
     }
     // A bad value fails its statement only (simple protocol too).
     let e = c.simple_query("SET DateStyle = 'bogus'").await.unwrap_err();
     assert_eq!(e.code().map(|c| c.code()), Some("22023"), "{e}");
-    let r = c
-        .query_one(
-            "SELECT current_setting('DateStyle') FROM pl_kv WHERE k = $1",
-            &[&7i32],
-        )
-        .await
-        .unwrap();
-    assert_eq!(r.get::<_, String>(0), "German, DMY");
+    assert_eq!(datestyle_at(&c, 7).await, "German, DMY");
     drop(c);
 
     // RESET ALL goes back to the startup packet's settings, on the workers too.
@@ -416,14 +413,11 @@ async fn settings_set_over_the_extended_protocol_stay_in_the_session() {
     c.batch_execute("SET DateStyle = 'German'").await.unwrap();
     c.batch_execute("RESET ALL").await.unwrap();
     for k in [7i32, 1200] {
-        let r = c
-            .query_one(
-                "SELECT current_setting('DateStyle') FROM pl_kv WHERE k = $1",
-                &[&k],
-            )
-            .await
-            .unwrap();
-        assert_eq!(r.get::<_, String>(0), "SQL, DMY", "key {k} after RESET ALL");
+        assert_eq!(
+            datestyle_at(&c, k).await,
+            "SQL, DMY",
+            "key {k} after RESET ALL"
+        );
     }
     drop(c);
 

@@ -956,6 +956,7 @@ mod tests {
         assert!(!svg.contains("<boom>"));
     }
 
+    /// A target measured at `median` TPS and nothing else.
     fn tps(median: f64) -> Option<TargetSummary> {
         Some(TargetSummary {
             runs: 1,
@@ -1044,20 +1045,8 @@ mod tests {
             ..Default::default()
         };
         let mut w1 = result("w1-a", Status::Ok, Some(0.5));
-        let tps = |tps: f64| TargetSummary {
-            runs: 1,
-            tps_median: tps,
-            tps_min: tps,
-            tps_max: tps,
-            latency_avg_ms_median: None,
-            latency_p50_ms_median: None,
-            latency_p95_ms_median: None,
-            latency_p99_ms_median: None,
-            pgshard_cpu_us_per_txn_median: None,
-            server_cpu_us_per_txn_median: None,
-        };
-        w1.plain = Some(tps(2000.0));
-        w1.pgshard = Some(tps(1000.0));
+        w1.plain = tps(2000.0);
+        w1.pgshard = tps(1000.0);
         let results = [w1, count, groupby];
         let t = table(&results, Some(&load));
         assert!(

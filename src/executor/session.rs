@@ -1136,7 +1136,7 @@ impl Session {
                 let r = match fast {
                     FastPlan::Local { write } => {
                         let coord = self.shared.coordinator.clone();
-                        self.simple_on_backend(&coord, sql, write, true).await
+                        self.simple_on_backend(&coord, sql, write).await
                     }
                     FastPlan::Router {
                         table,
@@ -1158,7 +1158,6 @@ impl Session {
                                     &addr,
                                     &shard_sql(shard.shard_id),
                                     !read_only,
-                                    true,
                                 )
                                 .await
                             }
@@ -1209,7 +1208,7 @@ impl Session {
             // PostgreSQL's own multi-statement semantics.
             let coord = self.shared.coordinator.clone();
             let r = self
-                .simple_on_backend(&coord, sql, !stmts.iter().all(is_read_only_local), true)
+                .simple_on_backend(&coord, sql, !stmts.iter().all(is_read_only_local))
                 .await;
             self.finish_simple(r).await;
             return Ok(());
@@ -1258,15 +1257,14 @@ impl Session {
             let r = match plan {
                 Plan::Local => {
                     let coord = self.shared.coordinator.clone();
-                    self.simple_on_backend(&coord, &stmt.text, !is_read_only_local(stmt), true)
+                    self.simple_on_backend(&coord, &stmt.text, !is_read_only_local(stmt))
                         .await
                 }
                 Plan::Router(r) => match route_bound(r, &[], &BindMsg::default_empty(), &catalog) {
                     Ok(shard) => match placement_addr(&catalog, shard) {
                         Ok(addr) => {
                             let sql = r.template.for_shard(shard.shard_id);
-                            self.simple_on_backend(&addr, &sql, !r.read_only, true)
-                                .await
+                            self.simple_on_backend(&addr, &sql, !r.read_only).await
                         }
                         Err(e) => Err(e),
                     },
@@ -1307,13 +1305,22 @@ impl Session {
     }
 
     /// Runs SQL on one backend with the simple protocol, forwarding its replies.
-    async fn simple_on_backend(
+    async fn simple_on_backend(&mut self, addr: &NodeAddr, sql: &str, write: bool) -> PgResult<()> {
+        self.simple_on_backend_into(addr, sql, write, None)
+            .await
+            .map(|_| ())
+    }
+
+    /// Runs SQL on one backend with the simple protocol. Its replies go to the client,
+    /// or into `sink` when one is given (an error is then only returned). Returns the
+    /// backend's index in `held`.
+    async fn simple_on_backend_into(
         &mut self,
         addr: &NodeAddr,
         sql: &str,
         write: bool,
-        forward: bool,
-    ) -> PgResult<()> {
+        mut sink: Option<&mut ResultSink>,
+    ) -> PgResult<usize> {
         let idx = self.join(addr, write).await?;
         self.drain_all().await?;
         let h = &mut self.held[idx];
@@ -1322,37 +1329,37 @@ impl Session {
         let mut err = None;
         loop {
             let f = self.held[idx].conn.read().await?;
-            match f.tag {
-                b'Z' => break,
-                b'E' => {
+            match (f.tag, sink.as_deref_mut()) {
+                (b'Z', _) => break,
+                (b'E', to_sink) => {
                     let e = self.backend_error(idx, f.body);
-                    if forward {
+                    if to_sink.is_none() {
                         msg::write_error(&mut self.out, &e);
                     }
                     err = Some(e);
                 }
-                b'G' if forward => {
+                (_, Some(to_sink)) => to_sink.push_frame(f.tag, f.body),
+                (b'G', None) => {
                     // COPY FROM STDIN: the client's data streams through to this backend.
                     msg::write_raw(&mut self.out, f.tag, &f.body);
                     self.flush_client().await?;
                     self.relay_copy_in(idx).await?;
                 }
-                _ if forward => {
+                (_, None) => {
                     msg::write_raw(&mut self.out, f.tag, &f.body);
                     if self.out.len() >= CLIENT_FLUSH_AT {
                         self.flush_client().await?;
                     }
                 }
-                _ => {}
             }
         }
         self.held[idx].in_batch = false;
         if let Some(e) = err {
             self.fail();
-            self.batch_error = forward;
+            self.batch_error = sink.is_none();
             return Err(e);
         }
-        Ok(())
+        Ok(idx)
     }
 
     /// Relays CopyData from the client to a backend until CopyDone or CopyFail.
@@ -1459,28 +1466,12 @@ impl Session {
     /// value fails this statement, as in PostgreSQL, and nothing after it.
     async fn session_setting(&mut self, stmt: &Statement, sink: &mut ResultSink) -> PgResult<()> {
         let coord = self.shared.coordinator.clone();
-        let idx = self.join(&coord, false).await?;
-        self.drain_all().await?;
-        let h = &mut self.held[idx];
-        msg::write_query(&mut h.conn.wbuf, &stmt.text);
-        h.conn.flush().await?;
-        let mut err = None;
-        loop {
-            let f = self.held[idx].conn.read().await?;
-            match f.tag {
-                b'Z' => break,
-                b'E' => err = Some(self.backend_error(idx, f.body)),
-                _ => sink.push_frame(f.tag, f.body),
-            }
-        }
-        let h = &mut self.held[idx];
-        h.in_batch = false;
-        if let Some(e) = err {
-            return Err(e);
-        }
+        let idx = self
+            .simple_on_backend_into(&coord, &stmt.text, false, Some(sink))
+            .await?;
         // The connection now holds the new value under the old fingerprint: it is
         // brought to the session's settings again before its next use.
-        h.conn.settings_fingerprint = STALE_SETTINGS;
+        self.held[idx].conn.settings_fingerprint = STALE_SETTINGS;
         self.record_settings(std::slice::from_ref(stmt));
         Ok(())
     }
@@ -1600,7 +1591,7 @@ impl Session {
                 }
                 text.push_str(&stmt.text[at..]);
                 let coord = self.shared.coordinator.clone();
-                self.simple_on_backend(&coord, &text, false, true).await
+                self.simple_on_backend(&coord, &text, false).await
             }
             Plan::MultiShard(m) => self.multi_shard(m, params, formats, describe, sink).await,
             Plan::InsertRows(p) => self.insert_rows(p, params, formats, describe, sink).await,
