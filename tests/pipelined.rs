@@ -400,16 +400,7 @@ async fn settings_set_over_the_extended_protocol_stay_in_the_session() {
     drop(c);
 
     // RESET ALL goes back to the startup packet's settings, on the workers too.
-    let cl = cluster();
-    let mut cfg = tokio_postgres::Config::new();
-    cfg.host(&cl.host)
-        .port(cl.port)
-        .user(&cl.user)
-        .password(&cl.password)
-        .dbname(&cl.database)
-        .options("-c DateStyle=SQL,DMY");
-    let (c, conn) = cfg.connect(tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let c = cluster().client_with_options("-c DateStyle=SQL,DMY").await;
     c.batch_execute("SET DateStyle = 'German'").await.unwrap();
     c.batch_execute("RESET ALL").await.unwrap();
     for k in [7i32, 1200] {

@@ -168,15 +168,6 @@ pub struct Session {
 /// connection is brought to the session's settings before its next use.
 const STALE_SETTINGS: u64 = 2;
 
-/// The `citus.*` settings a session can change (see `set_citus`).
-const CITUS_SETTINGS: [&str; 5] = [
-    "citus.shard_count",
-    "citus.shard_replication_factor",
-    "citus.multi_shard_commit_protocol",
-    "citus.explain_all_tasks",
-    "citus.max_intermediate_result_size",
-];
-
 /// What brings a pooled connection to the session's settings: reset, then replay them.
 fn settings_replay_sql(settings: &[String]) -> String {
     let mut sql = String::from("RESET ALL;");
@@ -1472,14 +1463,14 @@ impl Session {
         // The connection now holds the new value under the old fingerprint: it is
         // brought to the session's settings again before its next use.
         self.held[idx].conn.settings_fingerprint = STALE_SETTINGS;
-        self.record_settings(std::slice::from_ref(stmt));
+        self.record_setting(stmt);
         Ok(())
     }
 
     /// `citus.*` settings back to the session's start: the configuration's values,
     /// then those the startup packet's `options` gave.
     fn reset_citus_to_startup(&mut self) {
-        for name in CITUS_SETTINGS {
+        for name in crate::planner::CITUS_SETTINGS {
             let _ = self.set_citus(name, None);
         }
         for (name, value) in self.startup_citus.clone() {
@@ -1487,30 +1478,26 @@ impl Session {
         }
     }
 
-    /// SET statements are replayed on every connection the session uses later.
-    fn record_settings(&mut self, stmts: &[Statement]) {
+    /// A SET / RESET that succeeded is replayed on every connection the session uses
+    /// later.
+    fn record_setting(&mut self, stmt: &Statement) {
         use pg_query::protobuf::node::Node as N;
         use pg_query::protobuf::VariableSetKind;
-        let mut changed = false;
-        for s in stmts {
-            if let Some(N::VariableSetStmt(v)) = &s.node {
-                // SET LOCAL and SET TRANSACTION last one transaction: not replayed.
-                if v.is_local || v.name.starts_with("citus.") || v.name.starts_with("TRANSACTION") {
-                    continue;
-                }
-                if v.kind == VariableSetKind::VarResetAll as i32 {
-                    // Back to the session's defaults: those of its startup packet.
-                    self.settings.truncate(self.startup_settings);
-                    self.reset_citus_to_startup();
-                } else {
-                    self.settings.push(s.text.trim().to_string());
-                }
-                changed = true;
-            }
+        let Some(N::VariableSetStmt(v)) = &stmt.node else {
+            return;
+        };
+        // SET LOCAL and SET TRANSACTION last one transaction: not replayed.
+        if v.is_local || v.name.starts_with("citus.") || v.name.starts_with("TRANSACTION") {
+            return;
         }
-        if changed {
-            self.settings_fp = fingerprint(&self.settings);
+        if v.kind == VariableSetKind::VarResetAll as i32 {
+            // Back to the session's defaults: those of its startup packet.
+            self.settings.truncate(self.startup_settings);
+            self.reset_citus_to_startup();
+        } else {
+            self.settings.push(stmt.text.trim().to_string());
         }
+        self.settings_fp = fingerprint(&self.settings);
     }
 
     // ---- pgshard's own plans ---------------------------------------------

@@ -42,6 +42,18 @@ impl TestCluster {
         self.direct(self.port).await
     }
 
+    /// A connection through pgshard whose startup packet carries `options`.
+    pub async fn client_with_options(&self, options: &str) -> tokio_postgres::Client {
+        let mut cfg = tokio_postgres::Config::new();
+        cfg.host(&self.host)
+            .port(self.port)
+            .user(&self.user)
+            .password(&self.password)
+            .dbname(&self.database)
+            .options(options);
+        connect_with(cfg).await
+    }
+
     /// A connection to one PostgreSQL server of the cluster (coordinator node or worker).
     pub async fn direct(&self, port: u16) -> tokio_postgres::Client {
         connect(&self.host, port, &self.user, &self.password, &self.database).await
@@ -140,18 +152,25 @@ pub async fn connect(
     password: &str,
     database: &str,
 ) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::Config::new()
-        .host(host)
+    let mut cfg = tokio_postgres::Config::new();
+    cfg.host(host)
         .port(port)
         .user(user)
         .password(password)
-        .dbname(database)
+        .dbname(database);
+    connect_with(cfg).await
+}
+
+/// Connects with `cfg` (its connection task spawned).
+pub async fn connect_with(cfg: tokio_postgres::Config) -> tokio_postgres::Client {
+    let (host, port) = (cfg.get_hosts().to_vec(), cfg.get_ports().to_vec());
+    let (client, conn) = cfg
         .connect(tokio_postgres::NoTls)
         .await
-        .unwrap_or_else(|e| panic!("connecting to {host}:{port}: {e}"));
+        .unwrap_or_else(|e| panic!("connecting to {host:?}:{port:?}: {e}"));
     tokio::spawn(async move {
         if let Err(e) = conn.await {
-            eprintln!("connection to {port}: {e}");
+            eprintln!("connection to {port:?}: {e}");
         }
     });
     client
