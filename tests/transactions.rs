@@ -3,6 +3,8 @@
 //!
 //! - savepoints through pgshard behave as on a plain PostgreSQL (same outcomes and
 //!   SQLSTATEs, same rows), also for nodes that join the block after a savepoint;
+//! - so do SET TRANSACTION, SET LOCAL and SET inside blocks, and DISCARD ALL, as
+//!   every worker sees them;
 //! - a lock-wait cycle across two workers is broken with 40P01 within 5 s and the
 //!   surviving session commits;
 //! - a client that vanishes mid-block leaves no 'idle in transaction' backend;
@@ -189,6 +191,182 @@ async fn savepoints_behave_as_in_postgres() {
     let got = sorted_rows(&pg, all).await;
     assert_eq!(got, sorted_rows(&plain, all).await);
     assert_eq!(got, ["1,1", "10,10", "5,5", "8,8"]);
+}
+
+/// SET inside blocks through pgshard behaves as on one PostgreSQL, on every node:
+/// SET TRANSACTION and SET LOCAL reach the workers (also one joining the block later)
+/// and end with the block; a block or savepoint that rolls back undoes the session's
+/// SETs made in it; DISCARD ALL resets the settings. Each step's outcome and the
+/// settings that the workers holding keys `a` and `b` see are compared with a plain
+/// PostgreSQL's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_in_blocks_behave_as_in_postgres() {
+    let cl = cluster();
+    let mut pg = cl.client().await;
+    let plain = plain_postgres().client().await;
+    pg.batch_execute(
+        "CREATE TABLE st (id int PRIMARY KEY, v int); SELECT create_distributed_table('st', 'id')",
+    )
+    .await
+    .unwrap();
+    plain
+        .batch_execute("CREATE TABLE st (id int PRIMARY KEY, v int)")
+        .await
+        .unwrap();
+    let (a, b) = keys_on_two_workers(&pg, "st").await;
+    for c in [&pg, &plain] {
+        c.batch_execute(&format!("INSERT INTO st VALUES ({a}, 1), ({b}, 1)"))
+            .await
+            .unwrap();
+    }
+    let q = |k: i32| {
+        format!(
+            "SELECT current_setting('work_mem'), current_setting('transaction_isolation'), \
+             current_setting('transaction_read_only') FROM st WHERE id = {k}"
+        )
+    };
+    let (qa, qb) = (q(a), q(b));
+    let script: Vec<&str> = vec![
+        // SET TRANSACTION: on the node already in the block and on one joining later.
+        "BEGIN",
+        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY",
+        &qa,
+        &qb,
+        "COMMIT",
+        &qa,
+        // After a query, PostgreSQL refuses a new isolation level (25001).
+        "BEGIN",
+        &qa,
+        "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+        "ROLLBACK",
+        "START TRANSACTION READ ONLY",
+        "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+        &qb,
+        "COMMIT",
+        // SET LOCAL: every node of the block, savepoints, gone after the block.
+        "BEGIN",
+        "SET LOCAL work_mem = '7MB'",
+        &qa,
+        "SET LOCAL work_mem = '9MB'",
+        &qb,
+        "SAVEPOINT s",
+        "SET LOCAL work_mem = '11MB'",
+        &qa,
+        "ROLLBACK TO s",
+        &qa,
+        &qb,
+        "COMMIT",
+        &qa,
+        &qb,
+        "SET LOCAL work_mem = '3MB'",
+        &qa,
+        // The session's SETs made in a block are undone with it.
+        "SET work_mem = '5MB'",
+        "BEGIN",
+        "SET work_mem = '6MB'",
+        &qa,
+        "ROLLBACK",
+        &qa,
+        &qb,
+        "SHOW work_mem",
+        "BEGIN",
+        "SET work_mem = '6MB'",
+        "SAVEPOINT s",
+        "SET work_mem = '8MB'",
+        &qa,
+        "ROLLBACK TO s",
+        &qa,
+        &qb,
+        "COMMIT",
+        &qa,
+        &qb,
+        "BEGIN",
+        "SET LOCAL work_mem = '12MB'",
+        "SET work_mem = '13MB'",
+        &qa,
+        "COMMIT",
+        &qa,
+        "BEGIN",
+        "SET work_mem = '14MB'",
+        &qb,
+        "SELECT 1/0",
+        "COMMIT",
+        &qa,
+        &qb,
+        "SHOW work_mem",
+        // DISCARD ALL: refused in a block, back to the defaults outside one.
+        "BEGIN",
+        "DISCARD ALL",
+        "ROLLBACK",
+        "DISCARD ALL",
+        &qa,
+        &qb,
+        "SHOW work_mem",
+    ];
+    for sql in script {
+        let got = outcome(&pg, sql).await;
+        let want = outcome(&plain, sql).await;
+        assert_eq!(got, want, "{sql}");
+    }
+
+    // Repeatable read set after BEGIN holds on a worker: a row another session
+    // commits meanwhile stays invisible to the block.
+    let other = cl.client().await;
+    pg.batch_execute("BEGIN; SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .unwrap();
+    let v_of = format!("SELECT v FROM st WHERE id = {b}");
+    assert_eq!(scalar_i64(&pg, &v_of).await, 1);
+    other
+        .batch_execute(&format!("UPDATE st SET v = 2 WHERE id = {b}"))
+        .await
+        .unwrap();
+    assert_eq!(scalar_i64(&pg, &v_of).await, 1);
+    pg.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(scalar_i64(&pg, &v_of).await, 2);
+
+    // Over the extended protocol (as drivers send it) too.
+    let tx = pg.transaction().await.unwrap();
+    tx.execute("SET LOCAL work_mem = '21MB'", &[])
+        .await
+        .unwrap();
+    for k in [a, b] {
+        let wm: String = tx
+            .query_one(
+                "SELECT current_setting('work_mem') FROM st WHERE id = $1",
+                &[&k],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(wm, "21MB", "key {k}");
+    }
+    tx.rollback().await.unwrap();
+    assert_eq!(outcome(&pg, &qa).await, outcome(&plain, &qa).await);
+
+    // citus.* settings: SET LOCAL ends with the block, a rolled-back SET is undone.
+    let show = "SHOW citus.multi_shard_commit_protocol";
+    pg.batch_execute("BEGIN; SET LOCAL citus.multi_shard_commit_protocol = '1pc'")
+        .await
+        .unwrap();
+    assert_eq!(outcome(&pg, show).await, "(1pc) ok 0");
+    pg.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(outcome(&pg, show).await, "(2pc) ok 0");
+    pg.batch_execute("BEGIN; SET citus.multi_shard_commit_protocol = '1pc'; ROLLBACK")
+        .await
+        .unwrap();
+    assert_eq!(outcome(&pg, show).await, "(2pc) ok 0");
+    pg.batch_execute(
+        "BEGIN; SET LOCAL citus.shard_count = 3; SET citus.multi_shard_commit_protocol = '1pc'; \
+         COMMIT",
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome(&pg, show).await, "(1pc) ok 0");
+    assert_eq!(
+        outcome(&pg, "SHOW citus.shard_count").await,
+        outcome(&cl.client().await, "SHOW citus.shard_count").await
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -314,7 +314,7 @@ impl Session {
     pub(crate) async fn private_conn(&self, addr: &NodeAddr) -> PgResult<PooledConn> {
         let mut conn = self.shared.pools.node(addr).acquire().await?;
         if conn.settings_fingerprint != self.settings_fp {
-            conn.simple(&super::settings_replay_sql(&self.settings))
+            conn.simple(&super::settings_replay_sql(&self.settings, &[]))
                 .await?;
             conn.settings_fingerprint = self.settings_fp;
         }

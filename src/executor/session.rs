@@ -41,8 +41,11 @@ mod bulk;
 mod ddl_in_block;
 /// Routed reads through the thread's pipelined connection to a node.
 mod pipelined;
+/// SET / SET LOCAL / SET TRANSACTION and `citus.*` values across the nodes of a session.
+mod settings;
 /// INSERT ... SELECT into distributed tables through the coordinator node.
 mod via_coordinator;
+use settings::{begin_sequence, settings_replay_sql, CitusLocal, Savepoint, SettingsSnapshot};
 /// Citus's default `citus.max_intermediate_result_size`: 1 GB.
 const DEFAULT_MAX_INTERMEDIATE_KB: i64 = 1024 * 1024;
 
@@ -141,7 +144,15 @@ pub struct Session {
     begin_statement: Option<(String, u64)>,
     /// Active savepoints of the block, oldest first: replayed after BEGIN on a node
     /// that joins later, so that ROLLBACK TO works on every node.
-    savepoints: Vec<String>,
+    savepoints: Vec<Savepoint>,
+    /// The block's `SET LOCAL`s (variable, statement), oldest first: run on every node
+    /// of the block, also on one that joins it later.
+    local_settings: Vec<(String, String)>,
+    /// The session's settings as the block found them, taken at the block's first
+    /// change of them: what a rollback of the block restores.
+    block_settings: Option<Box<SettingsSnapshot>>,
+    /// Set by `SET LOCAL citus.*` in the block (see `settings::CitusLocal`).
+    citus_local: Option<CitusLocal>,
     /// A backend of this session was cancelled to break a distributed deadlock.
     deadlocked: bool,
     held: Vec<Held>,
@@ -167,16 +178,6 @@ pub struct Session {
 /// it): never equal to a session's (`fingerprint` gives 0 or an odd number), so the
 /// connection is brought to the session's settings before its next use.
 const STALE_SETTINGS: u64 = 2;
-
-/// What brings a pooled connection to the session's settings: reset, then replay them.
-fn settings_replay_sql(settings: &[String]) -> String {
-    let mut sql = String::from("RESET ALL;");
-    for x in settings {
-        sql.push_str(x);
-        sql.push(';');
-    }
-    sql
-}
 
 fn fingerprint(settings: &[String]) -> u64 {
     if settings.is_empty() {
@@ -223,6 +224,9 @@ impl Session {
             begin_text: String::new(),
             begin_statement: None,
             savepoints: Vec::new(),
+            local_settings: Vec::new(),
+            block_settings: None,
+            citus_local: None,
             deadlocked: false,
             held: Vec::new(),
             statements: HashMap::new(),
@@ -409,7 +413,12 @@ impl Session {
             h.in_batch = true;
             h.errored = false;
             if h.conn.settings_fingerprint != fp {
-                let sql = settings_replay_sql(&self.settings);
+                let locals: &[(String, String)] = if h.conn.txn_status != b'I' {
+                    &self.local_settings
+                } else {
+                    &[]
+                };
+                let sql = settings_replay_sql(&self.settings, locals);
                 msg::write_query(&mut h.conn.wbuf, &sql);
                 h.conn.settings_fingerprint = fp;
                 h.dirty = true;
@@ -422,14 +431,11 @@ impl Session {
                 self.pending.push_back(Expect::SimpleSilent(addr.clone()));
             }
             if self.txn != TxnState::Idle && h.conn.txn_status == b'I' {
-                if extended && self.savepoints.is_empty() {
+                if extended && self.savepoints.is_empty() && self.local_settings.is_empty() {
                     self.write_begin(idx);
                 } else {
-                    let mut begin = self.begin_text.clone();
-                    for name in &self.savepoints {
-                        begin.push_str("; SAVEPOINT ");
-                        begin.push_str(&quote_ident(name));
-                    }
+                    let begin =
+                        begin_sequence(&self.begin_text, &self.savepoints, &self.local_settings);
                     msg::write_query(&mut h.conn.wbuf, &begin);
                     h.dirty = true;
                     self.pending.push_back(Expect::SimpleSilent(addr.clone()));
@@ -679,13 +685,10 @@ impl Session {
         self.drain_all().await?;
         for h in self.held.iter_mut() {
             if h.conn.txn_status != b'I' {
-                h.conn.simple(sql).await.map_err(|mut e| {
-                    if e.code != sqlstate::CONNECTION_FAILURE {
-                        e.raw = None;
-                        e.message = format!("{} (node {})", e.message, h.conn.addr);
-                    }
-                    e
-                })?;
+                h.conn
+                    .simple(sql)
+                    .await
+                    .map_err(|e| with_node(e, &h.conn.addr))?;
             }
         }
         Ok(())
@@ -1451,55 +1454,6 @@ impl Session {
         Ok(reported)
     }
 
-    /// `SET` / `RESET` (Plan::SessionSetting): runs on the coordinator node (which
-    /// checks it and answers, ParameterStatus included), then joins the settings
-    /// replayed on every node connection. Recorded only once it succeeded: a bad
-    /// value fails this statement, as in PostgreSQL, and nothing after it.
-    async fn session_setting(&mut self, stmt: &Statement, sink: &mut ResultSink) -> PgResult<()> {
-        let coord = self.shared.coordinator.clone();
-        let idx = self
-            .simple_on_backend_into(&coord, &stmt.text, false, Some(sink))
-            .await?;
-        // The connection now holds the new value under the old fingerprint: it is
-        // brought to the session's settings again before its next use.
-        self.held[idx].conn.settings_fingerprint = STALE_SETTINGS;
-        self.record_setting(stmt);
-        Ok(())
-    }
-
-    /// `citus.*` settings back to the session's start: the configuration's values,
-    /// then those the startup packet's `options` gave.
-    fn reset_citus_to_startup(&mut self) {
-        for name in crate::planner::CITUS_SETTINGS {
-            let _ = self.set_citus(name, None);
-        }
-        for (name, value) in self.startup_citus.clone() {
-            let _ = self.set_citus(&name, Some(&value));
-        }
-    }
-
-    /// A SET / RESET that succeeded is replayed on every connection the session uses
-    /// later.
-    fn record_setting(&mut self, stmt: &Statement) {
-        use pg_query::protobuf::node::Node as N;
-        use pg_query::protobuf::VariableSetKind;
-        let Some(N::VariableSetStmt(v)) = &stmt.node else {
-            return;
-        };
-        // SET LOCAL and SET TRANSACTION last one transaction: not replayed.
-        if v.is_local || v.name.starts_with("citus.") || v.name.starts_with("TRANSACTION") {
-            return;
-        }
-        if v.kind == VariableSetKind::VarResetAll as i32 {
-            // Back to the session's defaults: those of its startup packet.
-            self.settings.truncate(self.startup_settings);
-            self.reset_citus_to_startup();
-        } else {
-            self.settings.push(stmt.text.trim().to_string());
-        }
-        self.settings_fp = fingerprint(&self.settings);
-    }
-
     // ---- pgshard's own plans ---------------------------------------------
 
     async fn run_plan(
@@ -1520,11 +1474,10 @@ impl Session {
             }
             Plan::Unsupported(e) => Err(e.clone()),
             Plan::Transaction(cmd) => self.transaction(cmd, sink).await,
-            Plan::SessionSetting => self.session_setting(stmt, sink).await,
-            Plan::SetCitus { name, value } => {
-                self.set_citus(name, value.as_deref())?;
-                sink.complete(if value.is_some() { "SET" } else { "RESET" });
-                Ok(())
+            Plan::SessionSetting(scope) => self.session_setting(stmt, scope, sink).await,
+            Plan::DiscardAll => self.discard_all(stmt, sink).await,
+            Plan::SetCitus { name, value, local } => {
+                self.set_citus_statement(name, value.as_deref(), *local, sink)
             }
             Plan::ShowCitus { name } => {
                 let v = self.show_citus(name)?;
@@ -1883,7 +1836,8 @@ impl Session {
                 self.outside_block_check("SAVEPOINT")?;
                 self.on_every_held(&format!("SAVEPOINT {}", quote_ident(name)))
                     .await?;
-                self.savepoints.push(name.clone());
+                let savepoint = self.savepoint(name);
+                self.savepoints.push(savepoint);
                 sink.complete("SAVEPOINT");
                 Ok(())
             }
@@ -1902,6 +1856,7 @@ impl Session {
                 self.on_every_held(&format!("ROLLBACK TO SAVEPOINT {}", quote_ident(name)))
                     .await?;
                 self.savepoints.truncate(at + 1);
+                self.rollback_settings_to(at);
                 self.txn = TxnState::InBlock;
                 sink.complete("ROLLBACK");
                 Ok(())
@@ -1927,7 +1882,7 @@ impl Session {
     fn savepoint_position(&self, name: &str) -> PgResult<usize> {
         self.savepoints
             .iter()
-            .rposition(|s| s == name)
+            .rposition(|s| s.name == name)
             .ok_or_else(|| PgError::new("3B001", format!("savepoint \"{name}\" does not exist")))
     }
 
@@ -1971,6 +1926,7 @@ impl Session {
         } else {
             self.two_phase_commit(&mut held).await
         };
+        self.end_block_settings(commit && result.is_ok(), &mut held);
         drop(held);
         result
     }
@@ -2167,6 +2123,15 @@ fn parse_kb(v: &str) -> Option<i64> {
 
 /// A node's error saying it is going away (shutdown, crash), naming the node, and as
 /// an ERROR: the client's session goes on without the backend's FATAL. Others unchanged.
+/// A node's error, with the node named (a lost connection already names it).
+fn with_node(mut e: PgError, addr: &NodeAddr) -> PgError {
+    if e.code != sqlstate::CONNECTION_FAILURE {
+        e.raw = None;
+        e.message = format!("{} (node {addr})", e.message);
+    }
+    e
+}
+
 fn going_away(mut e: PgError, addr: &NodeAddr) -> PgError {
     if is_going_away(&e) {
         e.severity = "ERROR";

@@ -81,13 +81,18 @@ pub enum Plan {
     Empty,
     Transaction(TxnCommand),
     /// Any other `SET` / `RESET` (`RESET ALL` too): run on the coordinator node, then,
-    /// once it succeeded, part of the settings every node connection of the session
-    /// gets (whichever protocol carried it).
-    SessionSetting,
-    /// `SET citus.x = v` / `RESET citus.x` (value None).
+    /// once it succeeded, applied to every node connection of the session the way its
+    /// scope says (whichever protocol carried it).
+    SessionSetting(SettingScope),
+    /// `DISCARD ALL`: run on the coordinator node, then the session's settings go
+    /// back to its startup packet's and its prepared statements are dropped.
+    DiscardAll,
+    /// `SET [LOCAL] citus.x = v` / `RESET citus.x` (value None).
     SetCitus {
         name: String,
         value: Option<String>,
+        /// SET LOCAL: until the end of the transaction block.
+        local: bool,
     },
     ShowCitus {
         name: String,
@@ -204,9 +209,13 @@ pub fn plan(
             return Ok(Plan::SetCitus {
                 name: v.name.clone(),
                 value,
+                local: v.is_local,
             });
         }
-        N::VariableSetStmt(_) => return Ok(Plan::SessionSetting),
+        N::VariableSetStmt(v) => return Ok(Plan::SessionSetting(setting_scope(v))),
+        N::DiscardStmt(d) if d.target == protobuf::DiscardMode::DiscardAll as i32 => {
+            return Ok(Plan::DiscardAll)
+        }
         N::VariableShowStmt(v) if v.name.starts_with("citus.") => {
             return Ok(Plan::ShowCitus {
                 name: v.name.clone(),
@@ -436,6 +445,83 @@ fn propagate(
         tables: dedup(dist),
         verb: verb.to_string(),
         in_transaction,
+    }
+}
+
+/// How long a `SET` / `RESET` lasts, which decides where pgshard applies it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SettingScope {
+    /// `SET`, `RESET`, `SET SESSION CHARACTERISTICS AS TRANSACTION ...`: the rest of
+    /// the session (undone with the transaction block that made it). `variable` is
+    /// None for `RESET ALL`.
+    Session { variable: Option<String> },
+    /// `SET LOCAL`: until the transaction block ends, on every node of the block.
+    Local,
+    /// `SET TRANSACTION ...`: the block's modes, as BEGIN options
+    /// (`ISOLATION LEVEL REPEATABLE READ`, `READ ONLY`, ...), on every node of the block.
+    Transaction { modes: Vec<String> },
+    /// `SET TRANSACTION SNAPSHOT`: names a snapshot of one server, the coordinator node.
+    CoordinatorOnly,
+}
+
+fn setting_scope(v: &protobuf::VariableSetStmt) -> SettingScope {
+    match v.name.as_str() {
+        "TRANSACTION" => SettingScope::Transaction {
+            modes: transaction_modes(&v.args),
+        },
+        "TRANSACTION SNAPSHOT" => SettingScope::CoordinatorOnly,
+        _ if v.is_local => SettingScope::Local,
+        _ if v.kind == VariableSetKind::VarResetAll as i32 => {
+            SettingScope::Session { variable: None }
+        }
+        name => SettingScope::Session {
+            variable: Some(name.to_string()),
+        },
+    }
+}
+
+/// Transaction modes (the DefElems of `SET TRANSACTION` or `BEGIN`) as BEGIN options.
+pub fn transaction_modes(options: &[protobuf::Node]) -> Vec<String> {
+    let mut modes = Vec::new();
+    for o in options {
+        let Some(N::DefElem(d)) = &o.node else {
+            continue;
+        };
+        let on = || const_text(d.arg.as_deref()).is_some_and(|v| v != "0" && v != "false");
+        modes.push(match d.defname.as_str() {
+            "transaction_isolation" => match const_text(d.arg.as_deref()) {
+                Some(level) => format!("ISOLATION LEVEL {}", level.to_ascii_uppercase()),
+                None => continue,
+            },
+            "transaction_read_only" if on() => "READ ONLY".to_string(),
+            "transaction_read_only" => "READ WRITE".to_string(),
+            "transaction_deferrable" if on() => "DEFERRABLE".to_string(),
+            "transaction_deferrable" => "NOT DEFERRABLE".to_string(),
+            _ => continue,
+        });
+    }
+    modes
+}
+
+/// The BEGIN that starts the block on a node joining it after `SET TRANSACTION`
+/// gave `extra` modes: the block's own BEGIN modes, then those (a later mode of the
+/// same kind wins, in BEGIN as in SET TRANSACTION).
+pub fn begin_with_modes(begin_text: &str, extra: &[String]) -> String {
+    let mut modes = match pg_query::parse(begin_text, 0).ok().and_then(|p| {
+        let stmt = p.protobuf.stmts.into_iter().next()?.stmt?.node?;
+        match stmt {
+            N::TransactionStmt(t) => Some(transaction_modes(&t.options)),
+            _ => None,
+        }
+    }) {
+        Some(m) => m,
+        None => Vec::new(),
+    };
+    modes.extend(extra.iter().cloned());
+    if modes.is_empty() {
+        "BEGIN".to_string()
+    } else {
+        format!("BEGIN {}", modes.join(", "))
     }
 }
 

@@ -226,8 +226,61 @@ fn local_and_utility() {
         "reset all",
         "set search_path to a, b",
     ] {
-        assert!(matches!(plan_of(sql), Plan::SessionSetting), "{sql}");
+        assert!(matches!(plan_of(sql), Plan::SessionSetting(_)), "{sql}");
     }
+    // Each SET says how long it lasts.
+    let session = |v: Option<&str>| {
+        Plan::SessionSetting(SettingScope::Session {
+            variable: v.map(str::to_string),
+        })
+    };
+    for (sql, want) in [
+        ("set datestyle = 'German'", session(Some("datestyle"))),
+        ("reset search_path", session(Some("search_path"))),
+        ("reset all", session(None)),
+        (
+            "set local statement_timeout = 5",
+            Plan::SessionSetting(SettingScope::Local),
+        ),
+        (
+            "set transaction isolation level repeatable read, read only",
+            Plan::SessionSetting(SettingScope::Transaction {
+                modes: vec!["ISOLATION LEVEL REPEATABLE READ".into(), "READ ONLY".into()],
+            }),
+        ),
+        (
+            "set transaction read write, not deferrable",
+            Plan::SessionSetting(SettingScope::Transaction {
+                modes: vec!["READ WRITE".into(), "NOT DEFERRABLE".into()],
+            }),
+        ),
+        (
+            "set transaction snapshot '00000003-0000001B-1'",
+            Plan::SessionSetting(SettingScope::CoordinatorOnly),
+        ),
+    ] {
+        assert_eq!(format!("{:?}", plan_of(sql)), format!("{want:?}"), "{sql}");
+    }
+    assert!(matches!(plan_of("discard all"), Plan::DiscardAll));
+    assert!(!matches!(plan_of("discard temp"), Plan::DiscardAll));
+    assert!(matches!(
+        plan_of("set local citus.multi_shard_commit_protocol = '1pc'"),
+        Plan::SetCitus { local: true, .. }
+    ));
+    // A node joining a block after SET TRANSACTION begins with the block's modes.
+    let modes = vec!["ISOLATION LEVEL SERIALIZABLE".to_string()];
+    assert_eq!(
+        begin_with_modes("BEGIN", &modes),
+        "BEGIN ISOLATION LEVEL SERIALIZABLE"
+    );
+    assert_eq!(
+        begin_with_modes("start transaction read only", &modes),
+        "BEGIN READ ONLY, ISOLATION LEVEL SERIALIZABLE"
+    );
+    assert_eq!(
+        begin_with_modes("begin isolation level repeatable read", &[]),
+        "BEGIN ISOLATION LEVEL REPEATABLE READ"
+    );
     // Savepoint commands carry the name PostgreSQL parsed (quoted names keep their case).
     for (sql, want) in [
         ("savepoint a", TxnCommand::Savepoint { name: "a".into() }),

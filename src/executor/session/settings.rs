@@ -1,0 +1,363 @@
+//! The session's settings across nodes: `SET` / `RESET` / `SET LOCAL` /
+//! `SET TRANSACTION` and pgshard's own `citus.*` values, with PostgreSQL's
+//! transaction semantics.
+//!
+//! A session's `SET`s run on the coordinator node first (it checks them and reports
+//! ParameterStatus), then are replayed on every node connection the session uses.
+//! Inside a transaction block they are transactional, as in PostgreSQL: a block that
+//! rolls back (or a `ROLLBACK TO` a savepoint older than them) undoes them, and
+//! `SET LOCAL` / `SET TRANSACTION` reach every node of the block, including one that
+//! joins it later. The session's state is copied lazily, at the block's first change
+//! of it, so blocks that change nothing (nearly all) pay nothing.
+
+use super::*;
+use crate::planner::{begin_with_modes, SettingScope};
+
+/// pgshard's own `citus.*` values of a session.
+#[derive(Clone)]
+pub(super) struct CitusValues {
+    citus: CitusSettings,
+    commit_protocol: String,
+    explain_all_tasks: bool,
+    max_intermediate_kb: i64,
+}
+
+/// Everything of the session's settings a rollback can restore.
+#[derive(Clone)]
+pub(super) struct SettingsSnapshot {
+    settings: Vec<String>,
+    local_settings: Vec<(String, String)>,
+    citus: CitusValues,
+    citus_local: Option<CitusLocal>,
+}
+
+/// After a `SET LOCAL citus.*` in the block: the citus values the session had before
+/// it, and the session-level `SET citus.*` made since, which outlive the block.
+#[derive(Clone)]
+pub(super) struct CitusLocal {
+    before: CitusValues,
+    session_sets: Vec<(String, Option<String>)>,
+}
+
+/// An active savepoint and, if the block had changed settings before it, the
+/// settings as they were when it was made.
+pub(super) struct Savepoint {
+    pub name: String,
+    settings: Option<Box<SettingsSnapshot>>,
+}
+
+/// The SQL that brings a node connection to the session's settings: reset, replay
+/// the session's SETs, and, on a connection inside the block, the block's SET LOCALs
+/// (RESET ALL undoes those too).
+pub(super) fn settings_replay_sql(settings: &[String], locals: &[(String, String)]) -> String {
+    let mut sql = String::from("RESET ALL;");
+    for x in settings.iter().chain(locals.iter().map(|(_, text)| text)) {
+        sql.push_str(x);
+        sql.push(';');
+    }
+    sql
+}
+
+/// What starts the block on a node joining it: BEGIN, the active savepoints, then the
+/// block's SET LOCALs (re-run on every node after a ROLLBACK TO, see
+/// `rollback_settings_to`).
+pub(super) fn begin_sequence(
+    begin_text: &str,
+    savepoints: &[Savepoint],
+    locals: &[(String, String)],
+) -> String {
+    let mut sql = begin_text.to_string();
+    for sp in savepoints {
+        sql.push_str("; SAVEPOINT ");
+        sql.push_str(&quote_ident(&sp.name));
+    }
+    for (_, text) in locals {
+        sql.push_str("; ");
+        sql.push_str(text);
+    }
+    sql
+}
+
+impl Session {
+    pub(super) fn citus_values(&self) -> CitusValues {
+        CitusValues {
+            citus: self.citus,
+            commit_protocol: self.commit_protocol.clone(),
+            explain_all_tasks: self.explain_all_tasks,
+            max_intermediate_kb: self.max_intermediate_kb,
+        }
+    }
+
+    fn restore_citus(&mut self, v: CitusValues) {
+        self.citus = v.citus;
+        self.commit_protocol = v.commit_protocol;
+        self.explain_all_tasks = v.explain_all_tasks;
+        self.max_intermediate_kb = v.max_intermediate_kb;
+    }
+
+    fn settings_snapshot(&self) -> Box<SettingsSnapshot> {
+        Box::new(SettingsSnapshot {
+            settings: self.settings.clone(),
+            local_settings: self.local_settings.clone(),
+            citus: self.citus_values(),
+            citus_local: self.citus_local.clone(),
+        })
+    }
+
+    fn restore_settings(&mut self, s: SettingsSnapshot) {
+        self.settings = s.settings;
+        self.settings_fp = fingerprint(&self.settings);
+        self.local_settings = s.local_settings;
+        self.restore_citus(s.citus);
+        self.citus_local = s.citus_local;
+    }
+
+    /// Before a change of the session's settings: inside a block, the first one keeps
+    /// what a rollback of the block restores.
+    fn before_settings_change(&mut self) {
+        if self.txn != TxnState::Idle && self.block_settings.is_none() {
+            self.block_settings = Some(self.settings_snapshot());
+        }
+    }
+
+    /// A SAVEPOINT: remembers the settings a ROLLBACK TO it restores.
+    pub(super) fn savepoint(&self, name: &str) -> Savepoint {
+        Savepoint {
+            name: name.to_string(),
+            // Unchanged since BEGIN: the block's own snapshot (if one is taken later)
+            // is also this savepoint's.
+            settings: self
+                .block_settings
+                .is_some()
+                .then(|| self.settings_snapshot()),
+        }
+    }
+
+    /// After `ROLLBACK TO` savepoint `at` ran on every node: the settings as they were
+    /// when it was made. Every connection of the block is then brought to them (RESET
+    /// ALL, the session's SETs, the block's SET LOCALs) before its next use.
+    pub(super) fn rollback_settings_to(&mut self, at: usize) {
+        let Some(snapshot) = self.savepoints[at]
+            .settings
+            .clone()
+            .or_else(|| self.block_settings.clone())
+        else {
+            return;
+        };
+        self.restore_settings(*snapshot);
+        for h in self.held.iter_mut() {
+            h.conn.settings_fingerprint = STALE_SETTINGS;
+        }
+    }
+
+    /// At the end of the block: a commit keeps the session's SETs and ends the SET
+    /// LOCALs; anything else restores the settings the block began with. Connections
+    /// that saw a change are brought to the session's settings before their next use.
+    pub(super) fn end_block_settings(&mut self, committed: bool, held: &mut [Held]) {
+        let Some(snapshot) = self.block_settings.take() else {
+            return;
+        };
+        if committed {
+            self.local_settings.clear();
+            if let Some(CitusLocal {
+                before,
+                session_sets,
+            }) = self.citus_local.take()
+            {
+                self.restore_citus(before);
+                for (name, value) in session_sets {
+                    // They were accepted once already.
+                    let _ = self.set_citus(&name, value.as_deref());
+                }
+            }
+        } else {
+            self.restore_settings(*snapshot);
+        }
+        for h in held.iter_mut() {
+            h.conn.settings_fingerprint = STALE_SETTINGS;
+        }
+    }
+
+    /// `SET` / `RESET` (Plan::SessionSetting): runs on the coordinator node (which
+    /// checks it and answers, ParameterStatus included), then reaches the other nodes
+    /// as its scope says. Applied only once it succeeded: a bad value fails this
+    /// statement, as in PostgreSQL, and nothing after it.
+    pub(super) async fn session_setting(
+        &mut self,
+        stmt: &Statement,
+        scope: &SettingScope,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        let in_block = self.txn != TxnState::Idle;
+        if in_block && !matches!(scope, SettingScope::CoordinatorOnly) {
+            self.before_settings_change();
+        }
+        let coord = self.shared.coordinator.clone();
+        let idx = self
+            .simple_on_backend_into(&coord, &stmt.text, false, Some(sink))
+            .await?;
+        match scope {
+            SettingScope::Session { variable } => {
+                // The connection now holds the new value under the old fingerprint: it
+                // is brought to the session's settings again before its next use.
+                self.held[idx].conn.settings_fingerprint = STALE_SETTINGS;
+                self.record_setting(stmt, variable.as_deref());
+            }
+            // Outside a block PostgreSQL only warns (the coordinator node did).
+            SettingScope::Local if in_block => {
+                self.on_every_held_but(idx, &stmt.text).await?;
+                let variable = match &stmt.node {
+                    Some(pg_query::protobuf::node::Node::VariableSetStmt(v)) => v.name.clone(),
+                    _ => String::new(),
+                };
+                self.local_settings
+                    .push((variable, stmt.text.trim().to_string()));
+            }
+            SettingScope::Transaction { modes } if in_block => {
+                // Nodes that ran a query of the block refuse an isolation change as
+                // PostgreSQL does (25001); nodes joining later begin with the modes.
+                self.on_every_held_but(idx, &stmt.text).await?;
+                self.begin_text = begin_with_modes(&self.begin_text, modes);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// `DISCARD ALL` (refused inside a block by the coordinator node, as by
+    /// PostgreSQL): the session's settings as RESET ALL leaves them, and no prepared
+    /// statements or portals.
+    pub(super) async fn discard_all(
+        &mut self,
+        stmt: &Statement,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        let coord = self.shared.coordinator.clone();
+        let idx = self
+            .simple_on_backend_into(&coord, &stmt.text, false, Some(sink))
+            .await?;
+        self.held[idx].conn.settings_fingerprint = STALE_SETTINGS;
+        self.record_setting(stmt, None);
+        self.statements.clear();
+        self.portals.clear();
+        Ok(())
+    }
+
+    /// `citus.*` settings back to the session's start: the configuration's values,
+    /// then those the startup packet's `options` gave.
+    fn reset_citus_to_startup(&mut self) {
+        for name in crate::planner::CITUS_SETTINGS {
+            let _ = self.set_citus(name, None);
+        }
+        for (name, value) in self.startup_citus.clone() {
+            let _ = self.set_citus(&name, Some(&value));
+        }
+    }
+
+    /// A session-level SET / RESET (of `variable`; None: RESET ALL) that succeeded is
+    /// replayed on every connection the session uses later. It overrides the block's
+    /// SET LOCALs of the same variable (RESET ALL: all of them), as in PostgreSQL.
+    fn record_setting(&mut self, stmt: &Statement, variable: Option<&str>) {
+        match variable {
+            None => {
+                // Back to the session's defaults: those of its startup packet.
+                self.settings.truncate(self.startup_settings);
+                self.local_settings.clear();
+                self.reset_citus_to_startup();
+                self.citus_local = None;
+            }
+            Some(v) => {
+                self.local_settings.retain(|(name, _)| name != v);
+                self.settings.push(stmt.text.trim().to_string());
+            }
+        }
+        self.settings_fp = fingerprint(&self.settings);
+    }
+
+    /// `SET [LOCAL] citus.x` / `RESET citus.x`: pgshard's own settings.
+    pub(super) fn set_citus_statement(
+        &mut self,
+        name: &str,
+        value: Option<&str>,
+        local: bool,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        let verb = if value.is_some() { "SET" } else { "RESET" };
+        if self.txn == TxnState::Idle {
+            if local {
+                sink.notice_warning("SET LOCAL can only be used in transaction blocks");
+            } else {
+                self.set_citus(name, value)?;
+            }
+            sink.complete(verb);
+            return Ok(());
+        }
+        self.before_settings_change();
+        let before = self.citus_values();
+        self.set_citus(name, value)?;
+        if local {
+            self.citus_local.get_or_insert(CitusLocal {
+                before,
+                session_sets: Vec::new(),
+            });
+        } else if let Some(l) = &mut self.citus_local {
+            l.session_sets
+                .push((name.to_string(), value.map(str::to_string)));
+        }
+        sink.complete(verb);
+        Ok(())
+    }
+
+    /// Runs `sql` on every connection of the block except `skip`.
+    async fn on_every_held_but(&mut self, skip: usize, sql: &str) -> PgResult<()> {
+        self.drain_all().await?;
+        for (i, h) in self.held.iter_mut().enumerate() {
+            if i != skip && h.conn.txn_status != b'I' {
+                h.conn
+                    .simple(sql)
+                    .await
+                    .map_err(|e| with_node(e, &h.conn.addr))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_resets_then_sets_the_session_then_the_block() {
+        let settings = vec!["SET datestyle TO 'German'".to_string()];
+        assert_eq!(
+            settings_replay_sql(&settings, &[]),
+            "RESET ALL;SET datestyle TO 'German';"
+        );
+        let locals = vec![(
+            "search_path".to_string(),
+            "SET LOCAL search_path = a".to_string(),
+        )];
+        assert_eq!(
+            settings_replay_sql(&settings, &locals),
+            "RESET ALL;SET datestyle TO 'German';SET LOCAL search_path = a;"
+        );
+    }
+
+    #[test]
+    fn a_joining_node_begins_with_savepoints_then_set_locals() {
+        let sps = vec![Savepoint {
+            name: "Sp 1".into(),
+            settings: None,
+        }];
+        let locals = vec![(
+            "work_mem".to_string(),
+            "SET LOCAL work_mem = '8MB'".to_string(),
+        )];
+        assert_eq!(
+            begin_sequence("BEGIN ISOLATION LEVEL SERIALIZABLE", &sps, &locals),
+            "BEGIN ISOLATION LEVEL SERIALIZABLE; SAVEPOINT \"Sp 1\"; SET LOCAL work_mem = '8MB'"
+        );
+        assert_eq!(begin_sequence("BEGIN", &[], &[]), "BEGIN");
+    }
+}
