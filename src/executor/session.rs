@@ -682,9 +682,14 @@ impl Session {
     /// Runs one of pgshard's transaction statements (savepoints) on every node the
     /// block uses.
     async fn on_every_held(&mut self, sql: &str) -> PgResult<()> {
+        self.on_every_held_but(usize::MAX, sql).await
+    }
+
+    /// Runs `sql` on every connection of the block except the held one at `skip`.
+    async fn on_every_held_but(&mut self, skip: usize, sql: &str) -> PgResult<()> {
         self.drain_all().await?;
-        for h in self.held.iter_mut() {
-            if h.conn.txn_status != b'I' {
+        for (i, h) in self.held.iter_mut().enumerate() {
+            if i != skip && h.conn.txn_status != b'I' {
                 h.conn
                     .simple(sql)
                     .await

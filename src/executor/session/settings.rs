@@ -307,20 +307,6 @@ impl Session {
         sink.complete(verb);
         Ok(())
     }
-
-    /// Runs `sql` on every connection of the block except `skip`.
-    async fn on_every_held_but(&mut self, skip: usize, sql: &str) -> PgResult<()> {
-        self.drain_all().await?;
-        for (i, h) in self.held.iter_mut().enumerate() {
-            if i != skip && h.conn.txn_status != b'I' {
-                h.conn
-                    .simple(sql)
-                    .await
-                    .map_err(|e| with_node(e, &h.conn.addr))?;
-            }
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
