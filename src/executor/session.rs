@@ -2126,8 +2126,6 @@ fn parse_kb(v: &str) -> Option<i64> {
     (kb >= -1).then_some(kb)
 }
 
-/// A node's error saying it is going away (shutdown, crash), naming the node, and as
-/// an ERROR: the client's session goes on without the backend's FATAL. Others unchanged.
 /// A node's error, with the node named (a lost connection already names it).
 fn with_node(mut e: PgError, addr: &NodeAddr) -> PgError {
     if e.code != sqlstate::CONNECTION_FAILURE {
@@ -2137,6 +2135,8 @@ fn with_node(mut e: PgError, addr: &NodeAddr) -> PgError {
     e
 }
 
+/// A node's error saying it is going away (shutdown, crash), naming the node, and as
+/// an ERROR: the client's session goes on without the backend's FATAL. Others unchanged.
 fn going_away(mut e: PgError, addr: &NodeAddr) -> PgError {
     if is_going_away(&e) {
         e.severity = "ERROR";

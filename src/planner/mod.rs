@@ -456,7 +456,7 @@ pub enum SettingScope {
     /// None for `RESET ALL`.
     Session { variable: Option<String> },
     /// `SET LOCAL`: until the transaction block ends, on every node of the block.
-    Local,
+    Local { variable: String },
     /// `SET TRANSACTION ...`: the block's modes, as BEGIN options
     /// (`ISOLATION LEVEL REPEATABLE READ`, `READ ONLY`, ...), on every node of the block.
     Transaction { modes: Vec<String> },
@@ -470,7 +470,9 @@ fn setting_scope(v: &protobuf::VariableSetStmt) -> SettingScope {
             modes: transaction_modes(&v.args),
         },
         "TRANSACTION SNAPSHOT" => SettingScope::CoordinatorOnly,
-        _ if v.is_local => SettingScope::Local,
+        name if v.is_local => SettingScope::Local {
+            variable: name.to_string(),
+        },
         _ if v.kind == VariableSetKind::VarResetAll as i32 => {
             SettingScope::Session { variable: None }
         }

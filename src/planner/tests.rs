@@ -240,7 +240,9 @@ fn local_and_utility() {
         ("reset all", session(None)),
         (
             "set local statement_timeout = 5",
-            Plan::SessionSetting(SettingScope::Local),
+            Plan::SessionSetting(SettingScope::Local {
+                variable: "statement_timeout".into(),
+            }),
         ),
         (
             "set transaction isolation level repeatable read, read only",

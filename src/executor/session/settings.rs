@@ -79,7 +79,7 @@ pub(super) fn begin_sequence(
 }
 
 impl Session {
-    pub(super) fn citus_values(&self) -> CitusValues {
+    fn citus_values(&self) -> CitusValues {
         CitusValues {
             citus: self.citus,
             commit_protocol: self.commit_protocol.clone(),
@@ -204,14 +204,10 @@ impl Session {
                 self.record_setting(stmt, variable.as_deref());
             }
             // Outside a block PostgreSQL only warns (the coordinator node did).
-            SettingScope::Local if in_block => {
+            SettingScope::Local { variable } if in_block => {
                 self.on_every_held_but(idx, &stmt.text).await?;
-                let variable = match &stmt.node {
-                    Some(pg_query::protobuf::node::Node::VariableSetStmt(v)) => v.name.clone(),
-                    _ => String::new(),
-                };
                 self.local_settings
-                    .push((variable, stmt.text.trim().to_string()));
+                    .push((variable.clone(), stmt.text.trim().to_string()));
             }
             SettingScope::Transaction { modes } if in_block => {
                 // Nodes that ran a query of the block refuse an isolation change as
