@@ -731,3 +731,125 @@ async fn statements_after_create_distributed_table_in_one_string_see_it() {
     assert_eq!(shell, 0, "rows went into the coordinator node's shell");
     exec(&pgs, "DROP TABLE one_str").await;
 }
+
+/// A statement's rows (sorted) or its SQLSTATE.
+async fn outcome(c: &Client, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+    match c.simple_query(sql).await {
+        Ok(m) => Ok(common::sorted_simple_rows(&m)),
+        Err(e) => Err(e
+            .as_db_error()
+            .map(|d| d.code().code().to_string())
+            .unwrap_or_else(|| e.to_string())),
+    }
+}
+
+/// TRUNCATE of distributed and reference tables inside a block is part of the block,
+/// as in PostgreSQL: the block sees it, ROLLBACK / ROLLBACK TO undo it, COMMIT keeps it
+/// (with 2PC across nodes). VACUUM in a block is refused with 25001; the statements'
+/// options reach the shards. Each step is compared with one plain PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncate_in_blocks_and_maintenance_options_behave_as_in_postgres() {
+    let cl = cluster();
+    let pgs = cl.client().await;
+    let plain = plain_postgres().client().await;
+    let setup = "DROP TABLE IF EXISTS trb, trr; CREATE TABLE trb (k int, v text); \
+                 CREATE TABLE trr (k int PRIMARY KEY, n text)";
+    exec(&plain, setup).await;
+    exec(
+        &pgs,
+        &format!(
+            "{setup}; SET citus.shard_count = 4; SELECT create_distributed_table('trb', 'k'); \
+             SELECT create_reference_table('trr')"
+        ),
+    )
+    .await;
+    let fill = "INSERT INTO trb SELECT i, 'v' || i FROM generate_series(1, 100) i; \
+                INSERT INTO trr VALUES (1, 'a'), (2, 'b')";
+    exec(&plain, fill).await;
+    exec(&pgs, fill).await;
+    let steps = [
+        "BEGIN",
+        "TRUNCATE trb",
+        "SELECT count(*) FROM trb",
+        "INSERT INTO trb VALUES (1, 'x')",
+        "SELECT count(*), min(v) FROM trb",
+        "ROLLBACK",
+        "SELECT count(*), min(v) FROM trb",
+        "BEGIN",
+        "SAVEPOINT a",
+        "TRUNCATE trb, trr",
+        "SELECT count(*) FROM trr",
+        "ROLLBACK TO SAVEPOINT a",
+        "SELECT count(*) FROM trb",
+        "SELECT count(*) FROM trr",
+        "COMMIT",
+        "SELECT count(*) FROM trb WHERE k = 5",
+        "BEGIN",
+        "SELECT v FROM trb WHERE k = 5",
+        "TRUNCATE ONLY trb RESTART IDENTITY CASCADE",
+        "INSERT INTO trb SELECT i, 'w' || i FROM generate_series(1, 10) i",
+        "COMMIT",
+        "SELECT count(*), min(v), max(k) FROM trb",
+        "BEGIN",
+        "VACUUM trb",
+        "ROLLBACK",
+        "BEGIN",
+        "ANALYZE trb (v)",
+        "SELECT count(*) FROM trb",
+        "COMMIT",
+        "BEGIN",
+        "TRUNCATE trb",
+        "SELECT 1/0",
+        "COMMIT",
+        "SELECT count(*) FROM trb",
+        "TRUNCATE trr",
+        "SELECT count(*) FROM trr",
+        "VACUUM (FULL, ANALYZE) trb",
+        "ANALYZE trb (nosuchcolumn)",
+        "SELECT count(*) FROM trb",
+    ];
+    for sql in steps {
+        let want = outcome(&plain, sql).await;
+        let got = outcome(&pgs, sql).await;
+        assert_eq!(got, want, "{sql}");
+    }
+
+    // The reference table is empty on every placement; no prepared transaction is left.
+    for port in &cl.worker_ports {
+        let w = cl.direct(*port).await;
+        for n in shard_tables(&w, "trr").await {
+            assert!(sorted_rows(&w, &format!("SELECT * FROM {n}"))
+                .await
+                .is_empty());
+        }
+        assert_eq!(
+            sorted_rows(&w, "SELECT count(*) FROM pg_prepared_xacts").await,
+            vec![vec![Some("0".to_string())]]
+        );
+    }
+
+    // VACUUM FULL rewrote the shards (its option reached them); psql sees
+    // PostgreSQL's command tag; TRUNCATE over the extended protocol commits at Sync.
+    let w = cl.direct(cl.worker_ports[0]).await;
+    let shard = shard_tables(&w, "trb").await.remove(0);
+    let filenode = format!("SELECT relfilenode FROM pg_class WHERE oid = '{shard}'::regclass");
+    let before = sorted_rows(&w, &filenode).await;
+    let env = cl.pg_env();
+    assert_eq!(common::psql(&env, &["-c", "VACUUM (FULL) trb"]), "VACUUM");
+    assert_ne!(
+        sorted_rows(&w, &filenode).await,
+        before,
+        "VACUUM FULL did not reach {shard}"
+    );
+    assert_eq!(
+        common::psql(&env, &["-c", "TRUNCATE trb"]),
+        "TRUNCATE TABLE"
+    );
+    exec(&pgs, "INSERT INTO trb VALUES (1, 'a'), (2, 'b'), (3, 'c')").await;
+    assert_eq!(pgs.execute("TRUNCATE trb", &[]).await.unwrap(), 0);
+    assert_eq!(
+        sorted_rows(&pgs, "SELECT count(*) FROM trb").await,
+        vec![vec![Some("0".to_string())]]
+    );
+    exec(&pgs, "DROP TABLE trb, trr").await;
+}

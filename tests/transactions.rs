@@ -199,6 +199,88 @@ async fn savepoints_behave_as_in_postgres() {
 /// SETs made in it; DISCARD ALL resets the settings. Each step's outcome and the
 /// settings that the workers holding keys `a` and `b` see are compared with a plain
 /// PostgreSQL's.
+/// SQL `DEALLOCATE` drops statements prepared with the protocol's Parse, as in
+/// PostgreSQL (drivers such as pgx send `DEALLOCATE ALL` and then prepare again): the
+/// same outcomes and SQLSTATEs as on a plain PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deallocate_drops_protocol_statements_as_in_postgres() {
+    let cl = cluster();
+    let pg = cl.client().await;
+    let plain = plain_postgres().client().await;
+    pg.batch_execute(
+        "CREATE TABLE dealloc (id int PRIMARY KEY, v int); \
+         SELECT create_distributed_table('dealloc', 'id'); INSERT INTO dealloc VALUES (1, 10)",
+    )
+    .await
+    .unwrap();
+    plain
+        .batch_execute(
+            "CREATE TABLE dealloc (id int PRIMARY KEY, v int); INSERT INTO dealloc VALUES (1, 10)",
+        )
+        .await
+        .unwrap();
+    let code = |e: tokio_postgres::Error| e.code().map(|c| c.code().to_string());
+    // The driver's name for a statement (only its Debug output shows it).
+    let name_of = |st: &tokio_postgres::Statement| {
+        let d = format!("{st:?}");
+        let start = d.find("name: \"").expect("a name") + 7;
+        d[start..start + d[start..].find('"').unwrap()].to_string()
+    };
+    for c in [&pg, &plain] {
+        let st = c
+            .prepare("SELECT v FROM dealloc WHERE id = $1")
+            .await
+            .unwrap();
+        let v: i32 = c.query_one(&st, &[&1i32]).await.unwrap().get(0);
+        assert_eq!(v, 10);
+        c.batch_execute(&format!("DEALLOCATE {}", name_of(&st)))
+            .await
+            .unwrap();
+        let e = c.query_one(&st, &[&1i32]).await.unwrap_err();
+        assert_eq!(code(e).as_deref(), Some("26000"));
+        let e = c
+            .batch_execute(&format!("DEALLOCATE {}", name_of(&st)))
+            .await
+            .unwrap_err();
+        assert_eq!(code(e).as_deref(), Some("26000"));
+
+        let (s1, s2) = (
+            c.prepare("SELECT v FROM dealloc WHERE id = $1")
+                .await
+                .unwrap(),
+            c.prepare("UPDATE dealloc SET v = v + 1 WHERE id = $1")
+                .await
+                .unwrap(),
+        );
+        assert_eq!(c.execute(&s2, &[&1i32]).await.unwrap(), 1);
+        c.batch_execute("DEALLOCATE ALL").await.unwrap();
+        for s in [&s1, &s2] {
+            let e = c.query(s, &[&1i32]).await.unwrap_err();
+            assert_eq!(code(e).as_deref(), Some("26000"));
+        }
+        let s3 = c
+            .prepare("SELECT v FROM dealloc WHERE id = $1")
+            .await
+            .unwrap();
+        let v: i32 = c.query_one(&s3, &[&1i32]).await.unwrap().get(0);
+        assert_eq!(v, 11);
+        // DISCARD ALL also drops them; statements prepared afterwards work (pgshard's
+        // own statements on its coordinator connection went with it).
+        c.batch_execute("DISCARD ALL").await.unwrap();
+        let e = c.query(&s3, &[&1i32]).await.unwrap_err();
+        assert_eq!(code(e).as_deref(), Some("26000"));
+        let s4 = c
+            .prepare("SELECT v FROM dealloc WHERE id = $1")
+            .await
+            .unwrap();
+        let v: i32 = c.query_one(&s4, &[&1i32]).await.unwrap().get(0);
+        assert_eq!(v, 11);
+        // A name of pgshard's own backend statements is not the client's to drop.
+        let e = c.batch_execute("DEALLOCATE pgs_1").await.unwrap_err();
+        assert_eq!(code(e).as_deref(), Some("26000"));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_in_blocks_behave_as_in_postgres() {
     let cl = cluster();

@@ -156,6 +156,25 @@ impl Catalog {
         })
     }
 
+    /// Every placement of `table`'s shards grouped by the node holding it (each node
+    /// once, in first-shard order; a reference table's one shard on every node).
+    pub fn placements_by_node(
+        &self,
+        table: &DistTable,
+    ) -> Result<Vec<(&WorkerNode, Vec<ShardId>)>, crate::error::PgError> {
+        let mut out: Vec<(&WorkerNode, Vec<ShardId>)> = Vec::new();
+        for shard in &table.shards {
+            for g in &shard.placement_groups {
+                let node = self.placement_node(shard.shard_id, *g)?;
+                match out.iter_mut().find(|(n, _)| n.node_id == node.node_id) {
+                    Some((_, ids)) => ids.push(shard.shard_id),
+                    None => out.push((node, vec![shard.shard_id])),
+                }
+            }
+        }
+        Ok(out)
+    }
+
     pub fn add_table(&mut self, table: DistTable) {
         let table = Arc::new(table);
         self.tables_by_oid.insert(table.relid, table.clone());

@@ -11,7 +11,7 @@
 //! - `ddl`: DDL propagation to shells and shards
 //! - `shards`: `get_shard_id_for_distribution_column`, the size functions,
 //!   `undistribute_table`, and the helpers `drop_distributed_table` and
-//!   `propagate_to_shards` for the executor
+//!   `maintain_shards` for the executor
 //! - `recover_prepared_transactions`: `crate::transaction::recovery`
 //! - `twopc`: two-phase commit of control-plane work anchored in the coordinator node
 
@@ -22,7 +22,7 @@ pub mod reference;
 pub mod shards;
 pub mod twopc;
 
-pub use shards::{drop_distributed_table, propagate_to_shards};
+pub use shards::{drop_distributed_table, maintain_shards};
 
 use crate::catalog::cache::CatalogCache;
 use crate::catalog::schema::CATALOG_LOCK_KEY;

@@ -2,7 +2,7 @@
 //! `get_shard_id_for_distribution_column`, `citus_relation_size` /
 //! `citus_table_size` / `citus_total_relation_size`, `undistribute_table`, and the
 //! executor's helpers `drop_distributed_table` (DROP TABLE of a distributed table) and
-//! `propagate_to_shards` (TRUNCATE / VACUUM / ANALYZE on every shard).
+//! `maintain_shards` (VACUUM / ANALYZE on every shard outside a block).
 //!
 //! Changes spanning workers commit with two-phase commit anchored in the coordinator
 //! node (`twopc`), so a failure leaves nothing half-done.
@@ -15,9 +15,10 @@ use super::{
 use crate::backend::control;
 use crate::catalog::cache::{bump_version, CatalogCache};
 use crate::catalog::load::base_type_sql;
-use crate::catalog::{shard_table_name, DistTable, GroupId, Oid, ShardInterval};
+use crate::catalog::{shard_table_name, GroupId, Oid, ShardInterval};
 use crate::config::Config;
 use crate::error::{sqlstate, PgError};
+use crate::planner::propagate::TableStatement;
 use crate::sharding::hash::hash_sql_expression;
 use crate::sharding::ranges::ShardIndexer;
 use crate::sql::quote::{quote_ident, quote_qualified};
@@ -273,55 +274,30 @@ pub async fn drop_distributed_table(
     Ok(())
 }
 
-/// Runs one statement per shard placement on its node (`per_shard_sql` receives the
-/// quoted, schema-qualified shard name). With `in_transaction`, all statements commit
-/// atomically (2PC); without (VACUUM), each runs on its own, nodes in parallel.
-pub async fn propagate_to_shards(
-    cache: &CatalogCache,
-    table: &DistTable,
-    per_shard_sql: impl Fn(&str) -> String,
-    in_transaction: bool,
-) -> Result<(), PgError> {
+/// VACUUM / ANALYZE outside a transaction block: on every node holding placements of
+/// the table, one statement naming that node's shards, on a connection of its own (VACUUM
+/// cannot run in a transaction); nodes in parallel. An error names the node and statement.
+pub async fn maintain_shards(cache: &CatalogCache, stmt: &TableStatement) -> Result<(), PgError> {
     let snapshot = cache.snapshot();
-    let mut per_node: BTreeMap<(GroupId, String, u16), Vec<(i64, String)>> = BTreeMap::new();
-    for shard in &table.shards {
-        let sql = per_shard_sql(&quote_qualified(
-            &table.schema,
-            &table.shard_name(shard.shard_id),
-        ));
-        for g in &shard.placement_groups {
-            let node = snapshot.placement_node(shard.shard_id, *g)?;
-            per_node
-                .entry((*g, node.host.clone(), node.port))
-                .or_default()
-                .push((shard.shard_id, sql.clone()));
-        }
+    let mut work = Vec::new();
+    for (node, shards) in snapshot.placements_by_node(&stmt.table)? {
+        work.push((node.host.clone(), node.port, stmt.for_shards(&shards)?));
     }
     let cfg = cache.config();
-    if !in_transaction {
-        let results = join_all(per_node.iter().map(|((_, host, port), stmts)| async move {
-            let client = control::connect(cfg, host, *port).await?;
-            super::ddl::run_on_node(&client, host, *port, stmts).await
-        }))
-        .await;
-        return results.into_iter().collect();
-    }
-    let mut participants = open_participants(cfg, per_node.keys().cloned()).await?;
-    let results = join_all(participants.iter().map(|p| {
-        let stmts = &per_node[&(p.group_id, p.host.clone(), p.port)];
-        super::ddl::run_on_node(&p.client, &p.host, p.port, stmts)
+    let results = join_all(work.iter().map(|(host, port, sql)| async move {
+        let client = control::connect(cfg, host, *port).await?;
+        client
+            .batch_execute(sql)
+            .await
+            .map_err(|e| PgError::from_client_error(&node_context(host, *port, sql), &e))
     }))
     .await;
-    if let Some(e) = results.into_iter().find_map(Result::err) {
-        twopc::abort(&participants).await;
-        return Err(e);
-    }
-    let coord = control::connect_coordinator(cfg).await?;
-    coord
-        .batch_execute("BEGIN")
-        .await
-        .map_err(db_err("cannot begin on the coordinator node"))?;
-    twopc::commit_distributed(&coord, &mut participants, "prop", || async { Ok(()) }).await
+    results.into_iter().collect()
+}
+
+/// "node h:p, statement \"...\"": where a statement over several shards failed.
+pub(crate) fn node_context(host: &str, port: u16, sql: &str) -> String {
+    format!("node {host}:{port}, statement \"{}\"", abbreviate(sql))
 }
 
 /// `get_shard_id_for_distribution_column(table, value)`: the value is cast to the

@@ -12,7 +12,7 @@ use super::combine;
 #[path = "multishard.rs"]
 mod multishard;
 use super::shared::{CancelTargets, FunctionKind, PipelinedBatch, RunningBackends, Shared};
-use super::statements::{backend_name, MAX_PREPARED_PER_CONNECTION};
+use super::statements::{backend_name, is_backend_name, MAX_PREPARED_PER_CONNECTION};
 use crate::backend::{NodeAddr, PooledConn};
 use crate::catalog::{Catalog, ShardId, ShardInterval};
 use crate::commands::{self, CitusSettings};
@@ -39,6 +39,8 @@ use tokio::io::AsyncWriteExt;
 mod bulk;
 /// DDL on distributed tables inside a transaction block.
 mod ddl_in_block;
+/// TRUNCATE / VACUUM / ANALYZE of distributed tables.
+mod maintenance;
 /// Routed reads through the thread's pipelined connection to a node.
 mod pipelined;
 /// SET / SET LOCAL / SET TRANSACTION and `citus.*` values across the nodes of a session.
@@ -1069,6 +1071,41 @@ impl Session {
         Ok(())
     }
 
+    /// SQL `DEALLOCATE`: drops a statement the client prepared with Parse, as
+    /// PostgreSQL does (one namespace for both kinds). Others are SQL-level statements
+    /// of local tables, prepared on the coordinator node: it goes there, and so does
+    /// `DEALLOCATE ALL` (which keeps the unnamed statement, as in PostgreSQL).
+    async fn deallocate(
+        &mut self,
+        stmt: &Statement,
+        name: Option<&str>,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        match name {
+            Some(n) if self.statements.remove(n).is_some() => {
+                sink.complete("DEALLOCATE");
+                return Ok(());
+            }
+            Some(n) if is_backend_name(n) => {
+                return Err(PgError::new(
+                    sqlstate::INVALID_SQL_STATEMENT_NAME,
+                    format!("prepared statement \"{n}\" does not exist"),
+                ))
+            }
+            Some(_) => {}
+            None => self.statements.retain(|name, _| name.is_empty()),
+        }
+        let coord = self.shared.coordinator.clone();
+        let idx = self
+            .simple_on_backend_into(&coord, &stmt.text, false, Some(sink))
+            .await?;
+        if name.is_none() {
+            // pgshard's own statements on that connection went too.
+            self.held[idx].conn.prepared.clear();
+        }
+        Ok(())
+    }
+
     async fn sync_message(&mut self) {
         if self.implicit_block {
             // A batch that wrote on several nodes: committed as a whole, or not at all.
@@ -1481,6 +1518,7 @@ impl Session {
             Plan::Transaction(cmd) => self.transaction(cmd, sink).await,
             Plan::SessionSetting(scope) => self.session_setting(stmt, scope, sink).await,
             Plan::DiscardAll => self.discard_all(stmt, sink).await,
+            Plan::Deallocate { name } => self.deallocate(stmt, name.as_deref(), sink).await,
             Plan::SetCitus { name, value, local } => {
                 self.set_citus_statement(name, value.as_deref(), *local, sink)
             }
@@ -1601,27 +1639,7 @@ impl Session {
                 sink.complete("DROP INDEX");
                 Ok(())
             }
-            Plan::Propagate {
-                tables,
-                verb,
-                in_transaction,
-            } => {
-                if self.txn != TxnState::Idle {
-                    return Err(PgError::not_supported(format!("{verb} of a distributed table inside a transaction block is not supported yet")));
-                }
-                for t in tables {
-                    let v = verb.clone();
-                    commands::propagate_to_shards(
-                        &self.shared.catalog,
-                        t,
-                        |shard: &str| format!("{v} {shard}"),
-                        *in_transaction,
-                    )
-                    .await?;
-                }
-                sink.complete(verb);
-                Ok(())
-            }
+            Plan::Propagate(p) => self.maintenance(p, params.bind.is_some(), sink).await,
             Plan::Local | Plan::Router(_) => Err(PgError::internal("plan runs on a backend")),
         }
     }

@@ -36,8 +36,23 @@ pub fn backend_name(id: u64) -> String {
     format!("pgs_{id}")
 }
 
+/// Whether `name` has the form of pgshard's own backend statement names: a client
+/// must not drop those (other sessions use them on pooled connections).
+pub fn is_backend_name(name: &str) -> bool {
+    name.strip_prefix("pgs_")
+        .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn backend_names_are_recognised() {
+        assert!(super::is_backend_name(&super::backend_name(17)));
+        for other in ["pgs_", "pgs_1x", "s1", "PGS_1", "pgs_-1"] {
+            assert!(!super::is_backend_name(other), "{other}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -14,6 +14,7 @@ pub mod insert;
 pub mod insert_select;
 pub mod join;
 pub mod multishard;
+pub mod propagate;
 pub mod router;
 pub mod template;
 
@@ -87,6 +88,11 @@ pub enum Plan {
     /// `DISCARD ALL`: run on the coordinator node, then the session's settings go
     /// back to its startup packet's and its prepared statements are dropped.
     DiscardAll,
+    /// `DEALLOCATE name` (None: `ALL`). SQL and protocol-level prepared statements
+    /// share one namespace in PostgreSQL; pgshard keeps the protocol-level ones.
+    Deallocate {
+        name: Option<String>,
+    },
     /// `SET [LOCAL] citus.x = v` / `RESET citus.x` (value None).
     SetCitus {
         name: String,
@@ -152,11 +158,7 @@ pub enum Plan {
         indexes: Vec<(Arc<DistTable>, String)>,
     },
     /// TRUNCATE / VACUUM / ANALYZE of distributed tables, statement applied to each shard.
-    Propagate {
-        tables: Vec<Arc<DistTable>>,
-        verb: String,
-        in_transaction: bool,
-    },
+    Propagate(Arc<propagate::PropagatePlan>),
     Unsupported(PgError),
 }
 
@@ -216,6 +218,11 @@ pub fn plan(
         N::DiscardStmt(d) if d.target == protobuf::DiscardMode::DiscardAll as i32 => {
             return Ok(Plan::DiscardAll)
         }
+        N::DeallocateStmt(d) => {
+            return Ok(Plan::Deallocate {
+                name: (!d.isall).then(|| d.name.clone()),
+            })
+        }
         N::VariableShowStmt(v) if v.name.starts_with("citus.") => {
             return Ok(Plan::ShowCitus {
                 name: v.name.clone(),
@@ -253,6 +260,11 @@ pub fn plan(
                 None => {}
             }
         }
+    }
+    match propagate::plan_propagate(node, catalog) {
+        Some(Ok(p)) => return Ok(Plan::Propagate(Arc::new(p))),
+        Some(Err(e)) => return Ok(Plan::Unsupported(e)),
+        None => {}
     }
     match ddl::plan_ddl(node, &stmt.text, catalog) {
         Some(Ok(p)) => return Ok(Plan::Ddl(Arc::new(p))),
@@ -345,13 +357,6 @@ pub fn plan(
             };
             copy::plan_copy(c, &stmt.text, dist[0].1.clone(), &plan_query)
         }
-        N::TruncateStmt(_) => Ok(propagate(&rels, dist, "TRUNCATE", true)),
-        N::VacuumStmt(v) => Ok(propagate(
-            &rels,
-            dist,
-            if v.is_vacuumcmd { "VACUUM" } else { "ANALYZE" },
-            false,
-        )),
         _ => Ok(Plan::Unsupported(PgError::not_supported(format!(
             "pgshard does not support this statement on the distributed table \"{}\" yet",
             dist[0].1.name
@@ -418,34 +423,6 @@ fn plan_drop_tables(d: &protobuf::DropStmt, catalog: &Catalog) -> Plan {
         ));
     }
     Plan::DropTables { tables }
-}
-
-fn dedup(dist: Vec<(&RelRef, Arc<DistTable>)>) -> Vec<Arc<DistTable>> {
-    let mut out: Vec<Arc<DistTable>> = Vec::new();
-    for (_, t) in dist {
-        if !out.iter().any(|o| o.relid == t.relid) {
-            out.push(t);
-        }
-    }
-    out
-}
-
-fn propagate(
-    rels: &[RelRef],
-    dist: Vec<(&RelRef, Arc<DistTable>)>,
-    verb: &str,
-    in_transaction: bool,
-) -> Plan {
-    if dist.len() != rels.len() {
-        return Plan::Unsupported(PgError::not_supported(format!(
-            "{verb} mixing distributed and local tables is not supported yet: name them in separate statements"
-        )));
-    }
-    Plan::Propagate {
-        tables: dedup(dist),
-        verb: verb.to_string(),
-        in_transaction,
-    }
 }
 
 /// How long a `SET` / `RESET` lasts, which decides where pgshard applies it.

@@ -266,6 +266,13 @@ fn local_and_utility() {
     assert!(matches!(plan_of("discard all"), Plan::DiscardAll));
     assert!(!matches!(plan_of("discard temp"), Plan::DiscardAll));
     assert!(matches!(
+        plan_of("deallocate all"),
+        Plan::Deallocate { name: None }
+    ));
+    assert!(
+        matches!(plan_of("deallocate prepare \"S 1\""), Plan::Deallocate { name: Some(n) } if n == "S 1")
+    );
+    assert!(matches!(
         plan_of("set local citus.multi_shard_commit_protocol = '1pc'"),
         Plan::SetCitus { local: true, .. }
     ));

@@ -233,6 +233,8 @@ impl Session {
             .simple_on_backend_into(&coord, &stmt.text, false, Some(sink))
             .await?;
         self.held[idx].conn.settings_fingerprint = STALE_SETTINGS;
+        // It dropped pgshard's own prepared statements on that connection too.
+        self.held[idx].conn.prepared.clear();
         self.record_setting(stmt, None);
         self.statements.clear();
         self.portals.clear();
