@@ -199,6 +199,62 @@ async fn savepoints_behave_as_in_postgres() {
 /// SETs made in it; DISCARD ALL resets the settings. Each step's outcome and the
 /// settings that the workers holding keys `a` and `b` see are compared with a plain
 /// PostgreSQL's.
+/// The statements of one simple query run as one implicit transaction in PostgreSQL:
+/// when one fails (or ROLLBACK ends it), the SETs before it are undone, on every node
+/// pgshard replays them to; COMMIT in the string keeps them; BEGIN makes them the
+/// block's. Compared step by step with a plain PostgreSQL, the value read on a worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sets_in_failed_implicit_transactions_are_undone_as_in_postgres() {
+    let cl = cluster();
+    let pg = cl.client().await;
+    let plain = plain_postgres().client().await;
+    pg.batch_execute(
+        "CREATE TABLE imps (id int PRIMARY KEY, v int); SELECT create_distributed_table('imps', 'id'); \
+         INSERT INTO imps VALUES (1, 1)",
+    )
+    .await
+    .unwrap();
+    plain
+        .batch_execute(
+            "CREATE TABLE imps (id int PRIMARY KEY, v int); INSERT INTO imps VALUES (1, 1)",
+        )
+        .await
+        .unwrap();
+    let read = "SELECT current_setting('work_mem'), current_setting('statement_timeout') \
+                FROM imps WHERE id = 1";
+    let script = [
+        read,
+        "SET work_mem = '7MB'; SELECT 1/0",
+        read,
+        "SET work_mem = '6MB'; SELECT v FROM imps WHERE id = 1",
+        read,
+        "SET work_mem = '8MB'; COMMIT; SET statement_timeout = '9s'; SELECT 1/0",
+        read,
+        "SET work_mem = '9MB'; ROLLBACK; SELECT 1",
+        read,
+        "SET work_mem = '10MB'; BEGIN; SET statement_timeout = '11s'; SELECT 1/0",
+        read,
+        "ROLLBACK",
+        read,
+        "SET work_mem = '12MB'; BEGIN; SELECT 1",
+        "COMMIT",
+        read,
+        "RESET ALL; SELECT 1/0",
+        read,
+    ];
+    for sql in script {
+        let got = outcome(&pg, sql).await;
+        let want = outcome(&plain, sql).await;
+        assert_eq!(got, want, "{sql}");
+    }
+    // pgshard's own citus.* values follow the same rule.
+    let before = outcome(&pg, "SHOW citus.shard_count").await;
+    let e = outcome(&pg, "SET citus.shard_count = 7; SELECT 1/0").await;
+    assert_eq!(e, "error 22012");
+    assert_eq!(outcome(&pg, "SHOW citus.shard_count").await, before);
+    assert_ne!(before, "(7)");
+}
+
 /// SQL `DEALLOCATE` drops statements prepared with the protocol's Parse, as in
 /// PostgreSQL (drivers such as pgx send `DEALLOCATE ALL` and then prepare again): the
 /// same outcomes and SQLSTATEs as on a plain PostgreSQL.

@@ -153,6 +153,12 @@ pub struct Session {
     /// The session's settings as the block found them, taken at the block's first
     /// change of them: what a rollback of the block restores.
     block_settings: Option<Box<SettingsSnapshot>>,
+    /// Between the first statement of a multi-statement simple query or an extended
+    /// batch and its end: PostgreSQL's implicit transaction.
+    implicit_txn: bool,
+    /// The session's settings as the implicit transaction found them, taken at its
+    /// first SET: what its failure restores.
+    implicit_settings: Option<Box<SettingsSnapshot>>,
     /// Set by `SET LOCAL citus.*` in the block (see `settings::CitusLocal`).
     citus_local: Option<CitusLocal>,
     /// A backend of this session was cancelled to break a distributed deadlock.
@@ -228,6 +234,8 @@ impl Session {
             savepoints: Vec::new(),
             local_settings: Vec::new(),
             block_settings: None,
+            implicit_txn: false,
+            implicit_settings: None,
             citus_local: None,
             deadlocked: false,
             held: Vec::new(),
@@ -326,6 +334,8 @@ impl Session {
     }
 
     async fn extended_message(&mut self, frame: &Frame) -> PgResult<()> {
+        // Until Sync, PostgreSQL runs the batch as one implicit transaction.
+        self.implicit_txn = true;
         match frame.tag {
             b'P' => self.parse_message(msg::decode_parse(&frame.body)?).await,
             b'B' => self.bind_message(msg::decode_bind(&frame.body)?).await,
@@ -606,7 +616,8 @@ impl Session {
 
     /// Ends the batch: Sync to every connection it touched, and in autocommit the
     /// connections go back to their pools.
-    async fn end_batch(&mut self) {
+    /// Ends an extended-protocol batch at Sync; true when something in it failed.
+    async fn end_batch(&mut self) -> bool {
         let mut result = Ok(());
         for h in self.held.iter_mut() {
             if h.in_batch {
@@ -631,6 +642,7 @@ impl Session {
                 }
             }
         }
+        let failed = result.is_err() || self.batch_error;
         if let Err(e) = result {
             if !self.batch_error {
                 msg::write_error(&mut self.out, &e);
@@ -641,6 +653,7 @@ impl Session {
             self.release_all();
         }
         self.batch_error = false;
+        failed
     }
 
     /// A backend's ErrorResponse as the client should see it: forwarded unchanged,
@@ -1113,14 +1126,18 @@ impl Session {
             if let Err(e) = self.drain_all().await {
                 self.on_extended_result(Err(e)).await;
             }
-            if !self.batch_error {
+            let mut failed = self.batch_error;
+            if !failed {
                 if let Err(e) = self.finish_transaction(true).await {
                     msg::write_error(&mut self.out, &e);
+                    failed = true;
                 }
             } else {
                 self.end_batch().await;
                 let _ = self.finish_transaction(false).await;
             }
+            self.end_implicit_settings(failed);
+            self.implicit_txn = false;
             self.txn = TxnState::Idle;
             self.batch_error = false;
             self.pending.clear();
@@ -1128,7 +1145,9 @@ impl Session {
             self.portals.clear();
             return;
         }
-        self.end_batch().await;
+        let failed = self.end_batch().await;
+        self.end_implicit_settings(failed);
+        self.implicit_txn = false;
         self.release_deadlock_victim().await;
         self.skipping = false;
         // Portals live until their transaction ends: at Sync in autocommit, with
@@ -1251,6 +1270,9 @@ impl Session {
         }
         let planned_with = catalog.version;
         let mut catalog = catalog;
+        // Several statements run as one implicit transaction in PostgreSQL.
+        self.implicit_txn = stmts.len() > 1;
+        let mut failed = false;
         for (i, stmt) in stmts.iter().enumerate() {
             // A statement before this one may have changed the catalog (e.g.
             // create_distributed_table): this one and the rest are planned again.
@@ -1267,6 +1289,7 @@ impl Session {
                         msg::write_error(&mut self.out, &e);
                         self.fail();
                         self.batch_error = false;
+                        failed = true;
                         break;
                     }
                 }
@@ -1283,6 +1306,7 @@ impl Session {
             {
                 let e = aborted_error();
                 msg::write_error(&mut self.out, &e);
+                failed = true;
                 break;
             }
             let mut sink = ResultSink::default();
@@ -1314,12 +1338,14 @@ impl Session {
             for f in sink.frames.drain(..) {
                 msg::write_raw(&mut self.out, f.tag, &f.body);
             }
-            let failed = r.is_err() || self.batch_error;
+            failed = r.is_err() || self.batch_error;
             self.finish_simple(r).await;
             if failed {
                 break;
             }
         }
+        self.end_implicit_settings(failed);
+        self.implicit_txn = false;
         Ok(())
     }
 
@@ -1821,6 +1847,10 @@ impl Session {
                     sink.notice_warning("there is already a transaction in progress");
                 } else {
                     self.txn = TxnState::InBlock;
+                    // SETs earlier in the same implicit transaction are the block's.
+                    if let Some(s) = self.implicit_settings.take() {
+                        self.block_settings.get_or_insert(s);
+                    }
                     self.begin_text = text.clone();
                     self.txn_serial = self
                         .shared
@@ -1833,6 +1863,8 @@ impl Session {
             TxnCommand::Rollback => {
                 if self.txn == TxnState::Idle {
                     sink.notice_warning("there is no transaction in progress");
+                    // In an implicit transaction it aborts what came before.
+                    self.end_implicit_settings(true);
                 }
                 self.finish_transaction(false).await?;
                 sink.complete("ROLLBACK");
@@ -1842,6 +1874,7 @@ impl Session {
                 match self.txn {
                     TxnState::Idle => {
                         sink.notice_warning("there is no transaction in progress");
+                        self.end_implicit_settings(false);
                         sink.complete("COMMIT");
                     }
                     TxnState::Failed => {

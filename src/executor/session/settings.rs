@@ -115,8 +115,12 @@ impl Session {
     /// Before a change of the session's settings: inside a block, the first one keeps
     /// what a rollback of the block restores.
     fn before_settings_change(&mut self) {
-        if self.txn != TxnState::Idle && self.block_settings.is_none() {
-            self.block_settings = Some(self.settings_snapshot());
+        if self.txn != TxnState::Idle {
+            if self.block_settings.is_none() {
+                self.block_settings = Some(self.settings_snapshot());
+            }
+        } else if self.implicit_txn && self.implicit_settings.is_none() {
+            self.implicit_settings = Some(self.settings_snapshot());
         }
     }
 
@@ -147,6 +151,20 @@ impl Session {
         self.restore_settings(*snapshot);
         for h in self.held.iter_mut() {
             h.conn.settings_fingerprint = STALE_SETTINGS;
+        }
+    }
+
+    /// The end of an implicit transaction (the statements of one simple query, an
+    /// extended-protocol batch at Sync, or one ended early by COMMIT / ROLLBACK in it):
+    /// a failure or ROLLBACK undoes its SETs, as in PostgreSQL.
+    pub(super) fn end_implicit_settings(&mut self, undo: bool) {
+        let Some(snapshot) = self.implicit_settings.take() else {
+            return;
+        };
+        if undo {
+            // Connections that took the undone SETs differ from the restored
+            // fingerprint, so they are brought back before their next use.
+            self.restore_settings(*snapshot);
         }
     }
 
@@ -189,7 +207,7 @@ impl Session {
         sink: &mut ResultSink,
     ) -> PgResult<()> {
         let in_block = self.txn != TxnState::Idle;
-        if in_block && !matches!(scope, SettingScope::CoordinatorOnly) {
+        if !matches!(scope, SettingScope::CoordinatorOnly) {
             self.before_settings_change();
         }
         let coord = self.shared.coordinator.clone();
@@ -285,6 +303,7 @@ impl Session {
             if local {
                 sink.notice_warning("SET LOCAL can only be used in transaction blocks");
             } else {
+                self.before_settings_change();
                 self.set_citus(name, value)?;
             }
             sink.complete(verb);
