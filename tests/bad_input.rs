@@ -906,3 +906,76 @@ async fn startup_options_are_reported_as_postgresql_reports_them() {
     }
     assert!(!got.contains_key("work_mem"), "work_mem is not reported");
 }
+
+/// An extended-protocol batch up to Sync is one implicit transaction: a SET in it is
+/// undone when a later statement of the batch fails, as in PostgreSQL, also on the
+/// worker that reads it; without the failure it stays.
+#[tokio::test]
+async fn set_in_a_failed_extended_batch_is_undone() {
+    let c = cluster();
+    c.client()
+        .await
+        .batch_execute(
+            "DROP TABLE IF EXISTS xset; CREATE TABLE xset (id int); \
+             SELECT create_distributed_table('xset', 'id'); INSERT INTO xset VALUES (1)",
+        )
+        .await
+        .unwrap();
+    let mut r = Raw::logged_in().await;
+    async fn worker_work_mem(r: &mut Raw) -> String {
+        let mut out = BytesMut::new();
+        frontend::query(
+            "SELECT current_setting('work_mem') FROM xset WHERE id = 1",
+            &mut out,
+        )
+        .unwrap();
+        r.send(&out).await;
+        let msgs = r.until_ready().await;
+        let row = msgs
+            .iter()
+            .find(|m| m.tag == b'D')
+            .unwrap_or_else(|| panic!("no DataRow in {msgs:?}"));
+        String::from_utf8(row.body[6..].to_vec()).unwrap()
+    }
+    async fn batch(r: &mut Raw, statements: &[&str]) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        for sql in statements {
+            frontend::parse("", sql, std::iter::empty(), &mut out).unwrap();
+            frontend::bind(
+                "",
+                "",
+                [0i16; 0],
+                std::iter::empty::<()>(),
+                |_, _| Ok(postgres_protocol::IsNull::No),
+                [0i16; 0],
+                &mut out,
+            )
+            .map_err(|_| "bind")
+            .unwrap();
+            frontend::execute("", 0, &mut out).unwrap();
+        }
+        frontend::sync(&mut out);
+        r.send(&out).await;
+        r.until_ready().await.iter().map(|m| m.tag).collect()
+    }
+    // The same batches on a plain PostgreSQL give the same messages.
+    let p = plain_postgres();
+    let mut plain = Raw::open_to(&p.host, p.port).await;
+    assert_ok_login(
+        &plain
+            .login_with(&p.user, &p.database, &p.password, &[])
+            .await,
+    );
+    let failing = ["SET work_mem = '7MB'", "SELECT 1/0"];
+    let passing = ["SET work_mem = '7MB'", "SELECT 1"];
+    let before = worker_work_mem(&mut r).await;
+    assert_ne!(before, "7MB");
+    let tags = batch(&mut r, &failing).await;
+    assert_eq!(tags, batch(&mut plain, &failing).await);
+    assert_eq!(tags.last(), Some(&b'Z'));
+    assert!(tags.contains(&b'E'), "{}", String::from_utf8_lossy(&tags));
+    assert_eq!(worker_work_mem(&mut r).await, before);
+    let tags = batch(&mut r, &passing).await;
+    assert_eq!(tags, batch(&mut plain, &passing).await);
+    assert_eq!(worker_work_mem(&mut r).await, "7MB");
+}
