@@ -615,8 +615,7 @@ impl Session {
     }
 
     /// Ends the batch: Sync to every connection it touched, and in autocommit the
-    /// connections go back to their pools.
-    /// Ends an extended-protocol batch at Sync; true when something in it failed.
+    /// connections go back to their pools. True when something in the batch failed.
     async fn end_batch(&mut self) -> bool {
         let mut result = Ok(());
         for h in self.held.iter_mut() {

@@ -106,17 +106,10 @@ fn resolve<'a>(catalog: &'a Catalog, rv: &protobuf::RangeVar) -> Option<&'a Arc<
 /// `None` when the statement names no distributed table (it runs on the coordinator
 /// node); a refusal when it mixes distributed and other tables.
 pub fn plan_propagate(stmt: &N, catalog: &Catalog) -> Option<PgResult<PropagatePlan>> {
-    let mixing = |kind: MaintenanceKind| {
-        let verb = kind.tag().split(' ').next().unwrap_or_default();
-        Some(Err(PgError::not_supported(format!(
-            "{verb} mixing distributed and local tables is not supported yet: name them in separate statements"
-        ))))
-    };
     let mut tables: Vec<TableStatement> = Vec::new();
-    match stmt {
+    let mut local = 0;
+    let kind = match stmt {
         N::TruncateStmt(t) => {
-            let kind = MaintenanceKind::Truncate;
-            let mut local = 0;
             for r in &t.relations {
                 let Some(rv) = range_var(r) else { continue };
                 match resolve(catalog, rv) {
@@ -132,21 +125,9 @@ pub fn plan_propagate(stmt: &N, catalog: &Catalog) -> Option<PgResult<PropagateP
                     None => local += 1,
                 }
             }
-            if tables.is_empty() {
-                return None;
-            }
-            if local > 0 {
-                return mixing(kind);
-            }
-            Some(Ok(PropagatePlan { kind, tables }))
+            MaintenanceKind::Truncate
         }
         N::VacuumStmt(v) => {
-            let kind = if v.is_vacuumcmd {
-                MaintenanceKind::Vacuum
-            } else {
-                MaintenanceKind::Analyze
-            };
-            let mut local = 0;
             for r in &v.rels {
                 let Some(N::VacuumRelation(vr)) = r.node.as_ref() else {
                     continue;
@@ -172,16 +153,24 @@ pub fn plan_propagate(stmt: &N, catalog: &Catalog) -> Option<PgResult<PropagateP
                     None => local += 1,
                 }
             }
-            if tables.is_empty() {
-                return None;
+            if v.is_vacuumcmd {
+                MaintenanceKind::Vacuum
+            } else {
+                MaintenanceKind::Analyze
             }
-            if local > 0 {
-                return mixing(kind);
-            }
-            Some(Ok(PropagatePlan { kind, tables }))
         }
-        _ => None,
+        _ => return None,
+    };
+    if tables.is_empty() {
+        return None;
     }
+    if local > 0 {
+        let verb = kind.tag().split(' ').next().unwrap_or_default();
+        return Some(Err(PgError::not_supported(format!(
+            "{verb} mixing distributed and local tables is not supported yet: name them in separate statements"
+        ))));
+    }
+    Some(Ok(PropagatePlan { kind, tables }))
 }
 
 #[cfg(test)]
