@@ -50,15 +50,12 @@ pub(crate) fn work_per_node(
     sql_for: impl Fn(i64) -> Result<String, PgError>,
 ) -> Result<NodeWork, PgError> {
     let mut per_node = NodeWork::new();
-    for shard in &table.shards {
-        let sql = sql_for(shard.shard_id)?;
-        for g in &shard.placement_groups {
-            let node = catalog.placement_node(shard.shard_id, *g)?;
-            per_node
-                .entry((*g, node.host.clone(), node.port))
-                .or_default()
-                .push((shard.shard_id, sql.clone()));
-        }
+    for (node, shards) in catalog.placements_by_node(table)? {
+        let stmts = shards
+            .iter()
+            .map(|id| Ok((*id, sql_for(*id)?)))
+            .collect::<Result<Vec<_>, PgError>>()?;
+        per_node.insert((node.group_id, node.host.clone(), node.port), stmts);
     }
     Ok(per_node)
 }
