@@ -35,6 +35,7 @@ pub mod sqlstate {
     pub const DUPLICATE_PREPARED_STATEMENT: &str = "42P05";
     pub const IN_FAILED_TRANSACTION: &str = "25P02";
     pub const ACTIVE_SQL_TRANSACTION: &str = "25001";
+    pub const NO_ACTIVE_SQL_TRANSACTION: &str = "25P01";
     pub const NOT_NULL_VIOLATION: &str = "23502";
     pub const INTERNAL_ERROR: &str = "XX000";
     pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";

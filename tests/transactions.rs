@@ -1224,3 +1224,128 @@ async fn tpcb_invariant_through_crashes() {
         recover_and_check(&cl, &all_committed, &format!("round {round} ({what})")).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chained_blocks_and_lock_table_behave_as_in_postgres() {
+    let cl = cluster();
+    let pg = cl.client().await;
+    let plain = plain_postgres().client().await;
+    pg.batch_execute(
+        "CREATE TABLE ch (id int PRIMARY KEY, v int); SELECT create_distributed_table('ch', 'id')",
+    )
+    .await
+    .unwrap();
+    plain
+        .batch_execute("CREATE TABLE ch (id int PRIMARY KEY, v int)")
+        .await
+        .unwrap();
+    let (a, b) = keys_on_two_workers(&pg, "ch").await;
+    for c in [&pg, &plain] {
+        c.batch_execute(&format!("INSERT INTO ch VALUES ({a}, 1), ({b}, 1)"))
+            .await
+            .unwrap();
+    }
+    // Read on the worker holding key k: the block's characteristics there.
+    let q = |k: i32| {
+        format!(
+            "SELECT v, current_setting('transaction_isolation'), \
+             current_setting('transaction_read_only') FROM ch WHERE id = {k}"
+        )
+    };
+    let (qa, qb) = (q(a), q(b));
+    let (ua, ub) = (
+        format!("UPDATE ch SET v = v + 1 WHERE id = {a}"),
+        format!("UPDATE ch SET v = v + 1 WHERE id = {b}"),
+    );
+    let script: Vec<&str> = vec![
+        // AND CHAIN outside a block: 25P01.
+        "COMMIT AND CHAIN",
+        "ROLLBACK AND CHAIN",
+        // A chained block keeps the BEGIN options, on every node, after a 2PC commit.
+        "BEGIN ISOLATION LEVEL REPEATABLE READ",
+        &ua,
+        &ub,
+        "COMMIT AND CHAIN",
+        &qa,
+        &qb,
+        "ROLLBACK",
+        &qa,
+        &qb,
+        // SET TRANSACTION modes are kept too; ROLLBACK AND CHAIN undoes the writes.
+        "BEGIN",
+        "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE, READ ONLY",
+        "ROLLBACK AND CHAIN",
+        &qa,
+        &ua,
+        // A failed block: COMMIT AND CHAIN rolls back and still chains.
+        "COMMIT AND CHAIN",
+        &qb,
+        "COMMIT",
+        "BEGIN",
+        &ua,
+        "ROLLBACK AND CHAIN",
+        &ub,
+        "COMMIT",
+        &qa,
+        &qb,
+        // LOCK TABLE: only in blocks, every option, with local tables, unknown tables.
+        "LOCK TABLE ch",
+        "BEGIN",
+        "LOCK TABLE ch IN SHARE MODE",
+        &qa,
+        &ub,
+        "COMMIT",
+        &qb,
+        "BEGIN",
+        "LOCK ch, pg_catalog.pg_class IN ACCESS SHARE MODE NOWAIT",
+        "COMMIT",
+        "BEGIN",
+        "LOCK ch, no_such_table",
+        "ROLLBACK",
+    ];
+    for sql in script {
+        let got = outcome(&pg, sql).await;
+        let want = outcome(&plain, sql).await;
+        assert_eq!(got, want, "{sql}");
+    }
+    assert_eq!(
+        scalar_i64(&pg, "SELECT count(*) FROM pg_prepared_xacts").await,
+        0
+    );
+
+    // A lock taken through pgshard holds on every worker's shards: writes to either
+    // key wait for the block and go on once it ends. (Simple protocol: a routed write
+    // then never touches the coordinator node's shell, whose lock would hold it too.)
+    let holder = cl.client().await;
+    holder
+        .batch_execute("BEGIN; LOCK TABLE ch IN EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let mut waiters = Vec::new();
+    for u in [&ua, &ub] {
+        let c = cl.client().await;
+        let u = u.clone();
+        waiters.push(tokio::spawn(async move { outcome(&c, &u).await }));
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        waiters.iter().all(|w| !w.is_finished()),
+        "a write went past LOCK TABLE ch IN EXCLUSIVE MODE"
+    );
+    // NOWAIT fails at once with PostgreSQL's 55P03.
+    let other = cl.client().await;
+    other.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(
+        outcome(&other, "LOCK TABLE ch IN SHARE MODE NOWAIT").await,
+        "error 55P03"
+    );
+    other.batch_execute("ROLLBACK").await.unwrap();
+    holder.batch_execute("COMMIT").await.unwrap();
+    for w in waiters {
+        let done = tokio::time::timeout(Duration::from_secs(10), w)
+            .await
+            .expect("the write waited past the end of the lock's block")
+            .unwrap();
+        assert_eq!(done, "ok 1");
+    }
+}

@@ -826,14 +826,7 @@ impl Session {
         let stmt = stmts.remove(0);
         let catalog = self.shared.catalog.snapshot();
         let plan = self.plan_statement(&stmt, &catalog)?;
-        if self.txn == TxnState::Failed
-            && !matches!(
-                plan,
-                Plan::Transaction(
-                    TxnCommand::Commit | TxnCommand::Rollback | TxnCommand::RollbackTo { .. }
-                )
-            )
-        {
+        if self.txn == TxnState::Failed && !plan.ends_failed_block() {
             return Err(aborted_error());
         }
         if let Plan::Unsupported(e) = &plan {
@@ -906,14 +899,7 @@ impl Session {
                 format!("portal \"{}\" already exists", bind.portal),
             ));
         }
-        if self.txn == TxnState::Failed
-            && !matches!(
-                stmt.plan,
-                Plan::Transaction(
-                    TxnCommand::Commit | TxnCommand::Rollback | TxnCommand::RollbackTo { .. }
-                )
-            )
-        {
+        if self.txn == TxnState::Failed && !stmt.plan.ends_failed_block() {
             return Err(aborted_error());
         }
         let catalog = self.shared.catalog.snapshot();
@@ -1295,14 +1281,7 @@ impl Session {
             } else {
                 &plans[i]
             };
-            if self.txn == TxnState::Failed
-                && !matches!(
-                    plan,
-                    Plan::Transaction(
-                        TxnCommand::Commit | TxnCommand::Rollback | TxnCommand::RollbackTo { .. }
-                    )
-                )
-            {
+            if self.txn == TxnState::Failed && !plan.ends_failed_block() {
                 let e = aborted_error();
                 msg::write_error(&mut self.out, &e);
                 failed = true;
@@ -1845,36 +1824,39 @@ impl Session {
                 if self.txn != TxnState::Idle {
                     sink.notice_warning("there is already a transaction in progress");
                 } else {
-                    self.txn = TxnState::InBlock;
-                    // SETs earlier in the same implicit transaction are the block's.
-                    if let Some(s) = self.implicit_settings.take() {
-                        self.block_settings.get_or_insert(s);
-                    }
-                    self.begin_text = text.clone();
-                    self.txn_serial = self
-                        .shared
-                        .next_transaction
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.start_block(text.clone());
                 }
                 sink.complete("BEGIN");
                 Ok(())
             }
-            TxnCommand::Rollback => {
+            TxnCommand::Rollback { chain } => {
                 if self.txn == TxnState::Idle {
+                    if *chain {
+                        return self.outside_block_check("ROLLBACK AND CHAIN");
+                    }
                     sink.notice_warning("there is no transaction in progress");
                     // In an implicit transaction it aborts what came before.
                     self.end_implicit_settings(true);
                 }
+                let begin = self.begin_text.clone();
                 self.finish_transaction(false).await?;
+                if *chain {
+                    self.start_block(begin);
+                }
                 sink.complete("ROLLBACK");
                 Ok(())
             }
-            TxnCommand::Commit => {
+            TxnCommand::Commit { chain } => {
+                let begin = self.begin_text.clone();
                 match self.txn {
+                    TxnState::Idle if *chain => {
+                        return self.outside_block_check("COMMIT AND CHAIN")
+                    }
                     TxnState::Idle => {
                         sink.notice_warning("there is no transaction in progress");
                         self.end_implicit_settings(false);
                         sink.complete("COMMIT");
+                        return Ok(());
                     }
                     TxnState::Failed => {
                         self.finish_transaction(false).await?;
@@ -1884,6 +1866,11 @@ impl Session {
                         self.finish_transaction(true).await?;
                         sink.complete("COMMIT");
                     }
+                }
+                // AND CHAIN: a new block with the ended one's characteristics (its
+                // BEGIN options and SET TRANSACTION modes), only once the end succeeded.
+                if *chain {
+                    self.start_block(begin);
                 }
                 Ok(())
             }
@@ -1917,16 +1904,31 @@ impl Session {
                 Ok(())
             }
             TxnCommand::Other { .. } => Err(PgError::not_supported(
-                "pgshard does not support PREPARE TRANSACTION or COMMIT/ROLLBACK AND CHAIN yet",
+                "pgshard does not take PREPARE TRANSACTION, COMMIT PREPARED or ROLLBACK PREPARED \
+                 from clients: it runs two-phase commit across nodes itself",
             )),
         }
+    }
+
+    /// Opens the session's block: nodes join it with `begin_text` when first used.
+    fn start_block(&mut self, begin_text: String) {
+        self.txn = TxnState::InBlock;
+        // SETs earlier in the same implicit transaction are the block's.
+        if let Some(s) = self.implicit_settings.take() {
+            self.block_settings.get_or_insert(s);
+        }
+        self.begin_text = begin_text;
+        self.txn_serial = self
+            .shared
+            .next_transaction
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// PostgreSQL's error for savepoint commands outside a block.
     fn outside_block_check(&self, what: &str) -> PgResult<()> {
         if self.txn == TxnState::Idle {
             return Err(PgError::new(
-                "25P01",
+                sqlstate::NO_ACTIVE_SQL_TRANSACTION,
                 format!("{what} can only be used in transaction blocks"),
             ));
         }

@@ -40,8 +40,14 @@ pub enum TxnCommand {
     Begin {
         text: String,
     },
-    Commit,
-    Rollback,
+    /// COMMIT / END / ROLLBACK / ABORT; `AND CHAIN` begins a new block with the same
+    /// characteristics once the old one ended.
+    Commit {
+        chain: bool,
+    },
+    Rollback {
+        chain: bool,
+    },
     /// SAVEPOINT / RELEASE [SAVEPOINT] / ROLLBACK TO [SAVEPOINT] with the savepoint name.
     Savepoint {
         name: String,
@@ -52,7 +58,7 @@ pub enum TxnCommand {
     RollbackTo {
         name: String,
     },
-    /// PREPARE TRANSACTION, COMMIT/ROLLBACK AND CHAIN and the like.
+    /// PREPARE TRANSACTION, COMMIT PREPARED, ROLLBACK PREPARED.
     Other {
         text: String,
         kind: i32,
@@ -162,6 +168,21 @@ pub enum Plan {
     Unsupported(PgError),
 }
 
+impl Plan {
+    /// What PostgreSQL still runs in a failed block (25P02 otherwise): the statements
+    /// that end it or roll back into it.
+    pub fn ends_failed_block(&self) -> bool {
+        matches!(
+            self,
+            Plan::Transaction(
+                TxnCommand::Commit { .. }
+                    | TxnCommand::Rollback { .. }
+                    | TxnCommand::RollbackTo { .. }
+            )
+        )
+    }
+}
+
 /// Names of the Citus settings pgshard itself owns.
 pub const CITUS_SETTINGS: &[&str] = &[
     "citus.shard_count",
@@ -261,7 +282,7 @@ pub fn plan(
             }
         }
     }
-    match propagate::plan_propagate(node, catalog) {
+    match propagate::plan_propagate(node, &stmt.text, catalog) {
         Some(Ok(p)) => return Ok(Plan::Propagate(Arc::new(p))),
         Some(Err(e)) => return Ok(Plan::Unsupported(e)),
         None => {}
@@ -511,8 +532,8 @@ fn txn_command(t: &protobuf::TransactionStmt, text: &str) -> TxnCommand {
                 text: text.trim().to_string(),
             }
         }
-        Ok(TransactionStmtKind::TransStmtCommit) if !t.chain => TxnCommand::Commit,
-        Ok(TransactionStmtKind::TransStmtRollback) if !t.chain => TxnCommand::Rollback,
+        Ok(TransactionStmtKind::TransStmtCommit) => TxnCommand::Commit { chain: t.chain },
+        Ok(TransactionStmtKind::TransStmtRollback) => TxnCommand::Rollback { chain: t.chain },
         Ok(TransactionStmtKind::TransStmtSavepoint) => TxnCommand::Savepoint {
             name: t.savepoint_name.clone(),
         },

@@ -1,7 +1,7 @@
-//! TRUNCATE / VACUUM / ANALYZE of distributed tables: the client's statement with the
-//! table swapped for shards, every option kept as written (`RESTART IDENTITY`,
-//! `CASCADE`, `VACUUM (FULL, FREEZE)`, `ANALYZE t (a, b)`): the parse tree is rewritten
-//! and deparsed, never the text edited.
+//! TRUNCATE / VACUUM / ANALYZE / LOCK of distributed tables: the client's statement
+//! with the table swapped for shards, every option kept as written (`RESTART
+//! IDENTITY`, `CASCADE`, `VACUUM (FULL, FREEZE)`, `ANALYZE t (a, b)`, `IN SHARE MODE
+//! NOWAIT`): the parse tree is rewritten and deparsed, never the text edited.
 
 use crate::catalog::{shard_table_name, Catalog, DistTable, ShardId};
 use crate::error::{PgError, PgResult};
@@ -14,6 +14,7 @@ pub enum MaintenanceKind {
     Truncate,
     Vacuum,
     Analyze,
+    Lock,
 }
 
 impl MaintenanceKind {
@@ -23,7 +24,14 @@ impl MaintenanceKind {
             MaintenanceKind::Truncate => "TRUNCATE TABLE",
             MaintenanceKind::Vacuum => "VACUUM",
             MaintenanceKind::Analyze => "ANALYZE",
+            MaintenanceKind::Lock => "LOCK TABLE",
         }
+    }
+
+    /// Whether the statement writes on the shards' nodes (a block's node that only
+    /// took locks commits with a plain COMMIT, not as a 2PC participant).
+    pub fn writes(self) -> bool {
+        self != MaintenanceKind::Lock
     }
 }
 
@@ -57,6 +65,16 @@ impl TableStatement {
                     ..t.clone()
                 })
             }
+            N::LockStmt(l) => {
+                let template = range_var(&l.relations[0]).expect("checked at plan time");
+                N::LockStmt(protobuf::LockStmt {
+                    relations: shards
+                        .iter()
+                        .map(|s| node(N::RangeVar(rv_for(template, *s))))
+                        .collect(),
+                    ..l.clone()
+                })
+            }
             N::VacuumStmt(v) => {
                 let mut rels = Vec::new();
                 for s in shards {
@@ -80,11 +98,15 @@ impl TableStatement {
     }
 }
 
-/// The plan of a TRUNCATE / VACUUM / ANALYZE naming distributed tables.
+/// The plan of a TRUNCATE / VACUUM / ANALYZE / LOCK naming distributed tables.
 #[derive(Debug, Clone)]
 pub struct PropagatePlan {
     pub kind: MaintenanceKind,
     pub tables: Vec<TableStatement>,
+    /// LOCK: the client's statement as written, run first on the coordinator node. It
+    /// locks the tables' shells (so the lock also holds off DDL and the coordinator's
+    /// combine queries, which go through the shells) and any local table named with them.
+    pub coordinator_sql: Option<String>,
 }
 
 fn node(n: N) -> Node {
@@ -104,11 +126,29 @@ fn resolve<'a>(catalog: &'a Catalog, rv: &protobuf::RangeVar) -> Option<&'a Arc<
 }
 
 /// `None` when the statement names no distributed table (it runs on the coordinator
-/// node); a refusal when it mixes distributed and other tables.
-pub fn plan_propagate(stmt: &N, catalog: &Catalog) -> Option<PgResult<PropagatePlan>> {
+/// node); a refusal when TRUNCATE / VACUUM / ANALYZE mix distributed and other tables
+/// (LOCK takes both: the local ones are locked on the coordinator node).
+pub fn plan_propagate(stmt: &N, text: &str, catalog: &Catalog) -> Option<PgResult<PropagatePlan>> {
     let mut tables: Vec<TableStatement> = Vec::new();
     let mut local = 0;
     let kind = match stmt {
+        N::LockStmt(l) => {
+            for r in &l.relations {
+                let Some(rv) = range_var(r) else { continue };
+                match resolve(catalog, rv) {
+                    Some(table) if !tables.iter().any(|x| x.table.relid == table.relid) => tables
+                        .push(TableStatement {
+                            table: table.clone(),
+                            stmt: N::LockStmt(protobuf::LockStmt {
+                                relations: vec![r.clone()],
+                                ..l.clone()
+                            }),
+                        }),
+                    _ => {}
+                }
+            }
+            MaintenanceKind::Lock
+        }
         N::TruncateStmt(t) => {
             for r in &t.relations {
                 let Some(rv) = range_var(r) else { continue };
@@ -170,7 +210,12 @@ pub fn plan_propagate(stmt: &N, catalog: &Catalog) -> Option<PgResult<PropagateP
             "{verb} mixing distributed and local tables is not supported yet: name them in separate statements"
         ))));
     }
-    Some(Ok(PropagatePlan { kind, tables }))
+    let coordinator_sql = (kind == MaintenanceKind::Lock).then(|| text.to_string());
+    Some(Ok(PropagatePlan {
+        kind,
+        tables,
+        coordinator_sql,
+    }))
 }
 
 #[cfg(test)]
@@ -206,7 +251,7 @@ mod tests {
 
     fn plan_of(sql: &str) -> Option<PgResult<PropagatePlan>> {
         let stmt = crate::sql::parse::parse(sql).unwrap().remove(0);
-        plan_propagate(stmt.node.as_ref().unwrap(), &catalog())
+        plan_propagate(stmt.node.as_ref().unwrap(), sql, &catalog())
     }
 
     fn shard_sql(sql: &str) -> Vec<String> {
@@ -255,6 +300,34 @@ mod tests {
     }
 
     #[test]
+    fn lock_keeps_its_mode_and_nowait_and_locks_local_tables_on_the_coordinator() {
+        assert_eq!(
+            shard_sql("lock table only t in share row exclusive mode nowait"),
+            ["LOCK TABLE ONLY public.t_7, ONLY public.t_8 IN SHARE ROW EXCLUSIVE MODE NOWAIT"]
+        );
+        assert_eq!(
+            shard_sql("LOCK t, other, app.u"),
+            [
+                "LOCK TABLE public.t_7, public.t_8",
+                "LOCK TABLE app.u_7, app.u_8"
+            ]
+        );
+        let p = plan_of("lock t, other in exclusive mode").unwrap().unwrap();
+        assert_eq!(p.kind.tag(), "LOCK TABLE");
+        assert!(!p.kind.writes());
+        assert_eq!(
+            p.coordinator_sql.as_deref(),
+            Some("lock t, other in exclusive mode")
+        );
+        assert!(plan_of("lock other").is_none());
+        assert!(plan_of("truncate t")
+            .unwrap()
+            .unwrap()
+            .coordinator_sql
+            .is_none());
+    }
+
+    #[test]
     fn hostile_names_are_quoted_by_the_deparser() {
         let mut c = catalog();
         c.add_table(DistTable {
@@ -266,7 +339,7 @@ mod tests {
         let stmt = crate::sql::parse::parse("truncate \"we\"\"ird; drop\"")
             .unwrap()
             .remove(0);
-        let p = plan_propagate(stmt.node.as_ref().unwrap(), &c)
+        let p = plan_propagate(stmt.node.as_ref().unwrap(), "", &c)
             .unwrap()
             .unwrap();
         assert_eq!(

@@ -303,11 +303,25 @@ fn local_and_utility() {
             "rollback to savepoint a",
             TxnCommand::RollbackTo { name: "a".into() },
         ),
+        ("end", TxnCommand::Commit { chain: false }),
+        ("commit and chain", TxnCommand::Commit { chain: true }),
+        ("abort and no chain", TxnCommand::Rollback { chain: false }),
+        ("rollback and chain", TxnCommand::Rollback { chain: true }),
     ] {
         match plan_of(sql) {
             Plan::Transaction(got) => assert_eq!(got, want, "{sql}"),
             other => panic!("{sql}: {other:?}"),
         }
+    }
+    // Only statements that end the block (or roll back into it) run in a failed one.
+    for (sql, ends) in [
+        ("commit and chain", true),
+        ("rollback", true),
+        ("rollback to a", true),
+        ("savepoint a", false),
+        ("select 1", false),
+    ] {
+        assert_eq!(plan_of(sql).ends_failed_block(), ends, "{sql}");
     }
     // A view over a distributed table would read the empty shell: refused.
     assert!(unsupported("create view v as select * from t"));
