@@ -3,9 +3,9 @@
 //! checks server-side prepared statements (`prepare=True`, automatic preparation),
 //! `cursor.execute` with positional and named parameters, binary results
 //! (`cursor(binary=True)`, `execute(..., binary=True)`), transactions that commit and
-//! that roll back, errors (42P01 `UndefinedTable`, 42601 `SyntaxError`, 22P02
-//! `InvalidTextRepresentation`, 23505 then 25P02 in a transaction) after which the same
-//! connection keeps working, several connections and pipeline mode. It prints
+//! that roll back, named (server-side) cursors, errors (42P01 `UndefinedTable`, 42601
+//! `SyntaxError`, 22P02 `InvalidTextRepresentation`, 23505 then 25P02 in a transaction)
+//! after which the same connection keeps working, several connections and pipeline mode. It prints
 //! `psycopg: N passed, M failed` and exits non-zero on any failure.
 //!
 //! The ignored tests run single checks of the script's `--known-bugs` list: what pgshard

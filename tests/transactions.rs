@@ -5,6 +5,9 @@
 //!   SQLSTATEs, same rows), also for nodes that join the block after a savepoint;
 //! - so do SET TRANSACTION, SET LOCAL and SET inside blocks, and DISCARD ALL, as
 //!   every worker sees them;
+//! - and COMMIT / ROLLBACK AND CHAIN, LOCK TABLE (which also holds off writes on every
+//!   worker), and cursors over distributed tables (DECLARE / FETCH / MOVE / CLOSE,
+//!   SCROLL; psql's FETCH_COUNT);
 //! - a lock-wait cycle across two workers is broken with 40P01 within 5 s and the
 //!   surviving session commits;
 //! - a client that vanishes mid-block leaves no 'idle in transaction' backend;
@@ -1348,4 +1351,99 @@ async fn chained_blocks_and_lock_table_behave_as_in_postgres() {
             .unwrap();
         assert_eq!(done, "ok 1");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cursors_over_distributed_tables_behave_as_in_postgres() {
+    let cl = cluster();
+    let pg = cl.client().await;
+    let plain_pg = plain_postgres();
+    let plain = plain_pg.client().await;
+    pg.batch_execute(
+        "CREATE TABLE cur (id int PRIMARY KEY, v text, n numeric(8,2)); \
+         SELECT create_distributed_table('cur', 'id')",
+    )
+    .await
+    .unwrap();
+    plain
+        .batch_execute("CREATE TABLE cur (id int PRIMARY KEY, v text, n numeric(8,2))")
+        .await
+        .unwrap();
+    for c in [&pg, &plain] {
+        c.batch_execute(
+            "INSERT INTO cur SELECT g, 'v' || g, g / 4.0 FROM generate_series(1, 40) g; \
+             INSERT INTO cur VALUES (41, NULL, NULL)",
+        )
+        .await
+        .unwrap();
+    }
+    let script = [
+        // Outside a block: 25P01.
+        "DECLARE c CURSOR FOR SELECT * FROM cur",
+        // Multi-shard with ORDER BY, read forwards in pieces, then MOVE, FETCH ALL.
+        "BEGIN",
+        "DECLARE c CURSOR FOR SELECT id, v, n FROM cur WHERE id % 3 = 0 ORDER BY n DESC NULLS FIRST, id",
+        "FETCH 4 FROM c",
+        "FETCH NEXT FROM c",
+        "MOVE FORWARD 2 IN c",
+        "FETCH ALL FROM c",
+        "FETCH c",
+        "CLOSE c",
+        // A routed cursor, an aggregate, and SCROLL with every direction.
+        "DECLARE r CURSOR FOR SELECT v, n FROM cur WHERE id = 7",
+        "DECLARE a CURSOR FOR SELECT count(*), sum(n), max(v) FROM cur",
+        "DECLARE s SCROLL CURSOR FOR SELECT id FROM cur WHERE id <= 6 ORDER BY id",
+        "FETCH ALL FROM r",
+        "FETCH a",
+        "FETCH LAST FROM s",
+        "FETCH PRIOR FROM s",
+        "FETCH ABSOLUTE 2 FROM s",
+        "FETCH RELATIVE 2 FROM s",
+        "FETCH BACKWARD 2 FROM s",
+        "FETCH FIRST FROM s",
+        // Cursor names are PostgreSQL's: a duplicate fails the block.
+        "DECLARE s CURSOR FOR SELECT id FROM cur",
+        "ROLLBACK",
+        // The cursor sees the block's own earlier writes on the shards.
+        "BEGIN",
+        "UPDATE cur SET v = 'changed' WHERE id = 5",
+        "DECLARE w CURSOR FOR SELECT id, v FROM cur WHERE id BETWEEN 4 AND 6 ORDER BY id",
+        "FETCH ALL w",
+        "ROLLBACK",
+        "SELECT v FROM cur WHERE id = 5",
+        // Cursors end with the block.
+        "BEGIN",
+        "DECLARE e CURSOR FOR SELECT id FROM cur ORDER BY id",
+        "COMMIT",
+        "FETCH e",
+    ];
+    for sql in script {
+        let got = outcome(&pg, sql).await;
+        let want = outcome(&plain, sql).await;
+        assert_eq!(got, want, "{sql}");
+    }
+    // WITH HOLD would outlive the block's coordinator connection: refused.
+    assert_eq!(
+        outcome(
+            &pg,
+            "BEGIN; DECLARE h CURSOR WITH HOLD FOR SELECT * FROM cur; COMMIT"
+        )
+        .await,
+        "error 0A000"
+    );
+    pg.batch_execute("ROLLBACK").await.unwrap();
+
+    // psql with FETCH_COUNT reads every query through a cursor.
+    let query = "SELECT id, v, n FROM cur ORDER BY n NULLS FIRST, id";
+    let plain_env = vec![
+        ("PGHOST".to_string(), plain_pg.host.clone()),
+        ("PGPORT".to_string(), plain_pg.port.to_string()),
+        ("PGUSER".to_string(), plain_pg.user.clone()),
+        ("PGPASSWORD".to_string(), plain_pg.password.clone()),
+        ("PGDATABASE".to_string(), plain_pg.database.clone()),
+    ];
+    let args = ["-v", "FETCH_COUNT=7", "-c", query];
+    let got = psql(&cl.pg_env(), &args);
+    assert_eq!(got.lines().count(), 41);
+    assert_eq!(got, psql(&plain_env, &args));
 }

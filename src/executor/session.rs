@@ -37,6 +37,8 @@ use tokio::io::AsyncWriteExt;
 
 /// COPY into/out of distributed tables and multi-row INSERTs across shards.
 mod bulk;
+/// DECLARE CURSOR over distributed tables.
+mod cursor;
 /// DDL on distributed tables inside a transaction block.
 mod ddl_in_block;
 /// TRUNCATE / VACUUM / ANALYZE of distributed tables.
@@ -80,6 +82,7 @@ struct Prepared {
     shard_sql: Mutex<HashMap<ShardId, (u64, Arc<str>)>>,
 }
 
+#[derive(Clone)]
 enum PortalTarget {
     /// Bound on a backend: Describe/Execute/Close go there.
     Backend(NodeAddr),
@@ -180,6 +183,9 @@ pub struct Session {
     /// DDL ran inside the current block: after its commit every pgshard reloads the
     /// catalog.
     catalog_changed: bool,
+    /// Temporary tables made for cursors over distributed tables (`cursor.rs`), for
+    /// their names.
+    cursor_tables: u64,
 }
 
 /// A node connection's settings fingerprint when they are not known (a SET ran on
@@ -247,6 +253,7 @@ impl Session {
             running: cancel.backends,
             pipelined: cancel.pipelined,
             txn_serial: 0,
+            cursor_tables: 0,
             shapes: ShapeCache::default(),
             implicit_block: false,
             catalog_changed: false,
@@ -984,15 +991,22 @@ impl Session {
             self.pending.push_back(Expect::Local(b.freeze()));
             return Ok(());
         }
-        let Some(portal) = self.portals.get(name) else {
-            return Err(PgError::new(
-                sqlstate::INVALID_CURSOR_NAME,
-                format!("portal \"{name}\" does not exist"),
-            ));
+        let target = match self.portals.get(name) {
+            Some(portal) => portal.target.clone(),
+            // A cursor DECLAREd in the block is a portal of the block's coordinator
+            // connection (drivers describe it by name before they FETCH).
+            None if self.held_index(&self.shared.coordinator).is_some() => {
+                PortalTarget::Backend(self.shared.coordinator.clone())
+            }
+            None => {
+                return Err(PgError::new(
+                    sqlstate::INVALID_CURSOR_NAME,
+                    format!("portal \"{name}\" does not exist"),
+                ))
+            }
         };
-        match &portal.target {
+        match target {
             PortalTarget::Backend(addr) => {
-                let addr = addr.clone();
                 let idx = self.join(&addr, false).await?;
                 let h = &mut self.held[idx];
                 msg::write_describe(&mut h.conn.wbuf, b'P', name);
@@ -1000,6 +1014,7 @@ impl Session {
                 self.pending.push_back(Expect::One(addr));
             }
             PortalTarget::Virtual => {
+                let portal = &self.portals[name];
                 let fields = portal.stmt.meta.fields.clone();
                 let formats = portal.bind.result_formats.clone();
                 let mut b = BytesMut::new();
@@ -1644,6 +1659,7 @@ impl Session {
                 Ok(())
             }
             Plan::Propagate(p) => self.maintenance(p, params.bind.is_some(), sink).await,
+            Plan::DeclareCursor(p) => self.declare_cursor(p, params, sink).await,
             Plan::Local | Plan::Router(_) => Err(PgError::internal("plan runs on a backend")),
         }
     }

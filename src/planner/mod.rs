@@ -6,6 +6,7 @@
 
 pub mod aggregate;
 pub mod copy;
+pub mod cursor;
 pub mod ddl;
 pub mod distvalue;
 pub mod explain;
@@ -165,6 +166,8 @@ pub enum Plan {
     },
     /// TRUNCATE / VACUUM / ANALYZE of distributed tables, statement applied to each shard.
     Propagate(Arc<propagate::PropagatePlan>),
+    /// DECLARE CURSOR over distributed tables: rows kept on the coordinator node.
+    DeclareCursor(Arc<cursor::DeclareCursorPlan>),
     Unsupported(PgError),
 }
 
@@ -372,17 +375,27 @@ pub fn plan(
                     "pgshard could not resolve the table of this COPY",
                 )));
             }
-            let plan_query = |q: &str| -> PgResult<Plan> {
-                let mut stmts = crate::sql::parse::parse(q)?;
-                plan(&stmts.remove(0), catalog, is_utility_function)
-            };
+            let plan_query = |q: &str| plan_text(q, catalog, is_utility_function);
             copy::plan_copy(c, &stmt.text, dist[0].1.clone(), &plan_query)
+        }
+        N::DeclareCursorStmt(d) => {
+            cursor::plan_declare(d, &|q: &str| plan_text(q, catalog, is_utility_function))
         }
         _ => Ok(Plan::Unsupported(PgError::not_supported(format!(
             "pgshard does not support this statement on the distributed table \"{}\" yet",
             dist[0].1.name
         )))),
     }
+}
+
+/// Plans a statement pgshard deparsed itself (a part of the client's statement).
+fn plan_text(
+    sql: &str,
+    catalog: &Catalog,
+    is_utility_function: &dyn Fn(&str) -> bool,
+) -> PgResult<Plan> {
+    let mut stmts = crate::sql::parse::parse(sql)?;
+    plan(&stmts.remove(0), catalog, is_utility_function)
 }
 
 /// EXPLAIN: the explained statement is planned; where it runs on the coordinator node

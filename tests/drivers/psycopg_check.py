@@ -347,6 +347,28 @@ def invalid_parameter_for_the_distribution_column():
         alive(conn)
 
 
+@check
+def named_cursors():
+    """Server-side cursors (DECLARE / FETCH / CLOSE): a multi-shard query read in
+    batches, one routed by a parameter, a scrollable one, binary results."""
+    with psycopg.connect() as conn:
+        with conn.cursor(name="all_items") as cur:
+            cur.itersize = 7
+            cur.execute(f"select k, n from {TABLE} where k <= %s order by k", (30,))
+            got = [r for r in cur]
+            expect(got, [(k, decimal.Decimal(k) / 8) for k in range(1, 31)], "iterated")
+        with conn.cursor(name="one_item", binary=True) as cur:
+            cur.execute(f"select k, v, f, flag from {TABLE} where k = %s", (42,))
+            expect(cur.fetchall(), [(42, "item 42 – ünïcødé", 21.0, True)], "routed")
+        with conn.cursor(name="scrolled", scrollable=True) as cur:
+            cur.execute(f"select k from {TABLE} order by k desc limit 5")
+            expect(cur.fetchmany(2), [(100,), (99,)], "first two")
+            cur.scroll(0, mode="absolute")
+            expect(cur.fetchone(), (100,), "back to the first")
+            expect(cur.fetchall(), [(99,), (98,), (97,), (96,)], "the rest")
+        conn.commit()
+
+
 @known_bug
 def order_by_across_shards():
     """ORDER BY on a multi-shard query (was 0A000; combined on the coordinator node now)."""

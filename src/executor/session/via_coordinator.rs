@@ -24,7 +24,7 @@ use crate::sql::copy_format::{self as cf, CopyOptions, KeySpec};
 use crate::sql::quote::quote_qualified;
 
 /// Rows of a distributed SELECT sent to the shell in one INSERT.
-const ROWS_PER_INSERT: usize = 500;
+pub(super) const ROWS_PER_INSERT: usize = 500;
 /// COPY text gathered before it is routed to the shards.
 const ROUTE_BYTES: usize = 256 * 1024;
 /// The savepoint around the shell INSERT (rolled back: the shell stays empty).
@@ -242,7 +242,7 @@ impl Session {
 
     /// Runs a SELECT reading distributed tables through pgshard's planner (in the
     /// session's block), returning its columns and rows in text format.
-    async fn distributed_select(
+    pub(super) async fn distributed_select(
         &mut self,
         select: &str,
         params: &BoundParams<'_>,
@@ -383,7 +383,7 @@ impl Session {
     }
 
     /// SQL names of the columns' types (with their modifiers), as PostgreSQL writes them.
-    async fn type_names(&mut self, fields: &[FieldDesc]) -> PgResult<Vec<String>> {
+    pub(super) async fn type_names(&mut self, fields: &[FieldDesc]) -> PgResult<Vec<String>> {
         let pairs: Vec<String> = fields
             .iter()
             .map(|f| format!("({}::oid, {}::int4)", f.type_oid, f.type_mod))
@@ -406,7 +406,7 @@ impl Session {
 
 /// Rows as `(CAST('v' AS type), NULL, ...), (...)`: every value a quoted literal cast to
 /// its column's exact type, so PostgreSQL reads back exactly what the SELECT returned.
-fn write_typed_rows(sql: &mut String, rows: &[Vec<Option<Bytes>>], types: &[String]) {
+pub(super) fn write_typed_rows(sql: &mut String, rows: &[Vec<Option<Bytes>>], types: &[String]) {
     for (r, row) in rows.iter().enumerate() {
         sql.push_str(if r == 0 { "(" } else { ", (" });
         for (i, v) in row.iter().enumerate() {
@@ -443,7 +443,10 @@ fn insert_with_select(insert: &pg_query::protobuf::InsertStmt, select: &str) -> 
 
 /// Reads a node's answer up to ReadyForQuery, handing each message before the first
 /// error to `take`; the first error, if any, once the connection is ready again.
-async fn read_answer(conn: &mut BackendConn, mut take: impl FnMut(u8, Bytes)) -> PgResult<()> {
+pub(super) async fn read_answer(
+    conn: &mut BackendConn,
+    mut take: impl FnMut(u8, Bytes),
+) -> PgResult<()> {
     let mut failure = None;
     loop {
         let f = conn.read().await?;
