@@ -136,7 +136,7 @@ mod tests {
         let q = materialized_query("pgshard_cursor_1", &["a".into(), "we\"ird".into()]);
         assert_eq!(
             q,
-            "SELECT c1 AS a, c2 AS \"we\"\"ird\" FROM pg_temp.pgshard_cursor_1 ORDER BY pgshard_ord"
+            "SELECT c1 AS \"a\", c2 AS \"we\"\"ird\" FROM pg_temp.\"pgshard_cursor_1\" ORDER BY pgshard_ord"
         );
         assert_eq!(
             plan.declare_over(&q).unwrap(),
