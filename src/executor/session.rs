@@ -1985,13 +1985,18 @@ impl Session {
             }
             Ok(())
         } else if writers <= 1 || self.commit_protocol == "1pc" {
-            // Readers first: the commit of the one writer decides.
-            held.sort_by_key(|h| h.wrote);
+            // Readers first, then the writers: the commit of the one writer decides.
+            // Each group all nodes at once (1PC writers are not atomic under failures
+            // in any order).
             let mut result = Ok(());
-            for h in held.iter_mut() {
-                if let Err(e) = h.conn.simple("COMMIT").await {
-                    if result.is_ok() {
-                        result = Err(e);
+            for wrote in [false, true] {
+                let commits = held
+                    .iter_mut()
+                    .filter(|h| h.wrote == wrote)
+                    .map(|h| h.conn.simple("COMMIT"));
+                for r in futures_util::future::join_all(commits).await {
+                    if let Err(e) = r {
+                        result = result.and(Err(e));
                     }
                 }
             }
