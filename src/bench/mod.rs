@@ -842,6 +842,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
     let table = report::table(&results, w4_load.as_ref());
     let interference = report::interference(&results);
     let own_two_phase = report::own_two_phase(&results, "w1-tpcb-simple", "w1-tpcb-vs-own-2pc");
+    let tpcb_bound = report::free_coordinator_bound(&results, "w1-tpcb");
     let mut subtitle = String::new();
     if w1 {
         subtitle.push_str(&format!(
@@ -911,6 +912,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         "table": table,
         "interference": interference,
         "own_two_phase": own_two_phase,
+        "free_coordinator_bound": tpcb_bound,
         "workloads": results,
     });
     let json_path = opts.out.join("bench.json");
@@ -923,14 +925,15 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         "{subtitle}\n\n{}",
         report::markdown_table(&results, w4_load.as_ref())
     );
-    for note in [&own_two_phase, &interference].into_iter().flatten() {
+    let notes = [&own_two_phase, &tpcb_bound, &interference];
+    for note in notes.into_iter().flatten() {
         md.push_str(&format!("\n{note}\n"));
     }
     fs::write(opts.out.join("bench.md"), md)?;
 
     println!("{subtitle}");
     print!("{table}");
-    for note in [&own_two_phase, &interference].into_iter().flatten() {
+    for note in notes.into_iter().flatten() {
         println!("{note}");
     }
     println!(

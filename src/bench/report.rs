@@ -384,6 +384,46 @@ pub fn own_two_phase(results: &[WorkloadResult], one_phase: &str, own_2pc: &str)
     })
 }
 
+/// The most a coordinator could reach on this machine in `workload`, if it used no CPU
+/// at all: per repetition, what the rest of the machine (the servers, pgbench,
+/// interrupts) spent per pgshard transaction, against every core kept busy; over the
+/// plain server's TPS of the same repetition. This bounds the ratio a faster pgshard
+/// could give when the machine is the limit. None unless both targets were measured.
+pub fn free_coordinator_bound(results: &[WorkloadResult], workload: &str) -> Option<String> {
+    let w = results.iter().find(|w| w.name == workload)?;
+    let run = |rep: u32, t: Target| {
+        w.runs
+            .iter()
+            .find(|r| r.repeat == rep && r.target == t && r.ok)
+    };
+    let mut bounds = Vec::new();
+    let mut rest_us = Vec::new();
+    for rep in 1..=w.runs.iter().map(|r| r.repeat).max()? {
+        let (Some(p), Some(plain)) = (run(rep, Target::Pgshard), run(rep, Target::Plain)) else {
+            continue;
+        };
+        let txns = p.transactions? as f64;
+        let rest_s = p.machine_cpu_busy_s - p.pgshard_cpu_s?;
+        if txns <= 0.0 || rest_s <= 0.0 || p.wall_s <= 0.0 {
+            continue;
+        }
+        let rest = rest_s / txns;
+        let cores = p.machine_cpu_total_s / p.wall_s;
+        bounds.push(cores / rest / plain.tps?);
+        rest_us.push(rest * 1e6);
+    }
+    let bound = median(&bounds)?;
+    Some(format!(
+        "{workload} with a coordinator using no CPU: the servers, pgbench and interrupts \
+         used {:.0} µs of machine time per transaction, so with every core busy at most \
+         {:.2} of plain PostgreSQL's TPS (median over {} repetitions; pgshard measured {:.2})",
+        median(&rest_us)?,
+        bound,
+        bounds.len(),
+        w.ratio.unwrap_or(0.0)
+    ))
+}
+
 /// 12345.6 -> "12,346".
 pub fn thousands(v: f64) -> String {
     let s = format!("{:.0}", v.max(0.0));
@@ -988,6 +1028,52 @@ mod tests {
         own.plain = None;
         assert_eq!(own_two_phase(&[one.clone(), own], "one", "own"), None);
         assert_eq!(own_two_phase(&[one], "one", "own"), None);
+    }
+
+    #[test]
+    fn free_coordinator_bound_leaves_out_pgshards_cpu() {
+        let mut w = result("w1-tpcb", Status::Ok, Some(0.25));
+        let run = |target, tps: f64, pgshard: Option<f64>| Run {
+            target,
+            repeat: 1,
+            sequence: 1,
+            ok: true,
+            error: None,
+            exit_code: Some(0),
+            tps: Some(tps),
+            transactions: Some((tps * 10.0) as u64),
+            failed_transactions: Some(0),
+            latency_avg_ms: None,
+            latency_p50_ms: None,
+            latency_p95_ms: None,
+            latency_p99_ms: None,
+            latency_samples: 0,
+            initial_connection_ms: None,
+            wall_s: 10.0,
+            pgshard_cpu_s: pgshard,
+            pgshard_cpu_us_per_txn: None,
+            server_cpu: vec![],
+            server_cpu_us_per_txn: None,
+            pgbench_cpu_s: 0.0,
+            machine_cpu_busy_s: 18.0,
+            machine_cpu_total_s: 20.0,
+            machine_irq_s: 0.0,
+            other_cpu_fraction: 0.0,
+            loadavg_before: None,
+            output_file: String::new(),
+        };
+        // 10,000 pgshard transactions; 18 s busy of which 8 s pgshard: 1,000 µs of the
+        // rest per transaction, 2 cores: at most 2,000 TPS, against plain's 4,000.
+        w.runs = vec![
+            run(Target::Pgshard, 1000.0, Some(8.0)),
+            run(Target::Plain, 4000.0, None),
+        ];
+        let note = free_coordinator_bound(&[w.clone()], "w1-tpcb").unwrap();
+        assert!(note.contains("used 1000 µs"), "{note}");
+        assert!(note.contains("at most 0.50 of"), "{note}");
+        assert!(note.contains("pgshard measured 0.25"), "{note}");
+        w.runs.pop();
+        assert_eq!(free_coordinator_bound(&[w], "w1-tpcb"), None);
     }
 
     fn query_run(target: Target, repeat: u32, ms: f64) -> QueryRun {
