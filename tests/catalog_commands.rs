@@ -732,7 +732,7 @@ async fn catalog_and_distribution_end_to_end() {
     cache.reload().await;
     let table_statement = |sql: &str| {
         let stmt = pgshard::sql::parse::parse(sql).unwrap().remove(0);
-        let plan = plan_propagate(stmt.node.as_ref().unwrap(), &cache.snapshot());
+        let plan = plan_propagate(stmt.node.as_ref().unwrap(), sql, &cache.snapshot());
         plan.unwrap().unwrap().tables.remove(0)
     };
     commands::maintain_shards(&cache, &table_statement("ANALYZE orders"))
