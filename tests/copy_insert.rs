@@ -95,34 +95,6 @@ async fn rows_on_workers(table: &str) -> i64 {
     total
 }
 
-/// Prepared transactions left on the workers. Other tests of this file share the cluster
-/// and run at the same time, so a transaction prepared by one of them may be between
-/// PREPARE and COMMIT PREPARED at the moment we look: only what is still there after
-/// two seconds counts as left behind (recovery runs every 30 s, so it cannot hide a leak).
-async fn prepared_xacts() -> i64 {
-    let gids = || async {
-        let mut gids = Vec::new();
-        for port in &cluster().worker_ports {
-            let w = cluster().direct(*port).await;
-            for r in w
-                .query("select gid from pg_prepared_xacts", &[])
-                .await
-                .unwrap()
-            {
-                gids.push((*port, r.get::<_, String>(0)));
-            }
-        }
-        gids
-    };
-    let first = gids().await;
-    if first.is_empty() {
-        return 0;
-    }
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-    let later = gids().await;
-    first.iter().filter(|g| later.contains(g)).count() as i64
-}
-
 #[tokio::test]
 async fn copy_from_stdin_in_every_format_matches_postgres() {
     let plain = plain_postgres().client().await;
@@ -272,7 +244,7 @@ async fn a_bad_row_halfway_loads_nothing_anywhere() {
         .unwrap();
     simple(&c, "rollback").await;
     assert_eq!(rows_on_workers("cp_null").await, 0);
-    assert_eq!(prepared_xacts().await, 0);
+    common::assert_no_prepared_xacts().await;
 }
 
 fn command_count(m: &[SimpleQueryMessage]) -> u64 {
@@ -318,7 +290,7 @@ async fn w2_nine_row_insert_is_atomic_across_shards() {
     assert_eq!(c.execute(stmt, &[&5000i32]).await.unwrap(), 9);
     simple(&c, "rollback").await;
     assert_eq!(rows_on_workers("w2t").await, 27);
-    assert_eq!(prepared_xacts().await, 0);
+    common::assert_no_prepared_xacts().await;
 }
 
 #[tokio::test]
@@ -618,7 +590,7 @@ async fn insert_select_through_the_coordinator_matches_postgres() {
         .unwrap()
         .get(0);
     assert_eq!(shell, 0);
-    assert_eq!(prepared_xacts().await, 0);
+    common::assert_no_prepared_xacts().await;
     // Still refused: ON CONFLICT and RETURNING when rows cannot go shard by shard.
     for sql in [
         "insert into ivc (id, v) select id, v from ivc_src on conflict do nothing",

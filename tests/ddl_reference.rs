@@ -280,16 +280,7 @@ async fn ddl_failing_on_one_shard_changes_nothing() {
         assert_eq!(shards, shards_before, "{sql}: a shard changed");
     }
     // No prepared transaction is left behind anywhere.
-    for port in &cl.worker_ports {
-        let n: i64 = cl
-            .direct(*port)
-            .await
-            .query_one("SELECT count(*) FROM pg_prepared_xacts", &[])
-            .await
-            .unwrap()
-            .get(0);
-        assert_eq!(n, 0, "prepared transactions left on {port}");
-    }
+    common::assert_no_prepared_xacts().await;
     exec(&pgs, "DROP TABLE ddl_f").await;
 }
 
@@ -686,19 +677,7 @@ async fn ddl_inside_a_transaction_block_commits_or_rolls_back_with_it() {
         assert_eq!(sqlstate_of(&pgs, sql).await, "0A000", "{sql}");
         exec(&pgs, "ROLLBACK").await;
     }
-    for port in &cl.worker_ports {
-        let n: i64 = cl
-            .direct(*port)
-            .await
-            .query_one(
-                "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'pgshard%'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        assert_eq!(n, 0, "prepared transactions left on {port}");
-    }
+    common::assert_no_prepared_xacts().await;
     exec(&pgs, "DROP TABLE ddl_b").await;
 }
 
@@ -822,11 +801,8 @@ async fn truncate_in_blocks_and_maintenance_options_behave_as_in_postgres() {
                 .await
                 .is_empty());
         }
-        assert_eq!(
-            sorted_rows(&w, "SELECT count(*) FROM pg_prepared_xacts").await,
-            vec![vec![Some("0".to_string())]]
-        );
     }
+    common::assert_no_prepared_xacts().await;
 
     // VACUUM FULL rewrote the shards (its option reached them); psql sees
     // PostgreSQL's command tag; TRUNCATE over the extended protocol commits at Sync.

@@ -1311,10 +1311,7 @@ async fn chained_blocks_and_lock_table_behave_as_in_postgres() {
         let want = outcome(&plain, sql).await;
         assert_eq!(got, want, "{sql}");
     }
-    assert_eq!(
-        scalar_i64(&pg, "SELECT count(*) FROM pg_prepared_xacts").await,
-        0
-    );
+    common::assert_no_prepared_xacts().await;
 
     // A lock taken through pgshard holds on every worker's shards: writes to either
     // key wait for the block and go on once it ends. (Simple protocol: a routed write

@@ -25,15 +25,7 @@ pub struct DeclareCursorPlan {
 impl DeclareCursorPlan {
     /// The client's DECLARE, with the same name and options, over `query` instead.
     pub fn declare_over(&self, query: &str) -> PgResult<String> {
-        let parsed = pg_query::parse(query, 0)
-            .map_err(|e| PgError::internal(format!("cursor query: {e}")))?;
-        let node = parsed
-            .protobuf
-            .stmts
-            .into_iter()
-            .next()
-            .and_then(|s| s.stmt)
-            .ok_or_else(|| PgError::internal("cursor query: no statement"))?;
+        let node = crate::sql::parse::first_tree(query, "cursor query")?;
         let declare = protobuf::DeclareCursorStmt {
             query: Some(node),
             ..self.stmt.clone()
@@ -100,15 +92,15 @@ pub fn materialized_query(table: &str, names: &[String]) -> String {
 mod tests {
     use super::*;
 
+    fn declare_stmt(sql: &str) -> Box<protobuf::DeclareCursorStmt> {
+        match crate::sql::parse::first_tree(sql, "test").unwrap().node {
+            Some(N::DeclareCursorStmt(d)) => d,
+            _ => panic!("not a DECLARE: {sql}"),
+        }
+    }
+
     fn declare(sql: &str, inner: Plan) -> Plan {
-        let parsed = pg_query::parse(sql, 0).unwrap();
-        let Some(N::DeclareCursorStmt(d)) = parsed.protobuf.stmts[0]
-            .stmt
-            .as_ref()
-            .and_then(|s| s.node.clone())
-        else {
-            panic!("not a DECLARE: {sql}");
-        };
+        let d = declare_stmt(sql);
         let inner = std::cell::RefCell::new(Some(inner));
         plan_declare(&d, &|_| Ok(inner.borrow_mut().take().unwrap())).unwrap()
     }
@@ -121,14 +113,7 @@ mod tests {
     fn options_and_name_are_kept_over_the_materialized_rows() {
         let sql =
             "DECLARE \"Cur\" BINARY SCROLL CURSOR WITHOUT HOLD FOR SELECT a FROM t WHERE b = $1";
-        let parsed = pg_query::parse(sql, 0).unwrap();
-        let Some(N::DeclareCursorStmt(d)) = parsed.protobuf.stmts[0]
-            .stmt
-            .as_ref()
-            .and_then(|s| s.node.clone())
-        else {
-            panic!()
-        };
+        let d = declare_stmt(sql);
         let plan = DeclareCursorPlan {
             select: String::new(),
             stmt: protobuf::DeclareCursorStmt { query: None, ..*d },

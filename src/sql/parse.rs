@@ -24,7 +24,6 @@ pub struct RelRef {
     pub alias: Option<String>,
 }
 
-/// Splits and parses a query string. A syntax error carries PostgreSQL's message.
 /// The String nodes of a name list (a ColumnRef's fields, a qualified name), in order;
 /// other nodes (`*`) are skipped.
 pub fn string_items(nodes: &[protobuf::Node]) -> Vec<&str> {
@@ -37,6 +36,7 @@ pub fn string_items(nodes: &[protobuf::Node]) -> Vec<&str> {
         .collect()
 }
 
+/// Splits and parses a query string. A syntax error carries PostgreSQL's message.
 pub fn parse(sql: &str) -> PgResult<Vec<Statement>> {
     let result = pg_query::parse(sql, 0).map_err(|e| syntax_error(&e))?;
     let mut out = Vec::with_capacity(result.protobuf.stmts.len());
@@ -70,19 +70,26 @@ fn statement_of(sql: &str, raw: RawStmt) -> Statement {
     if start == 0 && text.len() == sql.len() {
         return Statement { text, node };
     }
-    match pg_query::parse(&text, 0) {
-        Ok(r) => {
-            let node = r
-                .protobuf
-                .stmts
-                .into_iter()
-                .next()
-                .and_then(|s| s.stmt)
-                .and_then(|n| n.node);
-            Statement { text, node }
-        }
+    match first_tree(&text, "statement") {
+        Ok(tree) => Statement {
+            text,
+            node: tree.node,
+        },
         Err(_) => Statement { text, node },
     }
+}
+
+/// The tree of the first statement of `sql`: SQL text pgshard generated itself, to be
+/// spliced into a client's statement. `what` names that text in the (internal) error.
+pub fn first_tree(sql: &str, what: &str) -> PgResult<Box<protobuf::Node>> {
+    pg_query::parse(sql, 0)
+        .map_err(|e| PgError::internal(format!("{what}: {e}")))?
+        .protobuf
+        .stmts
+        .into_iter()
+        .next()
+        .and_then(|s| s.stmt)
+        .ok_or_else(|| PgError::internal(format!("{what}: no statement")))
 }
 
 fn syntax_error(e: &pg_query::Error) -> PgError {

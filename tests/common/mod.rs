@@ -386,3 +386,29 @@ pub fn sorted_simple_rows(msgs: &[tokio_postgres::SimpleQueryMessage]) -> Vec<Ve
     rows.sort();
     rows
 }
+
+/// Asserts that no server of the shared cluster (coordinator node and workers) holds a
+/// prepared transaction of pgshard's. Tests of one binary share the cluster and run
+/// concurrently, so another test's 2PC may sit between PREPARE and COMMIT PREPARED for a
+/// moment: one look finding none on a server is enough for it, while a transaction left
+/// behind stays and fails the assertion after 10 s (recovery runs every 30 s, so it
+/// cannot hide a leak).
+pub async fn assert_no_prepared_xacts() {
+    let cl = cluster();
+    let sql = "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'pgshard%'";
+    for port in std::iter::once(cl.coordinator_port).chain(cl.worker_ports.iter().copied()) {
+        let c = cl.direct(port).await;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let n: i64 = c.query_one(sql, &[]).await.unwrap().get(0);
+            if n == 0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{n} prepared transaction(s) left on the server at port {port}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+}

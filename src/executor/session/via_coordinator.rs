@@ -426,14 +426,7 @@ pub(super) fn write_typed_rows(sql: &mut String, rows: &[Vec<Option<Bytes>>], ty
 /// The client's INSERT (without its SELECT) over `select` instead, as SQL text.
 fn insert_with_select(insert: &pg_query::protobuf::InsertStmt, select: &str) -> PgResult<String> {
     use pg_query::protobuf::node::Node as N;
-    let parsed = pg_query::parse(select, 0).map_err(|e| PgError::internal(format!("rows: {e}")))?;
-    let node = parsed
-        .protobuf
-        .stmts
-        .into_iter()
-        .next()
-        .and_then(|s| s.stmt)
-        .ok_or_else(|| PgError::internal("rows: no statement"))?;
+    let node = crate::sql::parse::first_tree(select, "rows")?;
     let mut insert = insert.clone();
     insert.select_stmt = Some(node);
     N::InsertStmt(Box::new(insert))
