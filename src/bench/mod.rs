@@ -8,7 +8,9 @@
 //!    free ports;
 //! 2. loads W1 (when a W1 workload is selected): `pgbench -i -s S` into the plain
 //!    server, and through pgshard followed by `SET citus.shard_count = 32` and the four
-//!    `create_distributed_table` calls in one psql session;
+//!    `create_distributed_table` calls in one psql session, then `vacuum analyze` of the
+//!    four tables through pgshard (the shards are new tables: this is pgbench -i's own
+//!    vacuum step, which the plain server's tables got);
 //! 3. runs every workload R times, pgshard and plain alternating, and records pgbench's
 //!    (W3: sysbench's) figures, latency percentiles (sampled per-transaction log;
 //!    sysbench's histogram) and the CPU time of pgshard and of every PostgreSQL server
@@ -1452,7 +1454,9 @@ async fn pgbench_init(opts: &Options, env: &Env, name: &str) -> Result<()> {
 }
 
 /// `SET citus.shard_count` and the four `create_distributed_table` calls of W1, in one
-/// psql session through pgshard.
+/// psql session through pgshard, then `vacuum analyze` of each table (pgbench -i's last
+/// step, which ran on the local tables before they moved into new shard tables; without
+/// it autovacuum and autoanalyze of the shards run during the first measurements).
 async fn distribute(opts: &Options, env: &Env) -> Result<()> {
     let mut sql = format!("SET citus.shard_count = {SHARD_COUNT};\n");
     for (table, column) in W1_TABLES {
@@ -1470,6 +1474,20 @@ async fn distribute(opts: &Options, env: &Env) -> Result<()> {
             "distributing the W1 tables failed: {} (see {})",
             out.error_reason(),
             file.display()
+        );
+    }
+    let mut args = vec!["-X".to_string(), "-v".into(), "ON_ERROR_STOP=1".into()];
+    for (table, _) in W1_TABLES {
+        // One -c each: VACUUM cannot run inside the implicit block of a multi-statement string.
+        args.extend(["-c".into(), format!("vacuum analyze {table}")]);
+    }
+    let mut cmd = pgbench::command("psql", env);
+    cmd.args(&args);
+    let out = pgbench::run(cmd, None).await?;
+    if !out.success() {
+        bail!(
+            "vacuum analyze of the W1 tables through pgshard failed: {}",
+            out.error_reason()
         );
     }
     Ok(())
