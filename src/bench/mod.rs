@@ -1476,20 +1476,13 @@ async fn distribute(opts: &Options, env: &Env) -> Result<()> {
             file.display()
         );
     }
-    let mut args = vec!["-X".to_string(), "-v".into(), "ON_ERROR_STOP=1".into()];
-    for (table, _) in W1_TABLES {
-        // One -c each: VACUUM cannot run inside the implicit block of a multi-statement string.
-        args.extend(["-c".into(), format!("vacuum analyze {table}")]);
-    }
-    let mut cmd = pgbench::command("psql", env);
-    cmd.args(&args);
-    let out = pgbench::run(cmd, None).await?;
-    if !out.success() {
-        bail!(
-            "vacuum analyze of the W1 tables through pgshard failed: {}",
-            out.error_reason()
-        );
-    }
+    // One -c each: VACUUM cannot run inside the implicit block of a multi-statement string.
+    let vacuums: Vec<String> = W1_TABLES
+        .iter()
+        .map(|(table, _)| format!("vacuum analyze {table}"))
+        .collect();
+    let args: Vec<&str> = vacuums.iter().flat_map(|v| ["-c", v.as_str()]).collect();
+    pgbench::psql(env, &args).await?;
     Ok(())
 }
 

@@ -79,8 +79,10 @@ fn statement_of(sql: &str, raw: RawStmt) -> Statement {
     }
 }
 
-/// The tree of the first statement of `sql`: SQL text pgshard generated itself, to be
-/// spliced into a client's statement. `what` names that text in the (internal) error.
+/// The tree of the first statement of `sql`, for text already known to parse: SQL that
+/// pgshard generated to splice into a client's statement, or one statement cut out of a
+/// parsed query string. A failure is pgshard's own bug, so the error is internal (XX000);
+/// `what` names the text in it.
 pub fn first_tree(sql: &str, what: &str) -> PgResult<Box<protobuf::Node>> {
     pg_query::parse(sql, 0)
         .map_err(|e| PgError::internal(format!("{what}: {e}")))?
