@@ -320,11 +320,7 @@ async fn a_cancel_landing_on_the_wrong_batch_is_retried() {
         host: info.node_host.clone(),
         port: info.worker_ports[0],
     };
-    let creds = Credentials {
-        user: info.user.clone(),
-        password: info.password.clone(),
-        database: info.database.clone(),
-    };
+    let creds = Credentials::with_password(&info.user, &info.password, &info.database);
     let conn = BackendConn::connect(&addr, &creds, "pipelined test")
         .await
         .unwrap();

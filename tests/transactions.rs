@@ -733,11 +733,7 @@ async fn decision_records_are_written_exactly() {
             host: cl.host.clone(),
             port: cl.coordinator_port,
         },
-        creds: Arc::new(Credentials {
-            user: cl.user.clone(),
-            password: cl.password.clone(),
-            database: cl.database.clone(),
-        }),
+        creds: Arc::new(Credentials::with_password(&cl.user, &cl.password, &cl.database)),
         application_name: "decision test".into(),
     };
     // Not pgshard gids: recovery leaves these records alone.

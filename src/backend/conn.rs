@@ -5,6 +5,7 @@
 use crate::error::{sqlstate, PgError, PgResult};
 use crate::frontend::messages::{self, decode_frame, Frame};
 use bytes::{BufMut, BytesMut};
+use super::scram_keys::{ClientKeys, KeyClient};
 use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256};
 use postgres_protocol::message::frontend;
 use std::collections::HashSet;
@@ -51,12 +52,76 @@ async fn connect_stream(addr: &NodeAddr) -> std::io::Result<NodeStream> {
     }
 }
 
-/// Credentials and database pgshard uses on every node.
-#[derive(Debug, Clone)]
+/// Who a node connection logs in as, and how: pgshard's own role with its password
+/// (catalog work, recovery, deadlock detection), or a client's role with the keys of
+/// the client's own SCRAM login (`scram_keys`), so that the node checks every
+/// privilege exactly as for that client.
+#[derive(Clone)]
 pub struct Credentials {
     pub user: String,
-    pub password: String,
     pub database: String,
+    pub secret: Secret,
+}
+
+#[derive(Clone)]
+pub enum Secret {
+    Password(String),
+    ScramKeys(ClientKeys),
+    /// Log in as pgshard's own role with this password, then `SET SESSION
+    /// AUTHORIZATION` to `Credentials::user`: for clients pgshard trusts without a
+    /// password (`auth = "trust"`), who can be anyone anyway.
+    TrustedAs { own_user: String, password: String },
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match &self.secret {
+            Secret::Password(_) => "password",
+            Secret::ScramKeys(_) => "client's SCRAM keys",
+            Secret::TrustedAs { .. } => "trusted",
+        };
+        write!(f, "{}@{} ({how})", self.user, self.database)
+    }
+}
+
+impl Credentials {
+    pub fn with_password(user: &str, password: &str, database: &str) -> Credentials {
+        Credentials {
+            user: user.to_string(),
+            database: database.to_string(),
+            secret: Secret::Password(password.to_string()),
+        }
+    }
+
+    /// Tells credentials apart (pool keys): the user and which secret, never the
+    /// secret itself.
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.user.hash(&mut h);
+        self.database.hash(&mut h);
+        match &self.secret {
+            Secret::Password(_) => 0u8.hash(&mut h),
+            Secret::ScramKeys(k) => k.fingerprint().hash(&mut h),
+            Secret::TrustedAs { own_user, .. } => own_user.hash(&mut h),
+        }
+        h.finish()
+    }
+
+    /// The role the node is logged into.
+    fn login_user(&self) -> &str {
+        match &self.secret {
+            Secret::TrustedAs { own_user, .. } => own_user,
+            _ => &self.user,
+        }
+    }
+
+    fn password(&self) -> Option<&str> {
+        match &self.secret {
+            Secret::Password(p) | Secret::TrustedAs { password: p, .. } => Some(p),
+            Secret::ScramKeys(_) => None,
+        }
+    }
 }
 
 pub struct BackendConn {
@@ -105,7 +170,7 @@ impl BackendConn {
             broken: false,
         };
         let params = [
-            ("user", creds.user.as_str()),
+            ("user", creds.login_user()),
             ("database", creds.database.as_str()),
             ("application_name", application_name),
             ("client_encoding", "UTF8"),
@@ -132,11 +197,28 @@ impl BackendConn {
                 _ => {}
             }
         }
+        if let Secret::TrustedAs { .. } = creds.secret {
+            let sql = format!(
+                "SET SESSION AUTHORIZATION {}",
+                crate::sql::quote::quote_ident(&creds.user)
+            );
+            conn.simple(&sql).await.map_err(|e| conn.node_error(e))?;
+        }
         Ok(conn)
     }
 
     async fn authenticate(&mut self, creds: &Credentials) -> PgResult<()> {
         let mut scram: Option<ScramSha256> = None;
+        let mut key_client: Option<KeyClient> = None;
+        let no_password = || {
+            PgError::new(
+                sqlstate::INVALID_PASSWORD,
+                format!(
+                    "password authentication failed for user \"{}\"",
+                    creds.user
+                ),
+            )
+        };
         loop {
             let f = self.read().await?;
             if f.tag == b'E' {
@@ -150,18 +232,20 @@ impl BackendConn {
             match code {
                 0 => return Ok(()),
                 3 => {
-                    frontend::password_message(creds.password.as_bytes(), &mut self.wbuf)
+                    let password = creds.password().ok_or_else(no_password)?;
+                    frontend::password_message(password.as_bytes(), &mut self.wbuf)
                         .map_err(|e| PgError::internal(e.to_string()))?;
                     self.flush().await?;
                 }
                 5 => {
+                    let password = creds.password().ok_or_else(no_password)?;
                     let salt: [u8; 4] = data
                         .get(0..4)
                         .and_then(|s| s.try_into().ok())
                         .ok_or_else(|| self.protocol_error("md5 salt"))?;
                     let hashed = postgres_protocol::authentication::md5_hash(
-                        creds.user.as_bytes(),
-                        creds.password.as_bytes(),
+                        creds.login_user().as_bytes(),
+                        password.as_bytes(),
                         salt,
                     );
                     frontend::password_message(hashed.as_bytes(), &mut self.wbuf)
@@ -173,29 +257,59 @@ impl BackendConn {
                     if !offers_scram {
                         return Err(self.protocol_error("server offers no SCRAM-SHA-256"));
                     }
-                    let s =
-                        ScramSha256::new(creds.password.as_bytes(), ChannelBinding::unsupported());
-                    frontend::sasl_initial_response("SCRAM-SHA-256", s.message(), &mut self.wbuf)
+                    let first = match &creds.secret {
+                        Secret::ScramKeys(keys) => {
+                            let c = KeyClient::new(keys.clone());
+                            let first = c.first_message();
+                            key_client = Some(c);
+                            first
+                        }
+                        _ => {
+                            let password = creds.password().ok_or_else(no_password)?;
+                            let s = ScramSha256::new(
+                                password.as_bytes(),
+                                ChannelBinding::unsupported(),
+                            );
+                            let first = s.message().to_vec();
+                            scram = Some(s);
+                            first
+                        }
+                    };
+                    frontend::sasl_initial_response("SCRAM-SHA-256", &first, &mut self.wbuf)
                         .map_err(|e| PgError::internal(e.to_string()))?;
-                    scram = Some(s);
                     self.flush().await?;
                 }
                 11 => {
-                    let s = scram
-                        .as_mut()
-                        .ok_or_else(|| self.protocol_error("unexpected SASL continue"))?;
-                    s.update(data)
-                        .map_err(|e| self.protocol_error(&format!("SCRAM: {e}")))?;
-                    frontend::sasl_response(s.message(), &mut self.wbuf)
+                    let answer = if let Some(c) = key_client.as_mut() {
+                        c.final_message(data).map_err(|e| match e {
+                            super::scram_keys::KeyClientError::OtherVerifier => {
+                                self.node_error(no_password())
+                            }
+                            e => self.protocol_error(&format!("SCRAM: {e}")),
+                        })?
+                    } else {
+                        let s = scram
+                            .as_mut()
+                            .ok_or_else(|| self.protocol_error("unexpected SASL continue"))?;
+                        s.update(data)
+                            .map_err(|e| self.protocol_error(&format!("SCRAM: {e}")))?;
+                        s.message().to_vec()
+                    };
+                    frontend::sasl_response(&answer, &mut self.wbuf)
                         .map_err(|e| PgError::internal(e.to_string()))?;
                     self.flush().await?;
                 }
                 12 => {
-                    let mut s = scram
-                        .take()
-                        .ok_or_else(|| self.protocol_error("unexpected SASL final"))?;
-                    s.finish(data)
-                        .map_err(|e| self.protocol_error(&format!("SCRAM: {e}")))?;
+                    if let Some(c) = key_client.take() {
+                        c.check_server_final(data)
+                            .map_err(|e| self.protocol_error(&format!("SCRAM: {e}")))?;
+                    } else {
+                        let mut s = scram
+                            .take()
+                            .ok_or_else(|| self.protocol_error("unexpected SASL final"))?;
+                        s.finish(data)
+                            .map_err(|e| self.protocol_error(&format!("SCRAM: {e}")))?;
+                    }
                 }
                 other => {
                     return Err(

@@ -17,8 +17,13 @@ pub struct NodePool {
     pub addr: NodeAddr,
     creds: Arc<Credentials>,
     idle: Mutex<Vec<BackendConn>>,
+    /// Connections in use at once; shared by the pools of every role on one node
+    /// and serving thread.
     slots: Arc<Semaphore>,
     application_name: String,
+    /// A pool of one connection that must not be replaced (a session's own
+    /// coordinator-node connection, see `NodePool::single`).
+    single: bool,
 }
 
 /// A connection taken from a pool; it goes back when dropped if it is reusable.
@@ -74,16 +79,57 @@ impl NodePool {
         size: usize,
         application_name: String,
     ) -> Arc<NodePool> {
+        NodePool::sharing(addr, creds, Arc::new(Semaphore::new(size.max(1))), application_name)
+    }
+
+    fn sharing(
+        addr: NodeAddr,
+        creds: Arc<Credentials>,
+        slots: Arc<Semaphore>,
+        application_name: String,
+    ) -> Arc<NodePool> {
         Arc::new(NodePool {
             addr,
             creds,
             idle: Mutex::new(Vec::new()),
-            slots: Arc::new(Semaphore::new(size.max(1))),
+            slots,
             application_name,
+            single: false,
+        })
+    }
+
+    /// A pool holding just `conn`, never replaced once lost: the connection a client
+    /// session owns for its whole life (its temporary tables, locks, LISTENs and
+    /// settings live there, as on its own PostgreSQL backend). Taking it while it is
+    /// taken is a bug (XX000), not a wait.
+    pub fn single(conn: BackendConn, creds: Arc<Credentials>) -> Arc<NodePool> {
+        Arc::new(NodePool {
+            addr: conn.addr.clone(),
+            creds,
+            idle: Mutex::new(vec![conn]),
+            slots: Arc::new(Semaphore::new(1)),
+            application_name: String::new(),
+            single: true,
         })
     }
 
     pub async fn acquire(self: &Arc<Self>) -> PgResult<PooledConn> {
+        if self.single {
+            let permit = self.slots.clone().try_acquire_owned().map_err(|_| {
+                PgError::internal("the session's own coordinator connection is already in use")
+            })?;
+            let conn = self.idle.lock().unwrap().pop().ok_or_else(|| {
+                PgError::fatal(
+                    sqlstate::ADMIN_SHUTDOWN,
+                    "terminating connection because its coordinator node backend is gone",
+                )
+            })?;
+            return Ok(PooledConn {
+                conn: Some(conn),
+                pool: self.clone(),
+                permit: Some(permit),
+            });
+        }
         // A free slot is the common case: take it without arming a timer.
         let permit = match self.slots.clone().try_acquire_owned() {
             Ok(p) => p,
@@ -113,6 +159,11 @@ impl NodePool {
         })
     }
 
+    /// A `single` pool whose connection was lost (closed as broken, not taken).
+    pub fn is_lost(&self) -> bool {
+        self.single && self.slots.available_permits() == 1 && self.idle.lock().unwrap().is_empty()
+    }
+
     pub fn idle_count(&self) -> usize {
         self.idle.lock().unwrap().len()
     }
@@ -138,7 +189,11 @@ pub struct Pools {
     /// configured size per node.
     share_size: usize,
     application_name: String,
-    pools: Mutex<HashMap<(NodeAddr, usize), Arc<NodePool>>>,
+    /// Per (node, runtime, credentials' fingerprint): each role has its own idle
+    /// connections, logged in as that role.
+    pools: Mutex<HashMap<(NodeAddr, usize, u64), Arc<NodePool>>>,
+    /// Per (node, runtime): the slots all roles' pools share.
+    slots: Mutex<HashMap<(NodeAddr, usize), Arc<Semaphore>>>,
 }
 
 /// The part of `size` connections each of `runtimes` runtimes may open (at least 1).
@@ -158,25 +213,50 @@ impl Pools {
             share_size: share_size(size, runtimes),
             application_name,
             pools: Mutex::new(HashMap::new()),
+            slots: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The pool of `addr` for the runtime running the caller.
+    /// The pool of `addr` for the runtime running the caller, logged in as pgshard's
+    /// own role: catalog work only, never a client's statement.
     pub fn node(&self, addr: &NodeAddr) -> Arc<NodePool> {
+        let creds = self.creds.clone();
+        self.node_as(addr, &creds)
+    }
+
+    /// The pool of `addr` for the runtime running the caller whose connections log
+    /// in with `creds` (a client's role).
+    pub fn node_as(&self, addr: &NodeAddr, creds: &Arc<Credentials>) -> Arc<NodePool> {
         let runtime = RUNTIME_INDEX.with(|c| c.get());
+        let who = creds.fingerprint();
         let mut pools = self.pools.lock().unwrap();
         // Look up by reference first: no key clone on the hot path.
-        if let Some((_, p)) = pools.iter().find(|((a, r), _)| *r == runtime && a == addr) {
+        if let Some((_, p)) = pools
+            .iter()
+            .find(|((a, r, w), _)| *r == runtime && *w == who && a == addr)
+        {
             return p.clone();
         }
-        let p = NodePool::new(
+        let slots = self
+            .slots
+            .lock()
+            .unwrap()
+            .entry((addr.clone(), runtime))
+            .or_insert_with(|| Arc::new(Semaphore::new(self.share_size.max(1))))
+            .clone();
+        let p = NodePool::sharing(
             addr.clone(),
-            self.creds.clone(),
-            self.share_size,
+            creds.clone(),
+            slots,
             self.application_name.clone(),
         );
-        pools.insert((addr.clone(), runtime), p.clone());
+        pools.insert((addr.clone(), runtime, who), p.clone());
         p
+    }
+
+    /// The application_name of pgshard's node connections.
+    pub fn application_name(&self) -> &str {
+        &self.application_name
     }
 
     pub fn credentials(&self) -> &Credentials {

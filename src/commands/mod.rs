@@ -14,11 +14,13 @@
 //!   `maintain_shards` for the executor
 //! - `recover_prepared_transactions`: `crate::transaction::recovery`
 //! - `twopc`: two-phase commit of control-plane work anchored in the coordinator node
+//! - `role_sync`: a role copied from the coordinator node to another node
 
 pub mod ddl;
 pub mod distribute;
 pub mod nodes;
 pub mod reference;
+pub mod role_sync;
 pub mod shards;
 pub mod twopc;
 

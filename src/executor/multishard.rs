@@ -312,9 +312,9 @@ impl Session {
     /// A pooled connection to `addr` carrying this session's settings (outside the
     /// session's own transaction: pgshard's private work there).
     pub(crate) async fn private_conn(&self, addr: &NodeAddr) -> PgResult<PooledConn> {
-        let mut conn = self.shared.pools.node(addr).acquire().await?;
+        let mut conn = self.pooled_client_conn(addr).await?;
         if conn.settings_fingerprint != self.settings_fp {
-            conn.simple(&super::settings_replay_sql(&self.settings, &[]))
+            conn.simple(&super::settings_replay_sql(&self.creds, &self.settings, &[]))
                 .await?;
             conn.settings_fingerprint = self.settings_fp;
         }

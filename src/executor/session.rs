@@ -13,7 +13,7 @@ use super::combine;
 mod multishard;
 use super::shared::{CancelTargets, FunctionKind, PipelinedBatch, RunningBackends, Shared};
 use super::statements::{backend_name, is_backend_name, MAX_PREPARED_PER_CONNECTION};
-use crate::backend::{NodeAddr, PooledConn};
+use crate::backend::{BackendConn, Credentials, NodeAddr, NodePool, PooledConn};
 use crate::catalog::{Catalog, ShardId, ShardInterval};
 use crate::commands::{self, CitusSettings};
 use crate::error::{sqlstate, PgError, PgResult};
@@ -49,6 +49,9 @@ mod pipelined;
 mod settings;
 /// INSERT ... SELECT into distributed tables through the coordinator node.
 mod via_coordinator;
+/// Who the session is on the nodes: its role's connections, its own coordinator-node
+/// connection.
+pub mod identity;
 use settings::{begin_sequence, settings_replay_sql, CitusLocal, Savepoint, SettingsSnapshot};
 /// Citus's default `citus.max_intermediate_result_size`: 1 GB.
 const DEFAULT_MAX_INTERMEDIATE_KB: i64 = 1024 * 1024;
@@ -126,6 +129,14 @@ struct Held {
 
 pub struct Session {
     shared: Arc<Shared>,
+    /// Who the client is on every node: its node connections log in as its role.
+    creds: Arc<Credentials>,
+    /// The client's own coordinator-node connection, for its whole life
+    /// (`identity.rs`): its local statements, temporary tables, locks, LISTENs.
+    home: Arc<NodePool>,
+    /// The client ran LISTEN: while it is idle, its own backend's notifications are
+    /// passed on as they come (`identity.rs`).
+    listening: bool,
     client: ClientWrite,
     pub reader: ClientReader,
     pub out: BytesMut,
@@ -205,6 +216,7 @@ fn fingerprint(settings: &[String]) -> u64 {
 impl Session {
     pub fn new(
         shared: Arc<Shared>,
+        identity: identity::ClientIdentity,
         client: ClientWrite,
         reader: ClientReader,
         startup: &[(String, String)],
@@ -220,6 +232,9 @@ impl Session {
         let cfg = shared.cfg.clone();
         Session {
             shared,
+            creds: identity.creds,
+            home: identity.home,
+            listening: false,
             client,
             reader,
             out: BytesMut::with_capacity(16 * 1024),
@@ -409,7 +424,7 @@ impl Session {
         let idx = match self.held_index(addr) {
             Some(i) => i,
             None => {
-                let conn = self.shared.pools.node(addr).acquire().await?;
+                let conn = self.client_conn(addr).await?;
                 self.running.lock().unwrap().push((
                     conn.addr.clone(),
                     conn.process_id,
@@ -437,7 +452,7 @@ impl Session {
                 } else {
                     &[]
                 };
-                let sql = settings_replay_sql(&self.settings, locals);
+                let sql = settings_replay_sql(&self.creds, &self.settings, locals);
                 msg::write_query(&mut h.conn.wbuf, &sql);
                 h.conn.settings_fingerprint = fp;
                 h.dirty = true;
@@ -732,7 +747,9 @@ impl Session {
         planner::plan(stmt, catalog, &commands::is_utility_function)
     }
 
-    /// Describes a statement on the coordinator node (its shell tables make this exact).
+    /// Describes a statement on the coordinator node (its shell tables make this exact),
+    /// on the client's own connection there: inside its block, it sees the block's
+    /// uncommitted DDL, as PostgreSQL's Parse would.
     async fn describe_on_coordinator(
         &mut self,
         sql: &str,
@@ -740,37 +757,17 @@ impl Session {
     ) -> PgResult<StatementMeta> {
         let id = self.shared.statements.id(sql, types);
         let coord = self.shared.coordinator.clone();
-        let mut conn = self.private_conn(&coord).await?;
-        let name = backend_name(id);
-        let prepared_here = conn.prepared.contains(&id);
-        if !prepared_here {
-            msg::write_parse(&mut conn.wbuf, &name, sql, types);
+        if let Some(i) = self.held_index(&coord) {
+            self.drain_all().await?;
+            return describe_on(&mut self.held[i].conn, id, sql, types).await;
         }
-        msg::write_describe(&mut conn.wbuf, b'S', &name);
-        msg::write_sync(&mut conn.wbuf);
-        conn.flush().await?;
-        let mut meta = StatementMeta {
-            param_types: Vec::new(),
-            fields: None,
-        };
-        let mut err = None;
-        loop {
-            let f = conn.read().await?;
-            match f.tag {
-                b'1' => {
-                    conn.prepared.insert(id);
-                }
-                b't' => meta.param_types = msg::decode_parameter_description(&f.body)?,
-                b'T' => meta.fields = Some(msg::decode_row_description(&f.body)?),
-                b'E' => err = Some(PgError::from_server_fields(f.body)),
-                b'Z' => break,
-                _ => {}
-            }
+        let mut conn = self.home.acquire().await?;
+        if conn.settings_fingerprint != self.settings_fp {
+            conn.simple(&settings_replay_sql(&self.creds, &self.settings, &[]))
+                .await?;
+            conn.settings_fingerprint = self.settings_fp;
         }
-        match err {
-            Some(e) => Err(e),
-            None => Ok(meta),
-        }
+        describe_on(&mut conn, id, sql, types).await
     }
 
     fn meta_without_backend(plan: &Plan, declared: &[u32]) -> StatementMeta {
@@ -831,6 +828,7 @@ impl Session {
             ));
         }
         let stmt = stmts.remove(0);
+        self.note_listen(&stmt);
         let catalog = self.shared.catalog.snapshot();
         let plan = self.plan_statement(&stmt, &catalog)?;
         if self.txn == TxnState::Failed && !plan.ends_failed_block() {
@@ -1239,6 +1237,7 @@ impl Session {
         };
         let mut plans = Vec::with_capacity(stmts.len());
         for s in &stmts {
+            self.note_listen(s);
             match self.plan_statement(s, &catalog) {
                 Ok(p) => plans.push(p),
                 Err(e) => {
@@ -2162,6 +2161,45 @@ impl Session {
         }
         self.held.clear();
         self.running.lock().unwrap().clear();
+    }
+}
+
+/// Parse (once per connection) and Describe of backend statement `id` on `conn`,
+/// ended with Sync.
+async fn describe_on(
+    conn: &mut BackendConn,
+    id: u64,
+    sql: &str,
+    types: &[u32],
+) -> PgResult<StatementMeta> {
+    let name = backend_name(id);
+    if !conn.prepared.contains(&id) {
+        msg::write_parse(&mut conn.wbuf, &name, sql, types);
+    }
+    msg::write_describe(&mut conn.wbuf, b'S', &name);
+    msg::write_sync(&mut conn.wbuf);
+    conn.flush().await?;
+    let mut meta = StatementMeta {
+        param_types: Vec::new(),
+        fields: None,
+    };
+    let mut err = None;
+    loop {
+        let f = conn.read().await?;
+        match f.tag {
+            b'1' => {
+                conn.prepared.insert(id);
+            }
+            b't' => meta.param_types = msg::decode_parameter_description(&f.body)?,
+            b'T' => meta.fields = Some(msg::decode_row_description(&f.body)?),
+            b'E' => err = Some(PgError::from_server_fields(f.body)),
+            b'Z' => break,
+            _ => {}
+        }
+    }
+    match err {
+        Some(e) => Err(e),
+        None => Ok(meta),
     }
 }
 

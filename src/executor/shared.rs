@@ -57,11 +57,7 @@ impl Shared {
         cfg: Arc<Config>,
         catalog: Arc<CatalogCache>,
     ) -> Result<Arc<Shared>, crate::error::PgError> {
-        let creds = Credentials {
-            user: cfg.user.clone(),
-            password: cfg.password.clone(),
-            database: cfg.database.clone(),
-        };
+        let creds = Credentials::with_password(&cfg.user, &cfg.password, &cfg.database);
         let instance_id = crate::transaction::instance_id().to_string();
         let pools = Pools::new(
             creds,

@@ -34,6 +34,7 @@
 //! `SCRAM-SHA-256-PLUS` exist, `y` must be refused on TLS connections (downgrade attack),
 //! as PostgreSQL does.
 
+use crate::backend::scram_keys::ClientKeys;
 use std::fmt;
 use std::sync::OnceLock;
 
@@ -281,6 +282,8 @@ pub struct ScramServer {
     verifier: ScramVerifier,
     server_nonce: String,
     state: State,
+    /// The client's ClientKey, once its proof verified (see [`Self::client_keys`]).
+    client_key: Option<[u8; KEY_LEN]>,
 }
 
 impl ScramServer {
@@ -299,6 +302,7 @@ impl ScramServer {
             verifier,
             server_nonce,
             state: State::AwaitClientFirst,
+            client_key: None,
         }
     }
 
@@ -408,10 +412,26 @@ impl ScramServer {
             return Err(AuthError::WrongPassword);
         }
 
+        self.client_key = Some(client_key);
         let server_signature = hmac(&self.verifier.server_key, &[&auth_message]);
         let mut server_final = b"v=".to_vec();
         server_final.extend_from_slice(BASE64.encode(server_signature).as_bytes());
         Ok(server_final)
+    }
+}
+
+impl ScramServer {
+    /// After a successful exchange: the client's ClientKey with the verifier, which let
+    /// pgshard log into the nodes as this client (`backend::scram_keys`).
+    pub fn client_keys(&self) -> Option<ClientKeys> {
+        let client_key = self.client_key?;
+        Some(ClientKeys {
+            client_key,
+            stored_key: self.verifier.stored_key,
+            server_key: self.verifier.server_key,
+            salt: self.verifier.salt.clone(),
+            iterations: self.verifier.iterations,
+        })
     }
 }
 

@@ -11,6 +11,10 @@ use crate::catalog::cache::CatalogCache;
 use crate::config::{AuthMethod, Config};
 use crate::error::{sqlstate, PgError, PgResult};
 use crate::executor::shared::CancelTargets;
+use crate::backend::conn::Secret;
+use crate::backend::scram_keys::ClientKeys;
+use crate::backend::Credentials;
+use crate::executor::session::identity::open_home;
 use crate::executor::{Session, Shared};
 use crate::sql::quote::quote_literal;
 use bytes::BytesMut;
@@ -415,11 +419,29 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
         .await;
     }
     let mut out = BytesMut::new();
-    if shared.cfg.auth == AuthMethod::ScramSha256 {
-        if let Err(e) = authenticate(&shared, &user, &mut reader, &mut wr).await {
-            return fatal(&mut wr, e).await;
+    let secret = if shared.cfg.auth == AuthMethod::ScramSha256 {
+        match authenticate(&shared, &user, &mut reader, &mut wr).await {
+            Ok(keys) => Secret::ScramKeys(keys),
+            Err(e) => return fatal(&mut wr, e).await,
         }
-    }
+    } else {
+        Secret::TrustedAs {
+            own_user: shared.cfg.user.clone(),
+            password: shared.cfg.password.clone(),
+        }
+    };
+    let creds = Arc::new(Credentials {
+        user: user.clone(),
+        database: database.clone(),
+        secret,
+    });
+    // The client's own backend on the coordinator node, as the client: its pid and
+    // key are the client's BackendKeyData, its reports the client's.
+    let application_name = get("application_name").unwrap_or_default();
+    let (identity, home) = match open_home(&shared, creds, &application_name).await {
+        Ok(x) => x,
+        Err(e) => return fatal(&mut wr, e).await,
+    };
     msg::write_auth_ok(&mut out);
     for (k, v) in &shared.server_params {
         let client_value = get(k).filter(|_| {
@@ -430,22 +452,20 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
         });
         msg::write_parameter_status(&mut out, k, client_value.as_deref().unwrap_or(v));
     }
-    msg::write_parameter_status(
-        &mut out,
-        "application_name",
-        &get("application_name").unwrap_or_default(),
-    );
-    msg::write_parameter_status(&mut out, "session_authorization", &user);
-    msg::write_parameter_status(&mut out, "is_superuser", "on");
-    let (pid, key) = loop {
-        let pid = (rand::random::<u32>() >> 1) as i32;
-        let key = rand::random::<i32>();
-        let mut keys = shared.cancel_keys.lock().unwrap();
-        if !keys.contains_key(&(pid, key)) {
-            keys.insert((pid, key), CancelTargets::default());
-            break (pid, key);
+    for (k, v) in &home.parameters {
+        if matches!(
+            k.as_str(),
+            "application_name" | "session_authorization" | "is_superuser"
+        ) {
+            msg::write_parameter_status(&mut out, k, v);
         }
-    };
+    }
+    let (pid, key) = (home.process_id, home.secret_key);
+    shared
+        .cancel_keys
+        .lock()
+        .unwrap()
+        .insert((pid, key), CancelTargets::default());
     // BackendKeyData and ReadyForQuery follow the statuses of `options` settings.
     let mut ready = BytesMut::new();
     msg::write_backend_key_data(&mut ready, pid, key);
@@ -457,7 +477,7 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
         .get(&(pid, key))
         .cloned()
         .unwrap();
-    let mut session = Session::new(shared.clone(), wr, reader, &params, targets);
+    let mut session = Session::new(shared.clone(), identity, wr, reader, &params, targets);
     // PostgreSQL applies `options` after authentication and fails the connection on a
     // bad one, before ReadyForQuery.
     let options = get("options").unwrap_or_default();
@@ -499,7 +519,18 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
 
 async fn client_loop(session: &mut Session) -> PgResult<()> {
     loop {
-        let frame = match session.reader.frame().await {
+        if session.home_lost() {
+            // Its own backend on the coordinator node is gone (pg_terminate_backend,
+            // a crash): the client's connection ends, as PostgreSQL's would.
+            let e = PgError::fatal(
+                sqlstate::ADMIN_SHUTDOWN,
+                "terminating connection because its backend on the coordinator node ended",
+            );
+            msg::write_error(&mut session.out, &e);
+            let _ = session.flush_client().await;
+            return Err(e);
+        }
+        let frame = match session.next_client_frame().await {
             Ok(Some(f)) => f,
             Ok(None) => return Ok(()),
             Err(e) => {
@@ -558,12 +589,14 @@ async fn stored_password(shared: &Shared, sql: &str) -> PgResult<Option<String>>
     Ok(conn.simple_column(sql).await?.into_iter().next())
 }
 
+/// SCRAM-SHA-256 against the role's verifier on the coordinator node; on success,
+/// the keys that let pgshard log into the nodes as this client.
 async fn authenticate(
     shared: &Shared,
     user: &str,
     reader: &mut ClientReader,
     wr: &mut ClientWrite,
-) -> PgResult<()> {
+) -> PgResult<ClientKeys> {
     let failed = || {
         PgError::fatal(
             sqlstate::INVALID_PASSWORD,
@@ -593,7 +626,10 @@ async fn authenticate(
     let f = sasl_response(reader, failed).await?;
     let server_final = server.client_final(&f.body).map_err(map)?;
     msg::write_auth(&mut out, &auth::sasl_final_body(&server_final));
-    send(wr, &mut out).await
+    send(wr, &mut out).await?;
+    server
+        .client_keys()
+        .ok_or_else(|| PgError::internal("SCRAM keys missing after a successful exchange"))
 }
 
 /// The client's next SASL message ('p').

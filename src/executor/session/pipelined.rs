@@ -137,12 +137,13 @@ impl Session {
     /// The thread's pipelined connection to `addr` for this session's settings, opened
     /// if there is none yet; None if it cannot take batches now.
     async fn mux_for(&mut self, addr: &NodeAddr) -> Option<Arc<Mux>> {
-        match mux::lookup(addr, self.settings_fp) {
+        let key = self.mux_key();
+        match mux::lookup(addr, key) {
             Lookup::Ready(m) => Some(m),
             Lookup::Unavailable => None,
             Lookup::Open => {
                 let m = self.open_mux(addr).await;
-                mux::opened(addr, self.settings_fp, m.clone());
+                mux::opened(addr, key, m.clone());
                 m
             }
         }

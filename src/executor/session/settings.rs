@@ -46,11 +46,17 @@ pub(super) struct Savepoint {
     settings: Option<Box<SettingsSnapshot>>,
 }
 
-/// The SQL that brings a node connection to the session's settings: reset, replay
-/// the session's SETs, and, on a connection inside the block, the block's SET LOCALs
+/// The SQL that brings a node connection to the session's settings: reset (the role
+/// too: RESET ALL keeps `SET ROLE` and `SET SESSION AUTHORIZATION`), replay the
+/// session's SETs, and, on a connection inside the block, the block's SET LOCALs
 /// (RESET ALL undoes those too).
-pub(super) fn settings_replay_sql(settings: &[String], locals: &[(String, String)]) -> String {
-    let mut sql = String::from("RESET ALL;");
+pub(super) fn settings_replay_sql(
+    creds: &Credentials,
+    settings: &[String],
+    locals: &[(String, String)],
+) -> String {
+    let mut sql = identity::reset_identity_sql(creds);
+    sql.push_str("RESET ALL;");
     for x in settings.iter().chain(locals.iter().map(|(_, text)| text)) {
         sql.push_str(x);
         sql.push(';');
@@ -276,8 +282,15 @@ impl Session {
     fn record_setting(&mut self, stmt: &Statement, variable: Option<&str>) {
         match variable {
             None => {
-                // Back to the session's defaults: those of its startup packet.
+                // Back to the session's defaults: those of its startup packet. RESET
+                // ALL leaves the role and session authorization as they are.
+                let identity: Vec<String> = self.settings[self.startup_settings..]
+                    .iter()
+                    .filter(|text| identity::is_identity_setting(text))
+                    .cloned()
+                    .collect();
                 self.settings.truncate(self.startup_settings);
+                self.settings.extend(identity);
                 self.local_settings.clear();
                 self.reset_citus_to_startup();
                 self.citus_local = None;
@@ -332,18 +345,19 @@ mod tests {
 
     #[test]
     fn replay_resets_then_sets_the_session_then_the_block() {
+        let creds = Credentials::with_password("u", "p", "db");
         let settings = vec!["SET datestyle TO 'German'".to_string()];
         assert_eq!(
-            settings_replay_sql(&settings, &[]),
-            "RESET ALL;SET datestyle TO 'German';"
+            settings_replay_sql(&creds, &settings, &[]),
+            "RESET SESSION AUTHORIZATION;RESET ROLE;RESET ALL;SET datestyle TO 'German';"
         );
         let locals = vec![(
             "search_path".to_string(),
             "SET LOCAL search_path = a".to_string(),
         )];
         assert_eq!(
-            settings_replay_sql(&settings, &locals),
-            "RESET ALL;SET datestyle TO 'German';SET LOCAL search_path = a;"
+            settings_replay_sql(&creds, &settings, &locals),
+            "RESET SESSION AUTHORIZATION;RESET ROLE;RESET ALL;SET datestyle TO 'German';SET LOCAL search_path = a;"
         );
     }
 

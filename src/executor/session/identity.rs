@@ -1,0 +1,224 @@
+//! Who a session is on the nodes. Every node connection a client's statements use
+//! logs in as the client's own role (SCRAM pass-through, `backend::scram_keys`), so
+//! each node checks privileges, row-level security and `current_user` exactly as
+//! for that client; pgshard's own superuser connections serve only catalog work.
+//!
+//! - The session's *home* connection: one coordinator-node connection the client
+//!   owns from login to logout, opened at login (its pid and secret key are the
+//!   client's BackendKeyData). Everything the client runs on the coordinator node
+//!   goes there: local tables, temporary tables, advisory locks, LISTEN, SQL-level
+//!   PREPARE, `set_config`, Describe of its statements, inside its blocks too. So no
+//!   other client ever sees that state, as with one PostgreSQL backend per client.
+//!   If that backend goes away (`pg_terminate_backend`), the session ends.
+//! - Worker connections (and pgshard's private coordinator connections for combine
+//!   steps) come from per-role pools: only sessions of the same role share them,
+//!   and each is brought to the session's settings, role included, before use.
+//! - A worker that does not know the role's verifier yet (a role created before it
+//!   was added, or a password changed directly on the coordinator node) refuses the
+//!   login; the role is then copied from the coordinator node
+//!   (`commands::role_sync`) and the login tried once more.
+
+use super::*;
+use crate::backend::conn::Secret;
+use crate::backend::BackendConn;
+
+/// A client's credentials and its own coordinator-node connection.
+pub struct ClientIdentity {
+    pub creds: Arc<Credentials>,
+    pub home: Arc<NodePool>,
+}
+
+/// What the client's login reports: its BackendKeyData and the ParameterStatus
+/// values of its own backend.
+pub struct HomeBackend {
+    pub process_id: i32,
+    pub secret_key: i32,
+    pub parameters: Vec<(String, String)>,
+}
+
+/// Opens the client's own coordinator-node connection, as the client, with its
+/// `application_name`.
+pub async fn open_home(
+    shared: &Shared,
+    creds: Arc<Credentials>,
+    application_name: &str,
+) -> PgResult<(ClientIdentity, HomeBackend)> {
+    let conn = BackendConn::connect(&shared.coordinator, &creds, application_name)
+        .await
+        .map_err(|mut e| {
+            // The node's own words (permission denied for database, too many
+            // connections...) are the client's: without pgshard's node suffix.
+            if let Some(at) = e.message.rfind(" (node ") {
+                e.message.truncate(at);
+            }
+            e
+        })?;
+    let home = HomeBackend {
+        process_id: conn.process_id,
+        secret_key: conn.secret_key,
+        parameters: conn.parameters.clone(),
+    };
+    let home_pool = NodePool::single(conn, creds.clone());
+    Ok((
+        ClientIdentity {
+            creds,
+            home: home_pool,
+        },
+        home,
+    ))
+}
+
+/// Resets a node connection's role to its login role (RESET ALL leaves `SET ROLE`
+/// and `SET SESSION AUTHORIZATION` alone). A connection of a trusted client is
+/// logged in as pgshard and switched to the client's role.
+pub(super) fn reset_identity_sql(creds: &Credentials) -> String {
+    match creds.secret {
+        Secret::TrustedAs { .. } => {
+            format!("SET SESSION AUTHORIZATION {};RESET ROLE;", quote_ident(&creds.user))
+        }
+        _ => "RESET SESSION AUTHORIZATION;RESET ROLE;".to_string(),
+    }
+}
+
+/// Whether a recorded SET statement sets the role or the session authorization
+/// (kept by RESET ALL, as in PostgreSQL).
+pub(super) fn is_identity_setting(text: &str) -> bool {
+    use pg_query::NodeEnum;
+    let Ok(tree) = pg_query::parse(text, 0) else {
+        return false;
+    };
+    tree.protobuf.stmts.iter().any(|s| {
+        matches!(
+            s.stmt.as_ref().and_then(|n| n.node.as_ref()),
+            Some(NodeEnum::VariableSetStmt(v))
+                if v.name.eq_ignore_ascii_case("role")
+                    || v.name.eq_ignore_ascii_case("session_authorization")
+        )
+    })
+}
+
+/// Whether a node's refusal of a login means it does not know the role as the
+/// coordinator node does (missing, another verifier, no LOGIN).
+fn is_role_mismatch(e: &PgError) -> bool {
+    e.code == sqlstate::INVALID_PASSWORD || e.code == sqlstate::INVALID_AUTHORIZATION
+}
+
+impl Session {
+    /// A connection to `addr` for the client's statements: its home connection on
+    /// the coordinator node, a pooled connection of its role elsewhere.
+    pub(super) async fn client_conn(&self, addr: &NodeAddr) -> PgResult<PooledConn> {
+        if *addr == self.shared.coordinator {
+            return self.home.acquire().await;
+        }
+        self.pooled_client_conn(addr).await
+    }
+
+    /// A pooled connection to `addr` logged in as the client's role (never its home
+    /// connection): for work of the session's own beside its statements (combine
+    /// steps, pipelined reads).
+    pub(super) async fn pooled_client_conn(&self, addr: &NodeAddr) -> PgResult<PooledConn> {
+        let pool = self.shared.pools.node_as(addr, &self.creds);
+        match pool.acquire().await {
+            Err(e) if is_role_mismatch(&e) && !matches!(self.creds.secret, Secret::TrustedAs { .. }) => {
+                commands::role_sync::sync_role(&self.shared.cfg, addr, &self.creds.user)
+                    .await
+                    .map_err(|sync| {
+                        tracing::warn!(
+                            "node {addr} refused role {}: copying it from the coordinator node failed: {sync}",
+                            self.creds.user
+                        );
+                        e
+                    })?;
+                pool.acquire().await
+            }
+            r => r,
+        }
+    }
+
+    /// Notes a LISTEN: from then on the idle session watches its own backend.
+    pub(super) fn note_listen(&mut self, stmt: &Statement) {
+        if matches!(stmt.node, Some(pg_query::NodeEnum::ListenStmt(_))) {
+            self.listening = true;
+        }
+    }
+
+    /// Whether the client's own coordinator-node backend is gone (terminated,
+    /// crashed): the session cannot go on, as with PostgreSQL.
+    pub fn home_lost(&self) -> bool {
+        self.home.is_lost()
+    }
+
+    /// The client's next message. Meanwhile, if the client LISTENs and no block
+    /// holds its backend, what that backend sends on its own (notifications,
+    /// notices, parameter changes) goes to the client at once, as PostgreSQL sends
+    /// them to an idle client.
+    pub async fn next_client_frame(&mut self) -> PgResult<Option<Frame>> {
+        let coord = self.shared.coordinator.clone();
+        if !self.listening || self.held_index(&coord).is_some() {
+            return self.reader.frame().await;
+        }
+        let mut conn = self.home.acquire().await?;
+        loop {
+            tokio::select! {
+                biased;
+                f = self.reader.frame() => return f,
+                m = conn.read() => {
+                    let m = m?;
+                    match m.tag {
+                        b'A' | b'N' | b'S' => {
+                            msg::write_raw(&mut self.out, m.tag, &m.body);
+                            self.flush_client().await?;
+                        }
+                        b'E' => {
+                            // The backend ends the connection (FATAL): so does the session.
+                            conn.broken = true;
+                            msg::write_raw(&mut self.out, m.tag, &m.body);
+                            self.flush_client().await?;
+                            return Ok(None);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// The key of the serving thread's pipelined connections this session may use:
+    /// its settings and its role.
+    pub(super) fn mux_key(&self) -> u64 {
+        let who = self.creds.fingerprint();
+        (self.settings_fp ^ who.rotate_left(17)) | 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn role_settings_are_recognised() {
+        assert!(is_identity_setting("SET ROLE app"));
+        assert!(is_identity_setting("set role none"));
+        assert!(is_identity_setting("RESET ROLE"));
+        assert!(is_identity_setting("SET SESSION AUTHORIZATION app"));
+        assert!(is_identity_setting("RESET SESSION AUTHORIZATION"));
+        assert!(!is_identity_setting("SET search_path = app"));
+        assert!(!is_identity_setting("SET datestyle TO 'German'"));
+    }
+
+    #[test]
+    fn trusted_clients_are_switched_back_to_their_role() {
+        let c = Credentials {
+            user: "A b".into(),
+            database: "d".into(),
+            secret: Secret::TrustedAs {
+                own_user: "postgres".into(),
+                password: "x".into(),
+            },
+        };
+        assert_eq!(
+            reset_identity_sql(&c),
+            "SET SESSION AUTHORIZATION \"A b\";RESET ROLE;"
+        );
+    }
+}
