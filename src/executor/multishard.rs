@@ -327,13 +327,20 @@ impl Session {
         conn: &mut PooledConn,
         stage: &CombineStage,
         param_types: &[u32],
+        block_locals: &[(String, String)],
     ) -> PgResult<Vec<PartialColumn>> {
         let shape = crate::planner::aggregate::shape_with_params(&stage.shape, param_types)
             .map_err(|what| {
                 PgError::not_supported(format!("pgshard does not support {what} yet"))
             })?;
+        // The combine runs beside the client's block: its SET LOCALs (a role, a time
+        // zone) apply to the combine query as they do to the block's statements.
+        let locals: String = block_locals
+            .iter()
+            .map(|(_, text)| format!("{text}; "))
+            .collect();
         let sql = format!(
-            "BEGIN; CREATE TEMP TABLE {PARTIALS_TABLE} ON COMMIT DROP AS {} WITH NO DATA; \
+            "BEGIN; {locals}CREATE TEMP TABLE {PARTIALS_TABLE} ON COMMIT DROP AS {} WITH NO DATA; \
              SELECT attname, atttypid, format_type(atttypid, atttypmod) FROM pg_catalog.pg_attribute \
              WHERE attrelid = '{PARTIALS_TABLE}'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
             shape
@@ -405,7 +412,9 @@ impl Session {
         let coord = self.shared.coordinator.clone();
         let mut conn = self.private_conn(&coord).await?;
         let (cols, exprs) = loop {
-            let cols = Self::create_partials_table(&mut conn, stage, params.types).await?;
+            let cols =
+                Self::create_partials_table(&mut conn, stage, params.types, &self.local_settings)
+                    .await?;
             match combine::partial_expressions(&stage.partials, &|name| {
                 cols.iter()
                     .find(|c| c.name == name)
@@ -868,7 +877,7 @@ impl Session {
         // The coordinator's own plan of the combine, over the (empty) temporary table.
         let coord = self.shared.coordinator.clone();
         let mut conn = self.private_conn(&coord).await?;
-        let cols = Self::create_partials_table(&mut conn, stage, &[]).await?;
+        let cols = Self::create_partials_table(&mut conn, stage, &[], &self.local_settings).await?;
         let exprs = combine::partial_expressions(&stage.partials, &|name| {
             cols.iter()
                 .find(|c| c.name == name)
