@@ -329,3 +329,43 @@ async fn statements_in_a_block_see_its_ddl() {
         c.batch_execute("ROLLBACK").await.unwrap();
     }
 }
+
+/// Statements prepared again after DDL see the new columns, on distributed and on
+/// local tables; none of pgshard's own statements show in the client's
+/// `pg_prepared_statements`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_statements_follow_ddl_and_stay_private() {
+    setup().await;
+    let cl = cluster();
+    let c = cl.client().await;
+    c.batch_execute(
+        "DROP TABLE IF EXISTS s_ddl_dist, s_ddl_local; \
+         CREATE TABLE s_ddl_dist (k int PRIMARY KEY, v int); \
+         SELECT create_distributed_table('s_ddl_dist', 'k'); \
+         INSERT INTO s_ddl_dist VALUES (1, 10); \
+         CREATE TABLE s_ddl_local (k int, v int); INSERT INTO s_ddl_local VALUES (1, 10)",
+    )
+    .await
+    .unwrap();
+    for table in ["s_ddl_dist", "s_ddl_local"] {
+        let sql = format!("SELECT * FROM {table} WHERE k = $1");
+        let other = cl.client().await;
+        // Another client keeps the old statement prepared on the pooled connections.
+        assert_eq!(other.query_one(&sql, &[&1i32]).await.unwrap().len(), 2);
+        assert_eq!(c.query_one(&sql, &[&1i32]).await.unwrap().len(), 2, "{table}");
+        c.batch_execute(&format!("ALTER TABLE {table} ADD COLUMN w int DEFAULT 7"))
+            .await
+            .unwrap();
+        for client in [&c, &other] {
+            let row = client.query_one(&sql, &[&1i32]).await.unwrap_or_else(|e| panic!("{table}: {e}"));
+            assert_eq!(row.len(), 3, "{table}");
+            assert_eq!(row.get::<_, i32>(2), 7);
+        }
+    }
+    let own: i64 = c
+        .query_one("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'pgs%'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(own, 0);
+}

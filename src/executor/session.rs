@@ -500,7 +500,7 @@ impl Session {
         let id = match &self.begin_statement {
             Some((text, id)) if *text == self.begin_text => *id,
             _ => {
-                let id = self.shared.statements.id(&self.begin_text, &[]);
+                let id = self.shared.statements.id(&self.begin_text, &[], 0);
                 self.begin_statement = Some((self.begin_text.clone(), id));
                 id
             }
@@ -755,11 +755,10 @@ impl Session {
         sql: &str,
         types: &[u32],
     ) -> PgResult<StatementMeta> {
-        let id = self.shared.statements.id(sql, types);
         let coord = self.shared.coordinator.clone();
         if let Some(i) = self.held_index(&coord) {
             self.drain_all().await?;
-            return describe_on(&mut self.held[i].conn, id, sql, types).await;
+            return describe_on(&mut self.held[i].conn, sql, types).await;
         }
         let mut conn = self.home.acquire().await?;
         if conn.settings_fingerprint != self.settings_fp {
@@ -767,7 +766,7 @@ impl Session {
                 .await?;
             conn.settings_fingerprint = self.settings_fp;
         }
-        describe_on(&mut conn, id, sql, types).await
+        describe_on(&mut conn, sql, types).await
     }
 
     fn meta_without_backend(plan: &Plan, declared: &[u32]) -> StatementMeta {
@@ -912,15 +911,14 @@ impl Session {
             Plan::Local => {
                 let coord = self.shared.coordinator.clone();
                 let write = !is_read_only_local(&stmt.stmt);
-                let id = self.shared.statements.id(&stmt.sql, &stmt.meta.param_types);
-                self.bind_on_backend(&coord, id, &stmt.sql, &stmt.meta.param_types, &bind, write)
+                self.bind_on_backend(&coord, 0, &stmt.sql, &stmt.meta.param_types, &bind, write)
                     .await?;
                 PortalTarget::Backend(coord)
             }
             Plan::Router(r) => {
                 let shard = route_bound(r, &stmt.meta.param_types, &bind, &catalog)?;
                 let addr = placement_addr(&catalog, shard)?;
-                let (id, sql) = self.shard_statement(&stmt, r, shard.shard_id);
+                let (id, sql) = self.shard_statement(&stmt, r, shard.shard_id, catalog.version as u64);
                 self.bind_on_backend(&addr, id, &sql, &stmt.meta.param_types, &bind, !r.read_only)
                     .await?;
                 PortalTarget::Backend(addr)
@@ -937,13 +935,22 @@ impl Session {
         Ok(())
     }
 
-    fn shard_statement(&self, stmt: &Prepared, r: &RouterPlan, shard: ShardId) -> (u64, Arc<str>) {
+    fn shard_statement(
+        &self,
+        stmt: &Prepared,
+        r: &RouterPlan,
+        shard: ShardId,
+        catalog_version: u64,
+    ) -> (u64, Arc<str>) {
         let mut cache = stmt.shard_sql.lock().unwrap();
         if let Some(v) = cache.get(&shard) {
             return v.clone();
         }
         let sql: Arc<str> = r.template.for_shard(shard).into();
-        let id = self.shared.statements.id(&sql, &stmt.meta.param_types);
+        let id = self
+            .shared
+            .statements
+            .id(&sql, &stmt.meta.param_types, catalog_version);
         cache.insert(shard, (id, sql.clone()));
         (id, sql)
     }
@@ -959,15 +966,22 @@ impl Session {
     ) -> PgResult<()> {
         let idx = self.join_with(addr, write, true).await?;
         let h = &mut self.held[idx];
-        if !h.conn.prepared.contains(&id) {
-            msg::write_parse(&mut h.conn.wbuf, &backend_name(id), sql, types);
-            h.conn.prepared.insert(id);
+        // On the client's own coordinator connection the statement is the unnamed
+        // one, parsed at each Bind: nothing of pgshard's shows in the client's
+        // pg_prepared_statements, and a plan never outlives the client's DDL.
+        let own = *addr == self.shared.coordinator;
+        let name = if own { String::new() } else { backend_name(id) };
+        if own || !h.conn.prepared.contains(&id) {
+            msg::write_parse(&mut h.conn.wbuf, &name, sql, types);
+            if !own {
+                h.conn.prepared.insert(id);
+            }
             self.pending.push_back(Expect::ParseSilent(addr.clone()));
         }
         msg::write_bind(
             &mut h.conn.wbuf,
             &bind.portal,
-            &backend_name(id),
+            &name,
             &bind.param_formats,
             &bind.params,
             &bind.result_formats,
@@ -2164,19 +2178,11 @@ impl Session {
     }
 }
 
-/// Parse (once per connection) and Describe of backend statement `id` on `conn`,
-/// ended with Sync.
-async fn describe_on(
-    conn: &mut BackendConn,
-    id: u64,
-    sql: &str,
-    types: &[u32],
-) -> PgResult<StatementMeta> {
-    let name = backend_name(id);
-    if !conn.prepared.contains(&id) {
-        msg::write_parse(&mut conn.wbuf, &name, sql, types);
-    }
-    msg::write_describe(&mut conn.wbuf, b'S', &name);
+/// Parse and Describe of `sql` as the unnamed statement on `conn` (the client's own
+/// connection: nothing of pgshard's stays prepared there), ended with Sync.
+async fn describe_on(conn: &mut BackendConn, sql: &str, types: &[u32]) -> PgResult<StatementMeta> {
+    msg::write_parse(&mut conn.wbuf, "", sql, types);
+    msg::write_describe(&mut conn.wbuf, b'S', "");
     msg::write_sync(&mut conn.wbuf);
     conn.flush().await?;
     let mut meta = StatementMeta {
@@ -2187,9 +2193,6 @@ async fn describe_on(
     loop {
         let f = conn.read().await?;
         match f.tag {
-            b'1' => {
-                conn.prepared.insert(id);
-            }
             b't' => meta.param_types = msg::decode_parameter_description(&f.body)?,
             b'T' => meta.fields = Some(msg::decode_row_description(&f.body)?),
             b'E' => err = Some(PgError::from_server_fields(f.body)),

@@ -13,13 +13,16 @@ pub const MAX_PREPARED_PER_CONNECTION: usize = 2000;
 #[derive(Default)]
 pub struct StatementRegistry {
     next: AtomicU64,
-    ids: Mutex<HashMap<(String, Vec<u32>), u64>>,
+    ids: Mutex<HashMap<(String, Vec<u32>, u64), u64>>,
 }
 
 impl StatementRegistry {
-    pub fn id(&self, sql: &str, types: &[u32]) -> u64 {
+    /// The id of `sql` with parameter `types` prepared for catalog version
+    /// `generation` (0 for statements no DDL can change, such as BEGIN).
+    pub fn id(&self, sql: &str, types: &[u32], generation: u64) -> u64 {
         let mut ids = self.ids.lock().unwrap();
-        if let Some(id) = ids.get(&(sql.to_string(), types.to_vec())) {
+        let key = (sql.to_string(), types.to_vec(), generation);
+        if let Some(id) = ids.get(&key) {
             return *id;
         }
         if ids.len() > 100_000 {
@@ -27,7 +30,7 @@ impl StatementRegistry {
             ids.clear();
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-        ids.insert((sql.to_string(), types.to_vec()), id);
+        ids.insert(key, id);
         id
     }
 }
@@ -58,10 +61,11 @@ mod tests {
     #[test]
     fn same_text_and_types_share_an_id() {
         let r = StatementRegistry::default();
-        let a = r.id("select $1", &[23]);
-        assert_eq!(a, r.id("select $1", &[23]));
-        assert_ne!(a, r.id("select $1", &[20]));
-        assert_ne!(a, r.id("select $2", &[23]));
+        let a = r.id("select $1", &[23], 1);
+        assert_eq!(a, r.id("select $1", &[23], 1));
+        assert_ne!(a, r.id("select $1", &[20], 1));
+        assert_ne!(a, r.id("select $2", &[23], 1));
+        assert_ne!(a, r.id("select $1", &[23], 2));
         assert_eq!(backend_name(7), "pgs_7");
     }
 }

@@ -69,7 +69,7 @@ impl Session {
         let Ok(addr) = placement_addr(&catalog, shard) else {
             return Ok(Some(bind));
         };
-        let (id, sql) = self.shard_statement(&stmt, r, shard.shard_id);
+        let (id, sql) = self.shard_statement(&stmt, r, shard.shard_id, catalog.version as u64);
         let Some(mux) = self.mux_for(&addr).await else {
             return Ok(Some(bind));
         };
