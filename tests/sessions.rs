@@ -369,3 +369,45 @@ async fn prepared_statements_follow_ddl_and_stay_private() {
         .get(0);
     assert_eq!(own, 0);
 }
+
+/// Settings changed by `set_config` (or any function) on the client's own backend
+/// reach the workers too: routed and multi-shard reads format as on one PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_config_reaches_every_node() {
+    setup().await;
+    let cl = cluster();
+    let pg = plain_postgres();
+    let shard = cl.client().await;
+    let plain = pg.client().await;
+    shard
+        .batch_execute(
+            "DROP TABLE IF EXISTS s_tz; CREATE TABLE s_tz (k int PRIMARY KEY, ts timestamptz); \
+             SELECT create_distributed_table('s_tz', 'k')",
+        )
+        .await
+        .unwrap();
+    plain
+        .batch_execute("DROP TABLE IF EXISTS s_tz; CREATE TABLE s_tz (k int PRIMARY KEY, ts timestamptz)")
+        .await
+        .unwrap();
+    let script = [
+        "INSERT INTO s_tz SELECT g, '2026-01-02 03:04:05+00'::timestamptz + g * interval '1 hour' FROM generate_series(1, 6) g",
+        "SELECT set_config('TimeZone', 'Asia/Tokyo', false)",
+        "SELECT ts::text FROM s_tz WHERE k = 1",
+        "SELECT ts::text FROM s_tz",
+        "SELECT set_config('DateStyle', 'SQL, DMY', false)",
+        "SELECT ts::text FROM s_tz WHERE k = 2",
+        "SELECT max(ts)::text FROM s_tz",
+        "BEGIN",
+        "SELECT set_config('TimeZone', 'America/New_York', true)",
+        "SELECT ts::text FROM s_tz WHERE k = 3",
+        "COMMIT",
+        "SELECT ts::text FROM s_tz WHERE k = 3",
+        "SHOW TimeZone",
+    ];
+    for sql in script {
+        let got = outcome(shard.simple_query(sql).await);
+        let want = outcome(plain.simple_query(sql).await);
+        assert_eq!(got, want, "{sql}");
+    }
+}

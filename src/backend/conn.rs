@@ -141,6 +141,10 @@ pub struct BackendConn {
     pub txn_status: u8,
     /// Set when the connection's state is unknown (I/O error, abandoned mid-query).
     pub broken: bool,
+    /// ParameterStatus reports received after startup, kept when Some (a client's
+    /// own coordinator connection: its settings changed by `set_config`, functions or
+    /// a transaction's end follow to the client and the other nodes).
+    pub reports: Option<Vec<(String, String)>>,
 }
 
 impl BackendConn {
@@ -168,6 +172,7 @@ impl BackendConn {
             settings_fingerprint: 0,
             txn_status: b'I',
             broken: false,
+            reports: None,
         };
         let params = [
             ("user", creds.login_user()),
@@ -357,8 +362,19 @@ impl BackendConn {
         loop {
             match decode_frame(&mut self.rbuf, usize::MAX >> 1) {
                 Ok(Some(f)) => {
-                    if f.tag == b'Z' {
-                        self.txn_status = f.body.first().copied().unwrap_or(b'I');
+                    match f.tag {
+                        b'Z' => self.txn_status = f.body.first().copied().unwrap_or(b'I'),
+                        b'S' => {
+                            if let Some(reports) = &mut self.reports {
+                                let mut b: &[u8] = &f.body;
+                                if let (Ok(k), Ok(v)) =
+                                    (messages::read_cstr(&mut b), messages::read_cstr(&mut b))
+                                {
+                                    reports.push((k, v));
+                                }
+                            }
+                        }
+                        _ => {}
                     }
                     return Ok(f);
                 }

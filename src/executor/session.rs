@@ -134,6 +134,9 @@ pub struct Session {
     /// The client's own coordinator-node connection, for its whole life
     /// (`identity.rs`): its local statements, temporary tables, locks, LISTENs.
     home: Arc<NodePool>,
+    /// The values of the followed reported settings as the client's own backend last
+    /// reported them (`identity::absorb_home_reports`).
+    reported: HashMap<String, String>,
     /// The client ran LISTEN: while it is idle, its own backend's notifications are
     /// passed on as they come (`identity.rs`).
     listening: bool,
@@ -235,6 +238,7 @@ impl Session {
             creds: identity.creds,
             home: identity.home,
             listening: false,
+            reported: identity.reported,
             client,
             reader,
             out: BytesMut::with_capacity(16 * 1024),
@@ -670,6 +674,9 @@ impl Session {
             }
             self.fail();
         }
+        if let Some(i) = self.held_index(&self.shared.coordinator) {
+            self.absorb_held_reports(i);
+        }
         if self.txn == TxnState::Idle {
             self.release_all();
         }
@@ -736,6 +743,11 @@ impl Session {
     }
 
     fn release_all(&mut self) {
+        // A transaction's end may change reported settings (SET LOCAL, set_config
+        // with is_local): the other nodes follow the client's own backend.
+        if let Some(i) = self.held_index(&self.shared.coordinator) {
+            self.absorb_held_reports(i);
+        }
         self.held.clear();
         self.running.lock().unwrap().clear();
         self.portals.clear();
@@ -1422,6 +1434,7 @@ impl Session {
             }
         }
         self.held[idx].in_batch = false;
+        self.absorb_held_reports(idx);
         if let Some(e) = err {
             self.fail();
             self.batch_error = sink.is_none();
@@ -2018,6 +2031,13 @@ impl Session {
             self.two_phase_commit(&mut held).await
         };
         self.end_block_settings(commit && result.is_ok(), &mut held);
+        // The block's end changes the client's reported settings back (SET LOCAL,
+        // set_config with is_local): the other nodes follow its own backend.
+        for h in held.iter_mut() {
+            if h.conn.addr == self.shared.coordinator {
+                self.absorb_home_reports(&mut h.conn);
+            }
+        }
         drop(held);
         result
     }

@@ -26,6 +26,8 @@ use crate::backend::BackendConn;
 pub struct ClientIdentity {
     pub creds: Arc<Credentials>,
     pub home: Arc<NodePool>,
+    /// The followed reported settings as the client's backend reported them at login.
+    pub reported: HashMap<String, String>,
 }
 
 /// What the client's login reports: its BackendKeyData and the ParameterStatus
@@ -58,11 +60,19 @@ pub async fn open_home(
         secret_key: conn.secret_key,
         parameters: conn.parameters.clone(),
     };
+    let mut conn = conn;
+    conn.reports = Some(Vec::new());
     let home_pool = NodePool::single(conn, creds.clone());
     Ok((
         ClientIdentity {
             creds,
             home: home_pool,
+            reported: home
+                .parameters
+                .iter()
+                .filter(|(k, _)| FOLLOWED_REPORTS.contains(&k.as_str()))
+                .cloned()
+                .collect(),
         },
         home,
     ))
@@ -96,6 +106,19 @@ pub(super) fn is_identity_setting(text: &str) -> bool {
         )
     })
 }
+
+/// Reported settings that shape what the other nodes send or read (dates, time
+/// zones, encoding, literals) or who runs there: when the client's own backend
+/// reports a change however it was made (`set_config`, a function, a transaction's
+/// end), the session's node connections follow it.
+const FOLLOWED_REPORTS: &[&str] = &[
+    "TimeZone",
+    "DateStyle",
+    "IntervalStyle",
+    "client_encoding",
+    "standard_conforming_strings",
+    "session_authorization",
+];
 
 /// Whether a node's refusal of a login means it does not know the role as the
 /// coordinator node does (missing, another verifier, no LOGIN).
@@ -135,6 +158,67 @@ impl Session {
         }
     }
 
+    /// Reports of the client's own backend: each goes to the client (again, where
+    /// the statement's answer carried it already: harmless), and a changed value of
+    /// a followed setting joins the settings replayed on the session's other node
+    /// connections. True when the settings changed.
+    fn absorb_reports(&mut self, reports: Vec<(String, String)>) -> bool {
+        let mut changed = false;
+        for (name, value) in reports {
+            msg::write_parameter_status(&mut self.out, &name, &value);
+            if !FOLLOWED_REPORTS.contains(&name.as_str())
+                || self.reported.get(&name) == Some(&value)
+            {
+                continue;
+            }
+            let prefix = if name == "session_authorization" {
+                "SET SESSION AUTHORIZATION ".to_string()
+            } else {
+                format!("SET {} TO ", quote_ident(&name))
+            };
+            // One followed entry per setting: a replay's RESET ALL reports too.
+            let start = self.startup_settings;
+            let mut at = 0;
+            self.settings.retain(|text| {
+                at += 1;
+                at <= start || !text.starts_with(&prefix)
+            });
+            self.settings.push(format!("{prefix}{}", quote_literal(&value)));
+            self.reported.insert(name, value);
+            changed = true;
+        }
+        if changed {
+            self.settings_fp = fingerprint(&self.settings);
+        }
+        changed
+    }
+
+    /// `absorb_reports` of the client's own connection `conn` (which has the new
+    /// settings already).
+    pub(super) fn absorb_home_reports(&mut self, conn: &mut BackendConn) {
+        let reports = match conn.reports.as_mut() {
+            Some(r) if !r.is_empty() => std::mem::take(r),
+            _ => return,
+        };
+        if self.absorb_reports(reports) {
+            conn.settings_fingerprint = self.settings_fp;
+        }
+    }
+
+    /// `absorb_home_reports` for held connection `idx`, if it is the client's own.
+    pub(super) fn absorb_held_reports(&mut self, idx: usize) {
+        if self.held[idx].conn.addr != self.shared.coordinator {
+            return;
+        }
+        let reports = match self.held[idx].conn.reports.as_mut() {
+            Some(r) if !r.is_empty() => std::mem::take(r),
+            _ => return,
+        };
+        if self.absorb_reports(reports) {
+            self.held[idx].conn.settings_fingerprint = self.settings_fp;
+        }
+    }
+
     /// Notes a LISTEN: from then on the idle session watches its own backend.
     pub(super) fn note_listen(&mut self, stmt: &Statement) {
         if matches!(stmt.node, Some(pg_query::NodeEnum::ListenStmt(_))) {
@@ -165,7 +249,11 @@ impl Session {
                 m = conn.read() => {
                     let m = m?;
                     match m.tag {
-                        b'A' | b'N' | b'S' => {
+                        b'S' => {
+                            self.absorb_home_reports(&mut conn);
+                            self.flush_client().await?;
+                        }
+                        b'A' | b'N' => {
                             msg::write_raw(&mut self.out, m.tag, &m.body);
                             self.flush_client().await?;
                         }
