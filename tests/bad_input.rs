@@ -16,6 +16,8 @@
 //! table, no table) with 57014 within a few seconds.
 
 mod common;
+#[path = "bad_input/postgres_answers.rs"]
+mod postgres_answers;
 
 use bytes::{Buf, BufMut, BytesMut};
 use common::{cluster, plain_postgres};
