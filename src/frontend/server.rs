@@ -369,6 +369,8 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
     // Startup: SSL/GSS requests are answered 'N' and the client goes on in clear.
     let params = loop {
         let packet = loop {
+            // Read before decoding consumes the packet: how to word a refusal.
+            let major = msg::requested_major(&reader.buf);
             match msg::decode_startup(&mut reader.buf) {
                 Ok(Some(p)) => break p,
                 Ok(None) => {
@@ -381,7 +383,7 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
                     tracing::warn!(client = %peer(&wr), "refused startup packet: {}", e.message);
                     let mut out = BytesMut::new();
                     let e = PgError { severity: "FATAL", raw: None, ..e };
-                    msg::write_startup_error(&mut out, &e, msg::requested_major(&reader.buf));
+                    msg::write_startup_error(&mut out, &e, major);
                     let _ = send(&mut wr, &mut out).await;
                     return Err(e);
                 }
