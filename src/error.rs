@@ -47,6 +47,7 @@ pub mod sqlstate {
     pub const WRONG_OBJECT_TYPE: &str = "42809";
     pub const DUPLICATE_OBJECT: &str = "42710";
     pub const DATATYPE_MISMATCH: &str = "42804";
+    pub const NONSTANDARD_USE_OF_ESCAPE_CHARACTER: &str = "22P06";
 }
 
 impl PgError {

@@ -16,6 +16,10 @@
 //! table, no table) with 57014 within a few seconds.
 
 mod common;
+#[path = "bad_input/postgres_answers.rs"]
+mod postgres_answers;
+#[path = "bad_input/startup.rs"]
+mod startup;
 
 use bytes::{Buf, BufMut, BytesMut};
 use common::{cluster, plain_postgres};
@@ -354,18 +358,6 @@ async fn startup_unterminated_parameter() {
         );
         server_still_up().await;
     }
-}
-
-#[tokio::test]
-async fn unsupported_protocol_version() {
-    let mut r = Raw::open().await;
-    let mut b = Vec::new();
-    b.put_i32(2 << 16); // protocol 2.0
-    b.extend_from_slice(b"user\0postgres\0\0");
-    r.send(&startup_packet(&b)).await;
-    let msgs = r.until_closed().await;
-    assert_one_error(&msgs, "08P01", "protocol 2.0");
-    server_still_up().await;
 }
 
 #[tokio::test]

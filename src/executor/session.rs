@@ -37,6 +37,8 @@ use tokio::io::AsyncWriteExt;
 
 /// COPY into/out of distributed tables and multi-row INSERTs across shards.
 mod bulk;
+/// A client's query text into statements: string settings, PostgreSQL's parse errors.
+mod client_text;
 /// DECLARE CURSOR over distributed tables.
 mod cursor;
 /// DDL on distributed tables inside a transaction block.
@@ -231,6 +233,11 @@ impl Session {
                 continue;
             }
             settings.push(format!("SET {} TO {}", quote_ident(k), quote_literal(v)));
+        }
+        // The node connections' own application_name is pgshard's: a client that gave
+        // none has an empty one, as on PostgreSQL.
+        if !startup.iter().any(|(k, _)| k == "application_name") {
+            settings.push("SET application_name TO ''".to_string());
         }
         let cfg = shared.cfg.clone();
         Session {
@@ -756,7 +763,8 @@ impl Session {
     // ---- planning --------------------------------------------------------
 
     fn plan_statement(&self, stmt: &Statement, catalog: &Catalog) -> PgResult<Plan> {
-        planner::plan(stmt, catalog, &commands::is_utility_function)
+        let plan = planner::plan(stmt, catalog, &commands::is_utility_function)?;
+        Ok(client_text::only_as_written(stmt, plan))
     }
 
     /// Describes a statement on the coordinator node (its shell tables make this exact),
@@ -823,15 +831,18 @@ impl Session {
             ));
         }
         let prepared = self.prepare(p.query, &p.param_types).await?;
-        self.statements.insert(p.name, prepared);
         let mut b = BytesMut::new();
+        for w in Self::string_warnings(&prepared.stmt, false) {
+            client_text::write_warning(&mut b, w);
+        }
+        self.statements.insert(p.name, prepared);
         msg::write_parse_complete(&mut b);
         self.pending.push_back(Expect::Local(b.freeze()));
         Ok(())
     }
 
     async fn prepare(&mut self, sql: String, declared: &[u32]) -> PgResult<Arc<Prepared>> {
-        let mut stmts = parse::parse(&sql)?;
+        let mut stmts = self.parse_client(&sql).await?;
         if stmts.len() > 1 {
             return Err(PgError::new(
                 sqlstate::SYNTAX_ERROR,
@@ -1205,7 +1216,7 @@ impl Session {
     async fn simple_query(&mut self, sql: &str) -> PgResult<()> {
         let catalog = self.shared.catalog.snapshot();
         // Statements differing from an earlier one only in constants reuse its plan.
-        let scanned = if self.txn != TxnState::Failed {
+        let scanned = if self.txn != TxnState::Failed && !self.strings_matter(sql) {
             fastpath::scan(sql)
         } else {
             None
@@ -1252,7 +1263,7 @@ impl Session {
                 return Ok(());
             }
         }
-        let stmts = match parse::parse(sql) {
+        let stmts = match self.parse_client(sql).await {
             Ok(s) => s,
             Err(e) => {
                 msg::write_error(&mut self.out, &e);
@@ -1272,6 +1283,11 @@ impl Session {
                     self.batch_error = false;
                     return Ok(());
                 }
+            }
+        }
+        for (stmt, plan) in stmts.iter().zip(&plans) {
+            for w in Self::string_warnings(stmt, matches!(plan, Plan::Local)) {
+                client_text::write_warning(&mut self.out, w);
             }
         }
         if let (Some(sc), [stmt], [plan]) = (scanned, stmts.as_slice(), plans.as_slice()) {
@@ -1335,7 +1351,7 @@ impl Session {
             let r = match plan {
                 Plan::Local => {
                     let coord = self.shared.coordinator.clone();
-                    self.simple_on_backend(&coord, &stmt.text, !is_read_only_local(stmt))
+                    self.simple_on_backend(&coord, stmt.client_text(), !is_read_only_local(stmt))
                         .await
                 }
                 Plan::Router(r) => match route_bound(r, &[], &BindMsg::default_empty(), &catalog) {

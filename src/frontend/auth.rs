@@ -870,6 +870,33 @@ mod tests {
         );
     }
 
+    /// The server side of a failed login never derives a key (the client does): an
+    /// unknown user's mock verifier and the whole exchange are a few HMACs, far below
+    /// one key derivation of a real role's iteration count, and nothing is kept.
+    #[test]
+    fn a_failed_login_costs_less_than_one_key_derivation() {
+        let attempts = 100;
+        let started = std::time::Instant::now();
+        for i in 0..attempts {
+            let mut server = ScramServer::new(mock_verifier(&format!("nobody{i}")));
+            let first = server.client_first(b"n,,n=,r=clientnonce").unwrap();
+            let nonce = std::str::from_utf8(&first[2..]).unwrap().split(',').next().unwrap();
+            let fin = format!("c=biws,r={nonce},p={}", BASE64.encode([7u8; KEY_LEN]));
+            assert_eq!(
+                server.client_final(fin.as_bytes()),
+                Err(AuthError::WrongPassword)
+            );
+        }
+        let failed_logins = started.elapsed();
+        let started = std::time::Instant::now();
+        std::hint::black_box(ScramVerifier::from_password("p", b"salt", DEFAULT_ITERATIONS));
+        let one_derivation = started.elapsed();
+        assert!(
+            failed_logins < one_derivation,
+            "{attempts} failed logins took {failed_logins:?}, one key derivation {one_derivation:?}"
+        );
+    }
+
     #[test]
     fn tampered_nonce_fails() {
         let (mut server, fin) = after_first("p", ChannelBinding::unsupported());

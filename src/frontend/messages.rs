@@ -68,10 +68,21 @@ pub fn peek_frame(buf: &[u8]) -> Option<(u8, &[u8], usize)> {
     (buf.len() >= total).then(|| (buf[0], &buf[5..total], total))
 }
 
+/// Longest user or database name: PostgreSQL truncates longer ones in the startup
+/// packet to NAMEDATALEN - 1 bytes.
+pub const MAX_NAME_LEN: usize = 63;
+
 /// The first packet of a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StartupPacket {
-    Startup { params: Vec<(String, String)> },
+    /// Protocol 3.x. `minor` above 0 or any `protocol_options` (`_pq_.*`, none of which
+    /// PostgreSQL 15 knows) get a NegotiateProtocolVersion answer, and the session goes
+    /// on with 3.0.
+    Startup {
+        params: Vec<(String, String)>,
+        minor: u16,
+        protocol_options: Vec<String>,
+    },
     SslRequest,
     GssEncRequest,
     Cancel { process_id: i32, secret_key: i32 },
@@ -110,8 +121,9 @@ pub fn decode_startup(buf: &mut BytesMut) -> PgResult<Option<StartupPacket>> {
                 secret_key: body.get_i32(),
             }))
         }
-        PROTOCOL_V3 => {
+        code if code >> 16 == PROTOCOL_V3 >> 16 => {
             let mut params = Vec::new();
+            let mut protocol_options = Vec::new();
             let mut rest: &[u8] = &body;
             loop {
                 let key = read_cstr(&mut rest)?;
@@ -119,19 +131,78 @@ pub fn decode_startup(buf: &mut BytesMut) -> PgResult<Option<StartupPacket>> {
                     break;
                 }
                 let value = read_cstr(&mut rest)?;
-                params.push((key, value));
+                if key.starts_with("_pq_.") {
+                    protocol_options.push(key);
+                } else {
+                    params.push((key, value));
+                }
             }
-            Ok(Some(StartupPacket::Startup { params }))
+            Ok(Some(StartupPacket::Startup {
+                params,
+                minor: (code & 0xffff) as u16,
+                protocol_options,
+            }))
         }
-        other => Err(PgError::fatal(
-            sqlstate::PROTOCOL_VIOLATION,
-            format!(
-                "unsupported frontend protocol {}.{}: server supports 3.0",
-                other >> 16,
-                other & 0xffff
-            ),
-        )),
+        other => Err(unsupported_protocol(other)),
     }
+}
+
+/// PostgreSQL 15's refusal of another major protocol version (0A000).
+fn unsupported_protocol(code: i32) -> PgError {
+    PgError::fatal(
+        sqlstate::FEATURE_NOT_SUPPORTED,
+        format!(
+            "unsupported frontend protocol {}.{}: server supports 3.0 to 3.0",
+            (code as u32) >> 16,
+            (code as u32) & 0xffff
+        ),
+    )
+}
+
+/// The refusal of a startup packet as PostgreSQL writes it: in the old protocol's
+/// format (a bare 'E' and text) to a client asking for protocol 2 or older, which
+/// cannot read anything else.
+pub fn write_startup_error(buf: &mut BytesMut, err: &PgError, requested_major: Option<u16>) {
+    match requested_major {
+        Some(major) if major < 3 => {
+            buf.put_u8(b'E');
+            buf.put_slice(format!("{}:  {}\n", err.severity, err.message).as_bytes());
+            buf.put_u8(0);
+        }
+        _ => write_error(buf, err),
+    }
+}
+
+/// The major protocol version a startup packet at the start of `buf` asks for, if it
+/// is one (not an SSL, GSS or cancel request).
+pub fn requested_major(buf: &[u8]) -> Option<u16> {
+    let code = i32::from_be_bytes(buf.get(4..8)?.try_into().ok()?);
+    match code {
+        SSL_REQUEST | GSSENC_REQUEST | CANCEL_REQUEST => None,
+        code => Some(((code as u32) >> 16) as u16),
+    }
+}
+
+/// A user or database name of the startup packet as PostgreSQL uses it: cut to
+/// [`MAX_NAME_LEN`] bytes (at a character boundary).
+pub fn startup_name(name: &str) -> String {
+    let mut end = name.len().min(MAX_NAME_LEN);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name[..end].to_string()
+}
+
+/// NegotiateProtocolVersion ('v'), as PostgreSQL 15 sends it: the newest version it
+/// supports (3.0) and the protocol options it does not know.
+pub fn write_negotiate_protocol_version(buf: &mut BytesMut, unknown_options: &[String]) {
+    let at = begin_msg(buf, b'v');
+    buf.put_i32(PROTOCOL_V3);
+    buf.put_i32(unknown_options.len() as i32);
+    for o in unknown_options {
+        put_cstr(buf, o);
+    }
+    finish_msg(buf, at);
 }
 
 fn malformed(what: &str) -> PgError {
@@ -161,6 +232,14 @@ fn read_i16(buf: &mut &[u8], what: &str) -> PgResult<i16> {
     Ok(buf.get_i16())
 }
 
+/// A count of parameters or formats: unsigned 16 bits in the protocol (up to 65535).
+fn read_count(buf: &mut &[u8], what: &str) -> PgResult<usize> {
+    if buf.len() < 2 {
+        return Err(malformed(what));
+    }
+    Ok(buf.get_u16() as usize)
+}
+
 fn read_i32(buf: &mut &[u8], what: &str) -> PgResult<i32> {
     if buf.len() < 4 {
         return Err(malformed(what));
@@ -180,11 +259,8 @@ pub fn decode_parse(body: &[u8]) -> PgResult<ParseMsg> {
     let mut b = body;
     let name = read_cstr(&mut b)?;
     let query = read_cstr(&mut b)?;
-    let n = read_i16(&mut b, "Parse")?;
-    if n < 0 {
-        return Err(malformed("Parse"));
-    }
-    let mut param_types = Vec::with_capacity(n as usize);
+    let n = read_count(&mut b, "Parse")?;
+    let mut param_types = Vec::with_capacity(n.min(b.len() / 4));
     for _ in 0..n {
         param_types.push(read_i32(&mut b, "Parse")? as u32);
     }
@@ -220,19 +296,13 @@ pub fn decode_bind(body: &Bytes) -> PgResult<BindMsg> {
     let mut b: &[u8] = body;
     let portal = read_cstr(&mut b)?;
     let statement = read_cstr(&mut b)?;
-    let nf = read_i16(&mut b, "Bind")?;
-    if nf < 0 {
-        return Err(malformed("Bind"));
-    }
-    let mut param_formats = Vec::with_capacity(nf as usize);
+    let nf = read_count(&mut b, "Bind")?;
+    let mut param_formats = Vec::with_capacity(nf.min(b.len() / 2));
     for _ in 0..nf {
         param_formats.push(read_i16(&mut b, "Bind")?);
     }
-    let np = read_i16(&mut b, "Bind")?;
-    if np < 0 {
-        return Err(malformed("Bind"));
-    }
-    let mut params = Vec::with_capacity(np as usize);
+    let np = read_count(&mut b, "Bind")?;
+    let mut params = Vec::with_capacity(np.min(b.len() / 4));
     for _ in 0..np {
         let len = read_i32(&mut b, "Bind")?;
         if len == -1 {
@@ -245,11 +315,8 @@ pub fn decode_bind(body: &Bytes) -> PgResult<BindMsg> {
             b.advance(len as usize);
         }
     }
-    let nr = read_i16(&mut b, "Bind")?;
-    if nr < 0 {
-        return Err(malformed("Bind"));
-    }
-    let mut result_formats = Vec::with_capacity(nr as usize);
+    let nr = read_count(&mut b, "Bind")?;
+    let mut result_formats = Vec::with_capacity(nr.min(b.len() / 2));
     for _ in 0..nr {
         result_formats.push(read_i16(&mut b, "Bind")?);
     }
@@ -524,7 +591,7 @@ pub fn decode_data_row(body: &Bytes) -> PgResult<Vec<Option<Bytes>>> {
 
 pub fn write_parameter_description(buf: &mut BytesMut, types: &[u32]) {
     let at = begin_msg(buf, b't');
-    buf.put_i16(types.len() as i16);
+    buf.put_u16(types.len() as u16);
     for t in types {
         buf.put_u32(*t);
     }
@@ -533,8 +600,8 @@ pub fn write_parameter_description(buf: &mut BytesMut, types: &[u32]) {
 
 pub fn decode_parameter_description(body: &[u8]) -> PgResult<Vec<u32>> {
     let mut b = body;
-    let n = read_i16(&mut b, "ParameterDescription")?;
-    (0..n.max(0))
+    let n = read_count(&mut b, "ParameterDescription")?;
+    (0..n)
         .map(|_| read_i32(&mut b, "ParameterDescription").map(|v| v as u32))
         .collect()
 }
@@ -545,7 +612,7 @@ pub fn write_parse(buf: &mut BytesMut, name: &str, query: &str, types: &[u32]) {
     let at = begin_msg(buf, b'P');
     put_cstr(buf, name);
     put_cstr(buf, query);
-    buf.put_i16(types.len() as i16);
+    buf.put_u16(types.len() as u16);
     for t in types {
         buf.put_u32(*t);
     }
@@ -564,11 +631,11 @@ pub fn write_bind(
     let at = begin_msg(buf, b'B');
     put_cstr(buf, portal);
     put_cstr(buf, statement);
-    buf.put_i16(param_formats.len() as i16);
+    buf.put_u16(param_formats.len() as u16);
     for f in param_formats {
         buf.put_i16(*f);
     }
-    buf.put_i16(params.len() as i16);
+    buf.put_u16(params.len() as u16);
     for p in params {
         match p {
             None => buf.put_i32(-1),
@@ -578,7 +645,7 @@ pub fn write_bind(
             }
         }
     }
-    buf.put_i16(result_formats.len() as i16);
+    buf.put_u16(result_formats.len() as u16);
     for f in result_formats {
         buf.put_i16(*f);
     }
@@ -765,14 +832,19 @@ mod tests {
         b.put_i32(PROTOCOL_V3);
         b.put_slice(body);
         match decode_startup(&mut b).unwrap().unwrap() {
-            StartupPacket::Startup { params } => {
+            StartupPacket::Startup {
+                params,
+                minor,
+                protocol_options,
+            } => {
                 assert_eq!(
                     params,
                     vec![
                         ("user".into(), "bob".into()),
                         ("database".into(), "db".into())
                     ]
-                )
+                );
+                assert_eq!((minor, protocol_options.len()), (0, 0));
             }
             other => panic!("{other:?}"),
         }
@@ -784,6 +856,80 @@ mod tests {
         b.put_i32(PROTOCOL_V3);
         b.put_slice(b"user"); // no terminator
         assert!(decode_startup(&mut b).is_err());
+    }
+
+    #[test]
+    fn newer_minor_versions_and_protocol_options_are_negotiated() {
+        let body = b"user\0bob\0_pq_.compression\0on\0database\0db\0\0";
+        let mut b = BytesMut::new();
+        b.put_i32(8 + body.len() as i32);
+        b.put_i32(PROTOCOL_V3 | 2);
+        b.put_slice(body);
+        assert_eq!(
+            decode_startup(&mut b).unwrap(),
+            Some(StartupPacket::Startup {
+                params: vec![
+                    ("user".into(), "bob".into()),
+                    ("database".into(), "db".into())
+                ],
+                minor: 2,
+                protocol_options: vec!["_pq_.compression".into()],
+            })
+        );
+        // PostgreSQL 15's bytes for 3.2 with that option.
+        let mut v = BytesMut::new();
+        write_negotiate_protocol_version(&mut v, &["_pq_.compression".to_string()]);
+        assert_eq!(&v[..], b"v\0\0\0\x1d\0\x03\0\0\0\0\0\x01_pq_.compression\0");
+        // Another major version: PostgreSQL's 0A000, in the old format to protocol 2.
+        for (code, major) in [(2 << 16, 2u16), (4 << 16 | 1, 4)] {
+            let mut b = BytesMut::new();
+            b.put_i32(8 + body.len() as i32);
+            b.put_i32(code);
+            b.put_slice(body);
+            assert_eq!(requested_major(&b), Some(major));
+            let e = decode_startup(&mut b).unwrap_err();
+            assert_eq!(e.code, "0A000");
+            let mut out = BytesMut::new();
+            write_startup_error(&mut out, &e, Some(major));
+            if major == 2 {
+                assert_eq!(
+                    &out[..],
+                    &b"EFATAL:  unsupported frontend protocol 2.0: server supports 3.0 to 3.0\n\0"[..]
+                );
+            } else {
+                assert_eq!(out[0], b'E');
+                assert_eq!(
+                    e.message,
+                    "unsupported frontend protocol 4.1: server supports 3.0 to 3.0"
+                );
+            }
+        }
+        assert_eq!(startup_name(&"u".repeat(200)), "u".repeat(63));
+        assert_eq!(startup_name(&"é".repeat(40)), "é".repeat(31));
+        assert_eq!(startup_name("bob"), "bob");
+    }
+
+    #[test]
+    fn parameter_counts_are_unsigned_16_bits() {
+        let types = vec![23u32; 65535];
+        let mut b = BytesMut::new();
+        write_parse(&mut b, "", "select", &types);
+        let f = decode_frame(&mut b, MAX_MESSAGE_LEN).unwrap().unwrap();
+        assert_eq!(decode_parse(&f.body).unwrap().param_types.len(), 65535);
+        let params = vec![Some(Bytes::from_static(b"1")); 40000];
+        let mut b = BytesMut::new();
+        write_bind(&mut b, "", "", &[0], &params, &[]);
+        let f = decode_frame(&mut b, MAX_MESSAGE_LEN).unwrap().unwrap();
+        assert_eq!(decode_bind(&f.body).unwrap().params.len(), 40000);
+        let mut b = BytesMut::new();
+        write_parameter_description(&mut b, &types[..40000]);
+        let f = decode_frame(&mut b, MAX_MESSAGE_LEN).unwrap().unwrap();
+        assert_eq!(decode_parameter_description(&f.body).unwrap().len(), 40000);
+        // A count claiming more than the message holds is an error, not an allocation.
+        let mut body = BytesMut::new();
+        body.put_slice(b"\0select\0");
+        body.put_u16(65535);
+        assert!(decode_parse(&body).is_err());
     }
 
     #[test]

@@ -373,6 +373,8 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
     // Startup: SSL/GSS requests are answered 'N' and the client goes on in clear.
     let params = loop {
         let packet = loop {
+            // Read before decoding consumes the packet: how to word a refusal.
+            let major = msg::requested_major(&reader.buf);
             match msg::decode_startup(&mut reader.buf) {
                 Ok(Some(p)) => break p,
                 Ok(None) => {
@@ -380,7 +382,15 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
                         return Ok(());
                     }
                 }
-                Err(e) => return fatal(&mut wr, e).await,
+                Err(e) => {
+                    // PostgreSQL only logs a bad length; pgshard also tells the client.
+                    tracing::warn!(client = %peer(&wr), "refused startup packet: {}", e.message);
+                    let mut out = BytesMut::new();
+                    let e = PgError { severity: "FATAL", raw: None, ..e };
+                    msg::write_startup_error(&mut out, &e, major);
+                    let _ = send(&mut wr, &mut out).await;
+                    return Err(e);
+                }
             }
         };
         match packet {
@@ -396,7 +406,25 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
                 cancel(&shared, process_id, secret_key).await;
                 return Ok(());
             }
-            StartupPacket::Startup { params } => break params,
+            StartupPacket::Startup {
+                mut params,
+                minor,
+                protocol_options,
+            } => {
+                // As PostgreSQL 15: a newer 3.x or unknown `_pq_.` options get
+                // NegotiateProtocolVersion, and the session goes on in 3.0.
+                if minor > 0 || !protocol_options.is_empty() {
+                    let mut out = BytesMut::new();
+                    msg::write_negotiate_protocol_version(&mut out, &protocol_options);
+                    send(&mut wr, &mut out).await?;
+                }
+                for (name, value) in params.iter_mut() {
+                    if name == "user" || name == "database" {
+                        *value = msg::startup_name(value);
+                    }
+                }
+                break params;
+            }
         }
     };
     let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
@@ -589,9 +617,43 @@ async fn stored_password(shared: &Shared, sql: &str) -> PgResult<Option<String>>
     Ok(conn.simple_column(sql).await?.into_iter().next())
 }
 
-/// SCRAM-SHA-256 against the role's verifier on the coordinator node; on success,
-/// the keys that let pgshard log into the nodes as this client.
+/// The client's address for the log: `host:port`, or `[local]` on the Unix socket.
+fn peer(wr: &ClientWrite) -> String {
+    match wr {
+        tokio_util::either::Either::Left(tcp) => tcp
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| "?".into()),
+        tokio_util::either::Either::Right(_) => "[local]".into(),
+    }
+}
+
+/// SCRAM-SHA-256 of `user` against the role's verifier on the coordinator node; on
+/// success, the keys that let pgshard log into the nodes as this client. A failure
+/// is logged with the user and the client's address (never anything of the
+/// password). An unknown user costs what a known one does: one stored-verifier
+/// lookup and a handful of HMACs, no key derivation (the client does that), and
+/// nothing is kept per attempt.
 async fn authenticate(
+    shared: &Shared,
+    user: &str,
+    reader: &mut ClientReader,
+    wr: &mut ClientWrite,
+) -> PgResult<ClientKeys> {
+    let r = scram_exchange(shared, user, reader, wr).await;
+    if let Err(e) = &r {
+        tracing::warn!(
+            user = ?user,
+            client = %peer(wr),
+            sqlstate = %e.code,
+            message = ?e.message,
+            "authentication failed"
+        );
+    }
+    r
+}
+
+async fn scram_exchange(
     shared: &Shared,
     user: &str,
     reader: &mut ClientReader,

@@ -5,3 +5,4 @@ pub mod clauses;
 pub mod copy_format;
 pub mod parse;
 pub mod quote;
+pub mod strings;

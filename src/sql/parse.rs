@@ -2,16 +2,48 @@
 //! from a statement: its text, its tree, and every table it names.
 
 use crate::error::{sqlstate, PgError, PgResult};
+use crate::sql::strings::{self, ScannerWarning, StringSettings};
 use pg_query::protobuf::{self, node::Node as N, RawStmt};
-use pg_query::NodeRef;
+use pg_query::{NodeRef, ParserOptions};
 
 /// One statement of a query string.
 #[derive(Debug, Clone)]
 pub struct Statement {
-    /// The statement's own text (a slice of the query string).
+    /// The statement's own text (a slice of the query string), in standard form.
     pub text: String,
     /// The parse tree; `None` for an empty statement.
     pub node: Option<N>,
+    /// How `text` relates to what the client wrote.
+    pub form: StringForm,
+}
+
+/// How a statement's text relates to the client's (see `sql::strings`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum StringForm {
+    /// The client's own text, which reads the same with any string settings.
+    #[default]
+    Client,
+    /// The client wrote it with `standard_conforming_strings = off`: `text` is it in
+    /// standard form, proven to give the same tree; `client_text` is as written (a
+    /// statement on local tables runs as that); `warnings` are PostgreSQL's for it
+    /// (`escape_string_warning`).
+    Rewritten {
+        client_text: String,
+        warnings: Vec<ScannerWarning>,
+    },
+    /// It needs the session's string settings and pgshard could not rewrite it: only
+    /// the coordinator node may read it, as written.
+    SessionOnly,
+}
+
+impl Statement {
+    /// The text as the client wrote it.
+    pub fn client_text(&self) -> &str {
+        match &self.form {
+            StringForm::Rewritten { client_text, .. } => client_text,
+            _ => &self.text,
+        }
+    }
 }
 
 /// A table named in a statement, with where its name stands in the text.
@@ -38,45 +70,130 @@ pub fn string_items(nodes: &[protobuf::Node]) -> Vec<&str> {
 
 /// Splits and parses a query string. A syntax error carries PostgreSQL's message.
 pub fn parse(sql: &str) -> PgResult<Vec<Statement>> {
-    let result = pg_query::parse(sql, 0).map_err(|e| syntax_error(&e))?;
+    parse_with(sql, StringSettings::default())
+}
+
+/// Splits and parses a client's query string as a session with these string settings
+/// reads it. Statements whose text reads differently in standard form come back
+/// rewritten into it (`StringForm::Rewritten`) or, failing that, `SessionOnly`.
+pub fn parse_with(sql: &str, settings: StringSettings) -> PgResult<Vec<Statement>> {
+    let options = if settings.matter_for(sql) {
+        settings.parser_options()
+    } else {
+        ParserOptions::DEFAULT
+    };
+    let result = pg_query::parse(sql, options).map_err(|e| syntax_error(&e))?;
     let mut out = Vec::with_capacity(result.protobuf.stmts.len());
     for raw in result.protobuf.stmts {
-        out.push(statement_of(sql, raw));
+        let (offset, stmt) = statement_of(sql, raw, options);
+        out.push(if options == ParserOptions::DEFAULT {
+            stmt
+        } else {
+            standard_form(sql, offset, stmt, settings)
+        });
     }
     if out.is_empty() {
         out.push(Statement {
             text: String::new(),
             node: None,
+            form: StringForm::Client,
         });
     }
     Ok(out)
 }
 
-fn statement_of(sql: &str, raw: RawStmt) -> Statement {
+/// A statement read with `standard_conforming_strings = off`, in standard form.
+fn standard_form(sql: &str, offset: usize, stmt: Statement, settings: StringSettings) -> Statement {
+    if settings.standard_conforming || !stmt.text.contains('\\') {
+        // Only `backslash_quote` differs: a text it refuses did not parse.
+        return stmt;
+    }
+    let Some(standard) = strings::to_standard(&stmt.text) else {
+        return Statement {
+            form: StringForm::SessionOnly,
+            ..stmt
+        };
+    };
+    if standard == stmt.text {
+        return stmt;
+    }
+    let same = match (first_tree_with(&standard, ParserOptions::DEFAULT), &stmt.node) {
+        (Some(tree), Some(node)) => {
+            let mut a = serde_json::to_value(&tree.node).unwrap_or_default();
+            let mut b = serde_json::to_value(node).unwrap_or_default();
+            strip_locations(&mut a);
+            strip_locations(&mut b);
+            (a == b && !a.is_null()).then_some(tree)
+        }
+        _ => None,
+    };
+    let Some(tree) = same else {
+        return Statement {
+            form: StringForm::SessionOnly,
+            ..stmt
+        };
+    };
+    let warnings = if settings.escape_warning {
+        strings::nonstandard_warnings(sql, offset, &stmt.text)
+    } else {
+        Vec::new()
+    };
+    Statement {
+        text: standard,
+        node: tree.node,
+        form: StringForm::Rewritten {
+            client_text: stmt.text,
+            warnings,
+        },
+    }
+}
+
+/// Removes every `location` field of a tree's serde form (text positions, which a
+/// rewrite of the text moves).
+pub fn strip_locations(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(map) => {
+            map.remove("location");
+            map.values_mut().for_each(strip_locations);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(strip_locations),
+        _ => {}
+    }
+}
+
+/// One statement of `sql` and where its text starts in it.
+fn statement_of(sql: &str, raw: RawStmt, options: ParserOptions) -> (usize, Statement) {
     let start = raw.stmt_location.max(0) as usize;
     let end = if raw.stmt_len == 0 {
         sql.len()
     } else {
         (start + raw.stmt_len as usize).min(sql.len())
     };
-    let text = sql
-        .get(start..end)
-        .unwrap_or(sql)
-        .trim_start_matches(';')
-        .to_string();
+    let slice = sql.get(start..end).unwrap_or(sql).trim_start_matches(';');
+    let offset = (slice.as_ptr() as usize).saturating_sub(sql.as_ptr() as usize);
+    let text = slice.to_string();
     // Locations in the tree are relative to the whole string: re-parse the slice alone
     // when the string held several statements, so locations match `text`.
     let node = raw.stmt.and_then(|n| n.node);
+    let form = StringForm::Client;
     if start == 0 && text.len() == sql.len() {
-        return Statement { text, node };
+        return (offset, Statement { text, node, form });
     }
-    match first_tree(&text, "statement") {
-        Ok(tree) => Statement {
-            text,
-            node: tree.node,
-        },
-        Err(_) => Statement { text, node },
-    }
+    let node = match first_tree_with(&text, options) {
+        Some(tree) => tree.node,
+        None => node,
+    };
+    (offset, Statement { text, node, form })
+}
+
+fn first_tree_with(sql: &str, options: ParserOptions) -> Option<Box<protobuf::Node>> {
+    pg_query::parse(sql, options)
+        .ok()?
+        .protobuf
+        .stmts
+        .into_iter()
+        .next()
+        .and_then(|s| s.stmt)
 }
 
 /// The tree of the first statement of `sql`, for text already known to parse: SQL that
@@ -425,6 +542,42 @@ mod tests {
             0
         );
         assert_eq!(count_mentions("FROM \"Test\"", "test"), 1);
+    }
+
+    #[test]
+    fn nonstandard_strings_are_planned_in_standard_form() {
+        let off = StringSettings {
+            standard_conforming: false,
+            ..StringSettings::default()
+        };
+        let sql = r"select 1; SELECT 'a\\b\'cd' FROM t WHERE k = 1";
+        // With the setting on, the same text does not parse.
+        assert!(parse(sql).is_err());
+        let stmts = parse_with(sql, off).unwrap();
+        assert_eq!(stmts[0].form, StringForm::Client);
+        assert_eq!(stmts[1].text, r"SELECT E'a\\b\'cd' FROM t WHERE k = 1");
+        assert_eq!(stmts[1].client_text(), r"SELECT 'a\\b\'cd' FROM t WHERE k = 1");
+        let StringForm::Rewritten { warnings, .. } = &stmts[1].form else {
+            panic!("{:?}", stmts[1].form);
+        };
+        assert_eq!(warnings.len(), 1);
+        assert_eq!(warnings[0].position, 18);
+        // Locations are the standard text's.
+        let r = relations(&stmts[1], ["t"].into_iter());
+        assert_eq!(&stmts[1].text[r[0].location..r[0].location + 1], "t");
+        // No backslash: nothing to rewrite.
+        let plain = parse_with("select 'a''b' from t", off).unwrap();
+        assert_eq!(plain[0].form, StringForm::Client);
+        // A backslash in an escape string reads the same either way.
+        let e = parse_with(r"select E'a\'b' from t", off).unwrap();
+        assert_eq!(e[0].form, StringForm::Client);
+        // backslash_quote = off refuses \' as PostgreSQL does.
+        let no_bq = StringSettings {
+            backslash_quote: false,
+            ..StringSettings::default()
+        };
+        assert!(parse_with(r"select E'a\'b'", no_bq).is_err());
+        assert!(parse_with(r"select E'a\'b'", StringSettings::default()).is_ok());
     }
 
     #[test]
