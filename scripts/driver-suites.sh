@@ -14,7 +14,7 @@
 # differences). Results: target/driver-suites/results/SUITE/report.txt.
 #
 # DRIVER_SUITES_TIME_LIMIT: seconds a test (pgx) or test file (node-postgres) may go
-# without progress before it is killed and counted as failed (default 60).
+# without progress before it is killed and counted as failed (default 30).
 # DRIVER_SUITES_TIMEOUT: seconds for one whole suite on both targets (default 1800).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,8 +1,10 @@
 //! Runs a Go module's tests (pgx) package by package with `go test -json` and records
 //! every test's result. A package whose tests make no progress for the time limit (no
-//! event at all: pgx's LISTEN tests wait for ever through pgshard today) is killed; the
-//! tests running then are recorded as failed ("hung") and the package runs again without
-//! their top-level tests, so one hang costs one time limit and the rest still runs.
+//! event at all: pgx's LISTEN tests wait for ever through pgshard today) is killed; each
+//! top-level test running then runs again alone (tests running beside a hung one look
+//! the same), a test that hangs there too is recorded as failed ("hung"), and the
+//! package runs again without them and the tests already finished: one hang costs about
+//! two time limits and the rest still runs.
 
 use crate::report::{first_error_line, Results, Status, TestResult};
 use serde_json::Value;
@@ -57,9 +59,38 @@ struct Run {
     output: BTreeMap<String, Vec<String>>,
     /// Tests running now (not paused, not finished).
     running: BTreeSet<String>,
+    /// Tests started and not finished (running or paused).
+    unfinished: BTreeSet<String>,
     /// Output that belongs to no test (build errors, TestMain).
     package_output: Vec<String>,
     package_failed: bool,
+}
+
+/// Where to run a package's `go test`, with what.
+struct Package<'a> {
+    go: &'a Path,
+    dir: &'a Path,
+    env: &'a [(String, String)],
+    limit: Duration,
+    /// Its import path, and its name in test names.
+    path: &'a str,
+    short: &'a str,
+}
+
+/// Which tests of the package one run takes.
+enum Filter<'a> {
+    /// All but these top-level tests.
+    Skip(&'a [String]),
+    /// This top-level test alone.
+    Only(&'a str),
+}
+
+/// How a run ended: by itself, or killed after no progress, with the tests then running
+/// that had no subtest left to wait for (a parent waits for its paused parallel
+/// subtests while only two run at a time).
+enum Ended {
+    Finished,
+    Hung(Vec<String>),
 }
 
 fn run_package(
@@ -67,82 +98,121 @@ fn run_package(
     dir: &Path,
     env: &[(String, String)],
     limit: Duration,
-    package: &str,
+    path: &str,
     short: &str,
     results: &mut Results,
 ) {
+    let pkg = Package {
+        go,
+        dir,
+        env,
+        limit,
+        path,
+        short,
+    };
+    let secs = limit.as_secs();
+    let hung = |what: &str| TestResult::fail(format!("no result for {secs} s (hung or slow) {what}"));
     let mut skip: Vec<String> = vec![];
     loop {
-        let mut cmd = Command::new(go);
-        cmd.args(["test", "-json", "-count=1", "-p", "1", "-timeout", "60m"])
-            .current_dir(dir)
-            .envs(env.iter().cloned())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            // Its own process group, so that a kill reaches the test binary too.
-            .process_group(0);
-        if !skip.is_empty() {
-            cmd.arg("-skip").arg(format!("^({})$", skip.join("|")));
-        }
-        cmd.arg(package);
-        let mut child = cmd.spawn().expect("go test");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut run = Run::default();
-        let mut hung = false;
-        loop {
-            match rx.recv_timeout(limit) {
-                Ok(line) => record_event(&line, short, &mut run, results),
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    hung = true;
-                    break;
-                }
-            }
-        }
-        if hung {
-            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-        }
-        let _ = child.wait();
-        if !hung {
-            if run.package_failed && !results.keys().any(|k| k.starts_with(&format!("{short}."))) {
-                let error = first_error_line(run.package_output.iter().map(String::as_str));
-                results.insert(format!("{short}.(package)"), TestResult::fail(error));
-            }
+        let Ended::Hung(running) = go_test(&pkg, Filter::Skip(&skip), results) else {
+            return;
+        };
+        if running.is_empty() {
+            results.insert(format!("{short}.(package)"), hung("outside any test (killed)"));
             return;
         }
-        // The innermost running tests are the ones that hang.
-        let leaves: Vec<String> = run
-            .running
+        // Tests running in parallel with a hung one look the same: each candidate runs
+        // again alone, where only a test that hangs makes no progress.
+        let mut tops: Vec<String> = running
             .iter()
-            .filter(|t| !run.running.iter().any(|o| o.starts_with(&format!("{t}/"))))
-            .cloned()
+            .map(|t| t.split('/').next().unwrap().to_string())
             .collect();
-        let secs = limit.as_secs();
-        if leaves.is_empty() {
-            results.insert(
-                format!("{short}.(package)"),
-                TestResult::fail(format!("no progress for {secs} s outside any test (killed)")),
-            );
-            return;
+        tops.dedup();
+        for top in &tops {
+            if let Ended::Hung(running) = go_test(&pkg, Filter::Only(top), results) {
+                let running = if running.is_empty() { vec![top.clone()] } else { running };
+                for t in running {
+                    eprintln!("  {short}.{t}: hung (killed after {secs} s without progress)");
+                    results.insert(format!("{short}.{t}"), hung("(killed)"));
+                }
+            }
         }
-        for t in &leaves {
-            let error = format!("hung: no progress for {secs} s (killed)");
-            eprintln!("  {short}.{t}: {error}");
-            results.insert(format!("{short}.{t}"), TestResult::fail(error));
-            let top = t.split('/').next().unwrap().to_string();
+        // The next run leaves out those and the tests already finished.
+        let prefix = format!("{short}.");
+        let finished = results
+            .keys()
+            .filter_map(|k| k.strip_prefix(&prefix))
+            .filter(|t| !t.contains('/'))
+            .map(str::to_string);
+        for top in finished.chain(tops).collect::<Vec<_>>() {
             if !skip.contains(&top) {
                 skip.push(top);
             }
         }
     }
+}
+
+/// One `go test -json` run of the package, recording results as they come.
+fn go_test(pkg: &Package, filter: Filter, results: &mut Results) -> Ended {
+    let mut cmd = Command::new(pkg.go);
+    cmd.args(["test", "-json", "-count=1", "-p", "1", "-timeout", "60m"])
+        .current_dir(pkg.dir)
+        .envs(pkg.env.iter().cloned())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        // Its own process group, so that a kill reaches the test binary too.
+        .process_group(0);
+    match filter {
+        Filter::Skip([]) => {}
+        Filter::Skip(skip) => {
+            cmd.arg("-skip").arg(format!("^({})$", skip.join("|")));
+        }
+        Filter::Only(top) => {
+            cmd.arg("-run").arg(format!("^{top}$"));
+        }
+    }
+    cmd.arg(pkg.path);
+    let mut child = cmd.spawn().expect("go test");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut run = Run::default();
+    let mut hung = false;
+    loop {
+        match rx.recv_timeout(pkg.limit) {
+            Ok(line) => record_event(&line, pkg.short, &mut run, results),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                hung = true;
+                break;
+            }
+        }
+    }
+    if hung {
+        unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    }
+    let _ = child.wait();
+    if hung {
+        return Ended::Hung(
+            run.running
+                .iter()
+                .filter(|t| !run.unfinished.iter().any(|o| o.starts_with(&format!("{t}/"))))
+                .cloned()
+                .collect(),
+        );
+    }
+    let prefix = format!("{}.", pkg.short);
+    if run.package_failed && !results.keys().any(|k| k.starts_with(&prefix)) {
+        let error = first_error_line(run.package_output.iter().map(String::as_str));
+        results.insert(format!("{}.(package)", pkg.short), TestResult::fail(error));
+    }
+    Ended::Finished
 }
 
 /// Applies one `go test -json` event.
@@ -165,6 +235,7 @@ fn record_event(line: &str, short: &str, run: &mut Run, results: &mut Results) {
     let test = test.to_string();
     match action {
         "run" | "cont" => {
+            run.unfinished.insert(test.clone());
             run.running.insert(test);
         }
         "pause" => {
@@ -179,6 +250,7 @@ fn record_event(line: &str, short: &str, run: &mut Run, results: &mut Results) {
         }
         "pass" | "fail" | "skip" => {
             run.running.remove(&test);
+            run.unfinished.remove(&test);
             let output = run.output.remove(&test).unwrap_or_default();
             let result = match action {
                 "pass" => TestResult::pass(),

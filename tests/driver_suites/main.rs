@@ -42,7 +42,7 @@ fn time_limit() -> Duration {
     let secs = std::env::var("DRIVER_SUITES_TIME_LIMIT")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(60);
+        .unwrap_or(30);
     Duration::from_secs(secs)
 }
 
@@ -201,9 +201,11 @@ fn pg_regress() {
     }
     let out = |name: &str| -> PathBuf { common::run_dir().join(format!("regress-{name}")) };
     eprintln!("pg_regress directly on a coordinator node ...");
-    let on_node = pg_regress::run(&inputs, &direct_env, &out("coordinator"));
+    // A parallel group of up to 20 tests on 2 cores takes a few minutes at most.
+    let limit = Duration::from_secs(600);
+    let on_node = pg_regress::run(&inputs, &direct_env, &out("coordinator"), limit);
     eprintln!("pg_regress through pgshard ...");
-    let through = pg_regress::run(&inputs, &cluster().pg_env(), &out("pgshard"));
+    let through = pg_regress::run(&inputs, &cluster().pg_env(), &out("pgshard"), limit);
     for (name, dir) in [("coordinator", out("coordinator")), ("pgshard", out("pgshard"))] {
         keep_diffs(&dir, name);
     }

@@ -7,8 +7,11 @@
 use crate::report::{Results, Status, TestResult};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
-use std::time::Instant;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 /// Where scripts/pg-regress.sh put what pg_regress needs.
 pub struct Inputs<'a> {
@@ -22,10 +25,12 @@ pub struct Inputs<'a> {
 
 /// Runs the suite with `env` (PGHOST...) writing into `out_dir`, which the server's OS user
 /// must be able to reach (the tablespace test creates a directory there).
-pub fn run(inputs: &Inputs, env: &[(String, String)], out_dir: &Path) -> Results {
+/// A parallel group that makes no progress for `limit` ends the run; the tests it did not
+/// report are missing from the results.
+pub fn run(inputs: &Inputs, env: &[(String, String)], out_dir: &Path, limit: Duration) -> Results {
     std::fs::create_dir_all(out_dir).unwrap();
     let started = Instant::now();
-    let out = Command::new(inputs.pg_regress)
+    let mut child = Command::new(inputs.pg_regress)
         .arg("--use-existing")
         .arg("--dbname=postgres")
         .arg("--bindir=/usr/lib/postgresql/15/bin")
@@ -37,14 +42,48 @@ pub fn run(inputs: &Inputs, env: &[(String, String)], out_dir: &Path) -> Results
             inputs.input_dir.join("parallel_schedule").display()
         ))
         .envs(env.iter().cloned())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .process_group(0)
+        .spawn()
         .expect("running pg_regress");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    // pg_regress reports a parallel group when all of it ended: a group that does not
+    // end within the limit (a hung test) stops the run; what was reported counts.
+    let lines = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(lines).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut stdout = String::new();
+    let mut stopped = false;
+    loop {
+        match rx.recv_timeout(limit) {
+            Ok(line) => {
+                stdout.push_str(&line);
+                stdout.push('\n');
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                stopped = true;
+                unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+                break;
+            }
+        }
+    }
+    let status = child.wait().unwrap();
     std::fs::write(out_dir.join("pg_regress.out"), stdout.as_bytes()).unwrap();
     eprintln!(
-        "  pg_regress: {:.0} s, exit {}",
+        "  pg_regress: {:.0} s, {}",
         started.elapsed().as_secs_f64(),
-        out.status
+        if stopped {
+            format!("killed after {} s without progress", limit.as_secs())
+        } else {
+            format!("exit {status}")
+        }
     );
     let diffs = std::fs::read_to_string(out_dir.join("regression.diffs")).unwrap_or_default();
     let first_diffs = first_diff_lines(&diffs);
@@ -57,11 +96,7 @@ pub fn run(inputs: &Inputs, env: &[(String, String)], out_dir: &Path) -> Results
                 .unwrap_or_else(|| "FAILED (no diff)".to_string());
         }
     }
-    assert!(
-        !results.is_empty(),
-        "pg_regress ran no test:\n{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(!results.is_empty(), "pg_regress ran no test:\n{stdout}");
     results
 }
 
