@@ -201,8 +201,9 @@ fn pg_regress() {
     }
     let out = |name: &str| -> PathBuf { common::run_dir().join(format!("regress-{name}")) };
     eprintln!("pg_regress directly on a coordinator node ...");
-    // A parallel group of up to 20 tests on 2 cores takes a few minutes at most.
-    let limit = Duration::from_secs(600);
+    // A backstop: a hung test's psql is killed after 5 minutes (pg_regress.rs), and a
+    // parallel group of up to 20 tests takes about a minute on 2 cores.
+    let limit = Duration::from_secs(900);
     let on_node = pg_regress::run(&inputs, &direct_env, &out("coordinator"), limit);
     eprintln!("pg_regress through pgshard ...");
     let through = pg_regress::run(&inputs, &cluster().pg_env(), &out("pgshard"), limit);

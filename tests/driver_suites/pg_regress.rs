@@ -25,8 +25,9 @@ pub struct Inputs<'a> {
 
 /// Runs the suite with `env` (PGHOST...) writing into `out_dir`, which the server's OS user
 /// must be able to reach (the tablespace test creates a directory there).
-/// A parallel group that makes no progress for `limit` ends the run; the tests it did not
-/// report are missing from the results.
+/// A test's psql that runs longer than `TEST_LIMIT` is killed (pg_regress then counts the
+/// test as failed and goes on); a parallel group that makes no progress for `limit` ends
+/// the run, and the tests it did not report are missing from the results.
 pub fn run(inputs: &Inputs, env: &[(String, String)], out_dir: &Path, limit: Duration) -> Results {
     std::fs::create_dir_all(out_dir).unwrap();
     let started = Instant::now();
@@ -60,17 +61,27 @@ pub fn run(inputs: &Inputs, env: &[(String, String)], out_dir: &Path, limit: Dur
     });
     let mut stdout = String::new();
     let mut stopped = false;
+    let mut last_progress = Instant::now();
+    let mut killed: BTreeMap<String, String> = BTreeMap::new();
     loop {
-        match rx.recv_timeout(limit) {
+        match rx.recv_timeout(Duration::from_secs(5)) {
             Ok(line) => {
                 stdout.push_str(&line);
                 stdout.push('\n');
+                last_progress = Instant::now();
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                stopped = true;
-                unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-                break;
+                for test in kill_slow_tests(child.id() as i32, TEST_LIMIT) {
+                    let error = format!("killed after {} s (hung)", TEST_LIMIT.as_secs());
+                    eprintln!("  pg_regress: {test} {error}");
+                    killed.insert(test, error);
+                }
+                if last_progress.elapsed() > limit {
+                    stopped = true;
+                    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+                    break;
+                }
             }
         }
     }
@@ -86,7 +97,8 @@ pub fn run(inputs: &Inputs, env: &[(String, String)], out_dir: &Path, limit: Dur
         }
     );
     let diffs = std::fs::read_to_string(out_dir.join("regression.diffs")).unwrap_or_default();
-    let first_diffs = first_diff_lines(&diffs);
+    let mut first_diffs = first_diff_lines(&diffs);
+    first_diffs.extend(killed);
     let mut results = parse(&stdout);
     for (test, r) in results.iter_mut() {
         if r.status == Status::Fail {
@@ -98,6 +110,47 @@ pub fn run(inputs: &Inputs, env: &[(String, String)], out_dir: &Path, limit: Dur
     }
     assert!(!results.is_empty(), "pg_regress ran no test:\n{stdout}");
     results
+}
+
+/// The longest a test of the schedule takes on this machine is about 30 s.
+const TEST_LIMIT: Duration = Duration::from_secs(300);
+
+/// Kills the psql processes of pg_regress's process group `pgid` that have run longer
+/// than `limit`; returns their tests (from the `sql/NAME.sql` on their stdin).
+fn kill_slow_tests(pgid: i32, limit: Duration) -> Vec<String> {
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    let mut killed = vec![];
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // Fields after the command's closing parenthesis: state ppid pgrp ... starttime (22nd).
+        let Some((comm, rest)) = stat.rsplit_once(')') else { continue };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let (Some(pgrp), Some(start)) = (fields.get(2), fields.get(19)) else {
+            continue;
+        };
+        if !comm.ends_with("(psql") || pgrp.parse::<i32>() != Ok(pgid) {
+            continue;
+        }
+        let age = uptime - start.parse::<f64>().unwrap_or(uptime * ticks) / ticks;
+        if age < limit.as_secs_f64() {
+            continue;
+        }
+        let input = std::fs::read_link(entry.path().join("fd/0")).unwrap_or_default();
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        if let Some(test) = input.file_stem() {
+            killed.push(test.to_string_lossy().into_owned());
+        }
+    }
+    killed
 }
 
 /// The tests of pg_regress's report: lines like `     boolean   ... ok   25 ms`,
