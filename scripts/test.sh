@@ -17,9 +17,16 @@ cargo test --release --no-fail-fast 2>&1 | tee "$log" || status=$?
 
 # (Further test steps go here.)
 
+# Driver suites (tests/driver_suites): node-postgres's own integration tests on one plain
+# PostgreSQL and through pgshard (about 2 minutes); fails on a difference not listed in
+# tests/driver_suites/known_differences.txt. pgx (about 10 minutes) and PostgreSQL's
+# regression suite run by hand: scripts/driver-suites.sh pgx, scripts/pg-regress.sh.
+DRIVER_SUITES_TIMEOUT=600 bash scripts/driver-suites.sh node-postgres 2>&1 | tee -a "$log" \
+  || status=$?
+
 echo
 echo "== summary =="
-grep -E '^ +(Running|Doc-tests) |^test result: |^error' "$log" || true
+grep -E '^ +(Running|Doc-tests) |^test result: |^error|^driver-suites: [0-9]+ passed' "$log" || true
 if [ "$status" -ne 0 ]; then
   echo "FAILED (exit $status)"
 else
