@@ -6,6 +6,7 @@ pub mod conn;
 pub mod control;
 pub mod mux;
 pub mod pool;
+pub mod tls;
 
 pub use conn::{BackendConn, Credentials, NodeAddr};
 pub use pool::{NodePool, PooledConn, Pools};

@@ -1,14 +1,16 @@
-//! The pgshard listener: accepts clients, runs the startup handshake (SSL/GSS
-//! requests refused until TLS exists, SCRAM-SHA-256 against the coordinator node's
-//! roles, or trust where configured), handles CancelRequest, and then feeds each
-//! client's messages to its executor session.
+//! The pgshard listener: accepts clients, runs the startup handshake (TLS on an
+//! SSLRequest when `ssl` is on, GSS encryption refused; the authentication method from
+//! the `hba` rules: SCRAM-SHA-256 against the coordinator node's roles, trust, or
+//! refusal), handles CancelRequest, and then feeds each client's messages to its
+//! executor session.
 
 use super::auth::{self, ScramServer, ScramVerifier};
 use super::client_stream::{self, ClientRead, ClientStream, ClientWrite, StdClientStream};
+use super::hba::{self, Decision};
 use super::messages::{self as msg, StartupPacket, MAX_MESSAGE_LEN};
 use super::startup_options;
 use crate::catalog::cache::CatalogCache;
-use crate::config::{AuthMethod, Config};
+use crate::config::Config;
 use crate::error::{sqlstate, PgError, PgResult};
 use crate::executor::shared::CancelTargets;
 use crate::executor::{Session, Shared};
@@ -106,6 +108,10 @@ fn serve_thread(
 /// Loads the catalog and opens the shared state.
 async fn start(cfg: Config) -> anyhow::Result<Arc<Shared>> {
     let cfg = Arc::new(cfg);
+    crate::backend::tls::configure(cfg.node_sslmode);
+    for warning in hba::warnings(&cfg.hba, cfg.ssl) {
+        tracing::warn!("{warning}");
+    }
     let catalog = CatalogCache::start(cfg.clone())
         .await
         .map_err(|e| anyhow::anyhow!("catalog: {e}"))?;
@@ -341,7 +347,10 @@ impl ClientReader {
 }
 
 async fn send(stream: &mut ClientWrite, out: &mut BytesMut) -> PgResult<()> {
-    let r = stream.write_all(out).await;
+    let r = match stream.write_all(out).await {
+        Ok(()) => stream.flush().await,
+        Err(e) => Err(e),
+    };
     out.clear();
     r.map_err(|e| PgError::new(sqlstate::CONNECTION_FAILURE, e.to_string()))
 }
@@ -361,12 +370,19 @@ async fn fatal(wr: &mut ClientWrite, e: PgError) -> PgResult<()> {
 }
 
 async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()> {
+    // --- TLS and authentication (frontend::tls, frontend::hba) ---
+    let peer = stream
+        .peer_ip()
+        .map_err(|e| PgError::new(sqlstate::CONNECTION_FAILURE, e.to_string()))?;
+    let mut encrypted = false;
+    // --- end TLS and authentication ---
     let (rd, mut wr) = stream.into_split();
     let mut reader = ClientReader {
         rd,
         buf: BytesMut::with_capacity(8192),
     };
-    // Startup: SSL/GSS requests are answered 'N' and the client goes on in clear.
+    // Startup: an SSLRequest over TCP is answered 'S' and TLS begins when `ssl` is on,
+    // 'N' otherwise (the client goes on in clear); GSSENCRequest is always 'N'.
     let params = loop {
         let packet = loop {
             match msg::decode_startup(&mut reader.buf) {
@@ -380,11 +396,40 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
             }
         };
         match packet {
-            StartupPacket::SslRequest | StartupPacket::GssEncRequest => {
-                wr.write_all(b"N")
-                    .await
-                    .map_err(|e| PgError::new(sqlstate::CONNECTION_FAILURE, e.to_string()))?;
+            // --- TLS and authentication ---
+            StartupPacket::SslRequest if peer.is_some() && !encrypted => {
+                let Some(acceptor) = &shared.client_tls else {
+                    send(&mut wr, &mut BytesMut::from(&b"N"[..])).await?;
+                    continue;
+                };
+                // Bytes sent before the handshake would be taken as encrypted ones
+                // (CVE-2021-23214): PostgreSQL's refusal.
+                if !reader.buf.is_empty() {
+                    return fatal(
+                        &mut wr,
+                        PgError::fatal(
+                            sqlstate::PROTOCOL_VIOLATION,
+                            "received unencrypted data after SSL request",
+                        ),
+                    )
+                    .await;
+                }
+                send(&mut wr, &mut BytesMut::from(&b"S"[..])).await?;
+                (reader.rd, wr) =
+                    super::tls::upgrade(acceptor, reader.rd, wr)
+                        .await
+                        .map_err(|e| {
+                            PgError::new(
+                                sqlstate::CONNECTION_FAILURE,
+                                format!("could not accept SSL connection: {e}"),
+                            )
+                        })?;
+                encrypted = true;
             }
+            StartupPacket::SslRequest | StartupPacket::GssEncRequest => {
+                send(&mut wr, &mut BytesMut::from(&b"N"[..])).await?;
+            }
+            // --- end TLS and authentication ---
             StartupPacket::Cancel {
                 process_id,
                 secret_key,
@@ -407,6 +452,27 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
         .await;
     };
     let database = get("database").unwrap_or_else(|| user.clone());
+    // --- TLS and authentication: the first matching hba rule decides, then the
+    // database is checked, as PostgreSQL does (ClientAuthentication, then InitPostgres).
+    let connection = hba::Connection {
+        address: peer,
+        encrypted,
+        database: &database,
+        user: &user,
+    };
+    match hba::decide(&shared.cfg.hba, shared.cfg.auth, &connection) {
+        Decision::ScramSha256 => {
+            if let Err(e) = authenticate(&shared, &user, &mut reader, &mut wr).await {
+                return fatal(&mut wr, e).await;
+            }
+        }
+        Decision::Trust => {}
+        Decision::Refuse(e) => {
+            tracing::info!("{}", e.message);
+            return fatal(&mut wr, e).await;
+        }
+    }
+    // --- end TLS and authentication ---
     if database != shared.cfg.database {
         return fatal(
             &mut wr,
@@ -415,11 +481,6 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
         .await;
     }
     let mut out = BytesMut::new();
-    if shared.cfg.auth == AuthMethod::ScramSha256 {
-        if let Err(e) = authenticate(&shared, &user, &mut reader, &mut wr).await {
-            return fatal(&mut wr, e).await;
-        }
-    }
     msg::write_auth_ok(&mut out);
     for (k, v) in &shared.server_params {
         let client_value = get(k).filter(|_| {
