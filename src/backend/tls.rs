@@ -1,6 +1,7 @@
 //! TLS on pgshard's own TCP connections to the nodes (`node_sslmode` in the config):
 //! the SSLRequest exchange and the rustls handshake that `conn::connect_stream` runs
-//! before the startup message. Connections over Unix-domain sockets stay plain, as
+//! before the startup message, and the same for the tokio-postgres clients of
+//! `control` (`ControlTls`). Connections over Unix-domain sockets stay plain, as
 //! libpq's.
 //!
 //! `require` and `prefer` encrypt without checking the node's certificate, as libpq's
@@ -16,9 +17,12 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
@@ -76,6 +80,105 @@ pub async fn negotiate(mut tcp: TcpStream, host: &str) -> io::Result<NodeTcp> {
                 other as char
             ),
         )),
+    }
+}
+
+/// The `sslmode` of a control connection to `host`: the configured one over TCP,
+/// `disable` for a socket directory.
+pub fn control_ssl_mode(host: &str) -> tokio_postgres::config::SslMode {
+    use tokio_postgres::config::SslMode;
+    match mode().0 {
+        _ if host.starts_with('/') => SslMode::Disable,
+        NodeSslMode::Disable => SslMode::Disable,
+        NodeSslMode::Prefer => SslMode::Prefer,
+        NodeSslMode::Require => SslMode::Require,
+    }
+}
+
+/// tokio-postgres's TLS for control connections, with the data path's configuration.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ControlTls;
+
+/// One control connection's handshake (the host name is checked only when TLS is used:
+/// a socket directory has none).
+pub struct ControlTlsConnect {
+    host: String,
+}
+
+/// A control connection's TLS stream.
+pub struct ControlTlsStream<S>(TlsStream<S>);
+
+impl<S> tokio_postgres::tls::MakeTlsConnect<S> for ControlTls
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    type Stream = ControlTlsStream<S>;
+    type TlsConnect = ControlTlsConnect;
+    type Error = io::Error;
+
+    fn make_tls_connect(&mut self, domain: &str) -> io::Result<ControlTlsConnect> {
+        Ok(ControlTlsConnect {
+            host: domain.to_string(),
+        })
+    }
+}
+
+impl<S> tokio_postgres::tls::TlsConnect<S> for ControlTlsConnect
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    type Stream = ControlTlsStream<S>;
+    type Error = io::Error;
+    type Future = Pin<Box<dyn Future<Output = io::Result<ControlTlsStream<S>>> + Send>>;
+
+    fn connect(self, stream: S) -> Self::Future {
+        Box::pin(async move {
+            let connector = match mode().1 {
+                Some(c) => c.clone(),
+                None => connector(),
+            };
+            let name = ServerName::try_from(self.host.clone()).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("host name {}: {e}", self.host),
+                )
+            })?;
+            Ok(ControlTlsStream(connector.connect(name, stream).await?))
+        })
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> tokio_postgres::tls::TlsStream for ControlTlsStream<S> {
+    fn channel_binding(&self) -> tokio_postgres::tls::ChannelBinding {
+        tokio_postgres::tls::ChannelBinding::none()
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ControlTlsStream<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ControlTlsStream<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
     }
 }
 
