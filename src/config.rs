@@ -213,6 +213,12 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.auth, AuthMethod::ScramSha256);
         assert!(cfg.to_toml().contains("auth = \"scram-sha-256\""));
+        // The spelling earlier versions wrote into pgshard.toml still reads.
+        let old = cfg.to_toml().replace("scram-sha-256", "scram-sha256");
+        assert_eq!(
+            toml::from_str::<Config>(&old).unwrap().auth,
+            AuthMethod::ScramSha256
+        );
         assert!(cfg.hba.is_empty() && !cfg.ssl);
         assert_eq!(cfg.node_sslmode, NodeSslMode::Disable);
         assert_eq!(cfg.citus.shard_count, 32);
