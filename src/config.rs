@@ -18,10 +18,26 @@ pub struct ServerAddr {
 #[serde(rename_all = "kebab-case")]
 pub enum AuthMethod {
     /// SCRAM-SHA-256 checked against the coordinator node's `pg_authid` (the default).
+    /// Spelled as in pg_hba.conf; `scram-sha256`, written by earlier versions, is read too.
     #[default]
+    #[serde(rename = "scram-sha-256", alias = "scram-sha256")]
     ScramSha256,
     /// No password at all: only when configured explicitly.
     Trust,
+}
+
+/// TLS towards the nodes, as libpq's `sslmode` of the same names. `require` encrypts
+/// without checking the node's certificate (libpq's `require` does not check it either).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum NodeSslMode {
+    /// Plain connections (the default).
+    #[default]
+    Disable,
+    /// TLS when the node offers it, plain otherwise.
+    Prefer,
+    /// TLS or no connection.
+    Require,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -35,8 +51,26 @@ pub struct Config {
     /// works; the same authentication applies. None: TCP only.
     #[serde(default)]
     pub unix_socket_directory: Option<std::path::PathBuf>,
+    /// How clients authenticate when `hba` is empty: every connection alike.
     #[serde(default)]
     pub auth: AuthMethod,
+    /// Authentication rules as PostgreSQL's pg_hba.conf (`[[hba]]` entries, first match
+    /// wins, no match refused; see `frontend::hba`). Empty: `auth` everywhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hba: Vec<crate::frontend::hba::HbaRule>,
+    /// TLS for clients over TCP: SSLRequest is answered 'S' (never on the Unix socket,
+    /// as PostgreSQL). Requiring it is an `hba` list of `hostssl` entries.
+    #[serde(default)]
+    pub ssl: bool,
+    /// PEM certificate (chain) and private key of the listener; relative paths are
+    /// taken from the config file's directory. Both are needed when `ssl` is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssl_cert_file: Option<std::path::PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssl_key_file: Option<std::path::PathBuf>,
+    /// TLS on pgshard's own TCP connections to the nodes (Unix sockets stay plain).
+    #[serde(default)]
+    pub node_sslmode: NodeSslMode,
     /// The coordinator node's PostgreSQL: catalog and every non-distributed table.
     pub coordinator: ServerAddr,
     /// Database served (the same name on the coordinator node and the workers).
@@ -126,9 +160,32 @@ impl Config {
     pub fn load(path: &Path) -> anyhow::Result<Config> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("cannot read config {}: {e}", path.display()))?;
-        let cfg: Config = toml::from_str(&text)
+        let mut cfg: Config = toml::from_str(&text)
             .map_err(|e| anyhow::anyhow!("invalid config {}: {e}", path.display()))?;
+        cfg.check()
+            .map_err(|e| anyhow::anyhow!("invalid config {}: {e}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        for file in [&mut cfg.ssl_cert_file, &mut cfg.ssl_key_file]
+            .into_iter()
+            .flatten()
+        {
+            if file.is_relative() {
+                *file = base.join(&*file);
+            }
+        }
         Ok(cfg)
+    }
+
+    /// What the types cannot say: TLS files when `ssl` is on, addresses of hba entries.
+    pub fn check(&self) -> Result<(), String> {
+        if self.ssl && (self.ssl_cert_file.is_none() || self.ssl_key_file.is_none()) {
+            return Err("ssl = true needs ssl_cert_file and ssl_key_file".into());
+        }
+        for (i, rule) in self.hba.iter().enumerate() {
+            rule.check()
+                .map_err(|e| format!("hba entry {}: {e}", i + 1))?;
+        }
+        Ok(())
     }
 
     pub fn to_toml(&self) -> String {
@@ -155,9 +212,69 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cfg.auth, AuthMethod::ScramSha256);
+        assert!(cfg.to_toml().contains("auth = \"scram-sha-256\""));
+        // The spelling earlier versions wrote into pgshard.toml still reads.
+        let old = cfg.to_toml().replace("scram-sha-256", "scram-sha256");
+        assert_eq!(
+            toml::from_str::<Config>(&old).unwrap().auth,
+            AuthMethod::ScramSha256
+        );
+        assert!(cfg.hba.is_empty() && !cfg.ssl);
+        assert_eq!(cfg.node_sslmode, NodeSslMode::Disable);
         assert_eq!(cfg.citus.shard_count, 32);
         assert_eq!(cfg.max_connections_per_node, 32);
         let again: Config = toml::from_str(&cfg.to_toml()).unwrap();
         assert_eq!(again.coordinator, cfg.coordinator);
+    }
+
+    #[test]
+    fn tls_and_hba_settings_round_trip_and_are_checked() {
+        let text = r#"
+            listen_port = 6432
+            database = "postgres"
+            user = "pgshard"
+            password = "x"
+            ssl = true
+            ssl_cert_file = "server.crt"
+            ssl_key_file = "/etc/pgshard/server.key"
+            node_sslmode = "require"
+            [coordinator]
+            host = "10.0.0.1"
+            port = 5432
+            [[hba]]
+            type = "hostssl"
+            database = "all"
+            user = "all"
+            address = "0.0.0.0/0"
+            method = "scram-sha-256"
+        "#;
+        let dir = std::env::temp_dir().join(format!("pgshard-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("pgshard.toml");
+        std::fs::write(&file, text).unwrap();
+        let cfg = Config::load(&file).unwrap();
+        assert_eq!(
+            cfg.ssl_cert_file.as_deref(),
+            Some(dir.join("server.crt").as_path())
+        );
+        assert_eq!(
+            cfg.ssl_key_file.as_deref(),
+            Some(Path::new("/etc/pgshard/server.key"))
+        );
+        assert_eq!(cfg.node_sslmode, NodeSslMode::Require);
+        let again: Config = toml::from_str(&cfg.to_toml()).unwrap();
+        assert_eq!(again.hba, cfg.hba);
+        // ssl without its files, and a host entry without an address, are refused.
+        std::fs::write(&file, text.replace("ssl_cert_file = \"server.crt\"", "")).unwrap();
+        assert!(Config::load(&file)
+            .unwrap_err()
+            .to_string()
+            .contains("ssl_cert_file"));
+        std::fs::write(&file, text.replace("address = \"0.0.0.0/0\"", "")).unwrap();
+        assert!(Config::load(&file)
+            .unwrap_err()
+            .to_string()
+            .contains("hba entry 1"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -127,7 +127,13 @@ impl PgError {
             err.hint = db.hint().map(str::to_string);
             err
         } else {
-            PgError::new(sqlstate::CONNECTION_FAILURE, format!("{context}: {e}"))
+            // tokio-postgres's own text names only the kind ("error performing TLS
+            // handshake"); the cause says what happened.
+            let cause = std::error::Error::source(e).map_or(String::new(), |c| format!(": {c}"));
+            PgError::new(
+                sqlstate::CONNECTION_FAILURE,
+                format!("{context}: {e}{cause}"),
+            )
         }
     }
 

@@ -34,12 +34,14 @@ impl NodeAddr {
     }
 }
 
-/// The byte stream to a node: TCP (Left), or a Unix-domain socket (Right) for a node
-/// registered by its socket directory (cheaper per message when the node runs on
-/// pgshard's own host).
-pub type NodeStream = Either<TcpStream, UnixStream>;
+/// The byte stream to a node: TCP, plain or TLS as `node_sslmode` says (Left, see
+/// `super::tls`), or a Unix-domain socket (Right) for a node registered by its socket
+/// directory (cheaper per message when the node runs on pgshard's own host).
+/// Writers call `flush` after `write_all`: TLS may hold encrypted bytes back otherwise.
+pub type NodeStream = Either<super::tls::NodeTcp, UnixStream>;
 
-/// Opens the stream to `addr`: its socket file when the host is a directory.
+/// Opens the stream to `addr`: its socket file when the host is a directory; over TCP,
+/// TLS is negotiated first when configured.
 async fn connect_stream(addr: &NodeAddr) -> std::io::Result<NodeStream> {
     if addr.is_unix_socket() {
         let path = format!("{}/.s.PGSQL.{}", addr.host.trim_end_matches('/'), addr.port);
@@ -48,7 +50,7 @@ async fn connect_stream(addr: &NodeAddr) -> std::io::Result<NodeStream> {
         let s = TcpStream::connect((addr.host.as_str(), addr.port)).await?;
         // Small protocol messages must not wait for Nagle.
         s.set_nodelay(true)?;
-        Ok(Either::Left(s))
+        Ok(Either::Left(super::tls::negotiate(s, &addr.host).await?))
     }
 }
 
@@ -344,7 +346,10 @@ impl BackendConn {
         if self.wbuf.is_empty() {
             return Ok(());
         }
-        let r = self.stream.write_all(&self.wbuf).await;
+        let r = match self.stream.write_all(&self.wbuf).await {
+            Ok(()) => self.stream.flush().await,
+            Err(e) => Err(e),
+        };
         self.wbuf.clear();
         r.map_err(|e| self.io_error(e))
     }
@@ -479,6 +484,7 @@ impl BackendConn {
             buf.put_i32(process_id);
             buf.put_i32(secret_key);
             let _ = s.write_all(&buf).await;
+            let _ = s.flush().await;
             let _ = s.read(&mut [0u8; 1]).await;
         }
     }

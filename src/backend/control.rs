@@ -11,7 +11,7 @@ use crate::error::PgError;
 use futures_util::{stream, StreamExt};
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tokio_postgres::{AsyncMessage, Client, NoTls, Notification};
+use tokio_postgres::{AsyncMessage, Client, Notification};
 
 /// `application_name` of control-plane sessions (visible in `pg_stat_activity`).
 pub const APPLICATION_NAME: &str = "pgshard control";
@@ -30,7 +30,8 @@ fn client_config(cfg: &Config, host: &str, port: u16) -> tokio_postgres::Config 
         .application_name(APPLICATION_NAME)
         .options(SESSION_OPTIONS)
         .connect_timeout(Duration::from_secs(10))
-        .keepalives(true);
+        .keepalives(true)
+        .ssl_mode(super::tls::control_ssl_mode(host));
     pc
 }
 
@@ -42,7 +43,7 @@ fn connect_error(host: &str, port: u16, e: &tokio_postgres::Error) -> PgError {
 /// The connection task runs in the background until the client is dropped.
 pub async fn connect(cfg: &Config, host: &str, port: u16) -> Result<Client, PgError> {
     let (client, connection) = client_config(cfg, host, port)
-        .connect(NoTls)
+        .connect(super::tls::ControlTls)
         .await
         .map_err(|e| connect_error(host, port, &e))?;
     let (host, port) = (host.to_string(), port);
@@ -67,7 +68,7 @@ pub async fn connect_with_notifications(
     port: u16,
 ) -> Result<(Client, mpsc::UnboundedReceiver<Notification>), PgError> {
     let (client, mut connection) = client_config(cfg, host, port)
-        .connect(NoTls)
+        .connect(super::tls::ControlTls)
         .await
         .map_err(|e| connect_error(host, port, &e))?;
     let (tx, rx) = mpsc::unbounded_channel();

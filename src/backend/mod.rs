@@ -7,6 +7,7 @@ pub mod control;
 pub mod mux;
 pub mod pool;
 pub mod scram_keys;
+pub mod tls;
 
 pub use conn::{BackendConn, Credentials, NodeAddr};
 pub use pool::{NodePool, PooledConn, Pools};

@@ -298,7 +298,12 @@ async fn write_loop(mux: Arc<Mux>, mut wr: WriteHalf<NodeStream>) {
         if buf.is_empty() {
             continue;
         }
-        if let Err(e) = wr.write_all(&buf).await {
+        // flush: a TLS stream may hold encrypted bytes back otherwise.
+        let written = match wr.write_all(&buf).await {
+            Ok(()) => wr.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
             return mux.fail(lost(&mux.addr, &e.to_string()));
         }
         buf.clear();

@@ -6,6 +6,8 @@
 //! ```text
 //! cluster.toml      ports and password chosen on the first run (0600)
 //! pgshard.toml      config of `pgshard serve` (written once; edits are kept)
+//! server.crt        self-signed TLS certificate of the listener (made once)
+//! server.key        its private key (0600)
 //! connection.env    `export PG...=` lines for psql/pgbench (0600)
 //! pgshard.pid       pid of the detached `pgshard serve`
 //! coordinator/      data directory of the coordinator node
@@ -13,6 +15,7 @@
 //! sockets/ logs/
 //! ```
 
+pub mod certificate;
 pub mod node;
 
 use anyhow::{bail, Context, Result};
@@ -73,6 +76,9 @@ pub struct ClusterInfo {
     /// Directory of pgshard's Unix-domain socket (and the nodes' sockets).
     pub socket_dir: PathBuf,
     pub env_file: PathBuf,
+    /// The listener's certificate when pgshard.toml has TLS on with it: what clients
+    /// give as `sslrootcert` for `sslmode=verify-full`.
+    pub tls_root_cert: Option<PathBuf>,
 }
 
 impl ClusterInfo {
@@ -231,7 +237,16 @@ impl Cluster {
             node_host: self.node_host(),
             socket_dir: self.layout.socket_dir.clone(),
             env_file: self.env_file(),
+            tls_root_cert: self.tls_root_cert(),
         }
+    }
+
+    /// The cluster's own certificate, if pgshard.toml serves TLS with it.
+    fn tls_root_cert(&self) -> Option<PathBuf> {
+        let cfg = crate::config::Config::load(&self.config_file()).ok()?;
+        let (cert, _) = certificate::files(&self.dir);
+        (cfg.ssl && cfg.ssl_cert_file.as_deref() == Some(cert.as_path()) && cert.exists())
+            .then_some(cert)
     }
 
     /// The pid of our `pgshard serve` if it runs: the pid file's process must still be a
@@ -281,6 +296,14 @@ pub async fn cluster_up(opts: &ClusterOptions) -> Result<ClusterInfo> {
              source {} && psql -h {}",
             info.env_file.display(),
             info.socket_dir.display()
+        );
+    }
+    if let Some(cert) = &info.tls_root_cert {
+        println!(
+            "TLS: trust pgshard's self-signed certificate with  sslrootcert={} sslmode=verify-full  \
+             (or PGSSLROOTCERT={} PGSSLMODE=verify-full)",
+            cert.display(),
+            cert.display()
         );
     }
     Ok(info)
@@ -370,6 +393,12 @@ fn up_local(opts: &ClusterOptions) -> Result<Cluster> {
     }
 
     start_nodes(&cluster)?;
+    if certificate::ensure(&dir, &cluster.layout.listen_host, &cluster.connect_host())? {
+        println!(
+            "made a self-signed TLS certificate for pgshard: {}",
+            certificate::files(&dir).0.display()
+        );
+    }
     write_serve_config(&cluster)?;
     start_pgshard(&cluster, &opts.pgshard_exe)?;
     write_env_file(&cluster)?;
@@ -407,7 +436,11 @@ fn write_serve_config(cluster: &Cluster) -> Result<()> {
         return Ok(());
     }
     // Built as a value and deserialised so that Config's own serde defaults fill the rest.
+    let (cert, key) = certificate::files(&cluster.dir);
     let value = serde_json::json!({
+        "ssl": true,
+        "ssl_cert_file": cert,
+        "ssl_key_file": key,
         "listen_host": cluster.layout.listen_host,
         "listen_port": cluster.layout.port,
         "auth": crate::config::AuthMethod::ScramSha256,

@@ -290,7 +290,11 @@ impl Session {
         if self.out.is_empty() {
             return Ok(());
         }
-        let r = self.client.write_all(&self.out).await;
+        // flush: TLS may hold encrypted bytes back otherwise (no-op on plain sockets).
+        let r = match self.client.write_all(&self.out).await {
+            Ok(()) => self.client.flush().await,
+            Err(e) => Err(e),
+        };
         self.out.clear();
         r.map_err(|e| {
             PgError::new(

@@ -41,6 +41,8 @@ pub struct Shared {
     pub next_transaction: std::sync::atomic::AtomicU64,
     /// Where 2PC decision records are written (group commit, `transaction::decision`).
     pub decisions: crate::transaction::decision::Target,
+    /// TLS for clients (`ssl = true`), from the config's certificate and key.
+    pub client_tls: Option<crate::frontend::tls::TlsAcceptor>,
 }
 
 /// What the functions of one name are, over all their overloads.
@@ -57,6 +59,13 @@ impl Shared {
         cfg: Arc<Config>,
         catalog: Arc<CatalogCache>,
     ) -> Result<Arc<Shared>, crate::error::PgError> {
+        let client_tls = match (cfg.ssl, &cfg.ssl_cert_file, &cfg.ssl_key_file) {
+            (true, Some(cert), Some(key)) => Some(
+                crate::frontend::tls::acceptor(cert, key)
+                    .map_err(crate::error::PgError::internal)?,
+            ),
+            _ => None,
+        };
         let creds = Credentials::with_password(&cfg.user, &cfg.password, &cfg.database);
         let instance_id = crate::transaction::instance_id().to_string();
         let pools = Pools::new(
@@ -96,6 +105,7 @@ impl Shared {
             instance_id,
             next_transaction: std::sync::atomic::AtomicU64::new(1),
             decisions,
+            client_tls,
         }))
     }
 }

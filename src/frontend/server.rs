@@ -1,14 +1,16 @@
-//! The pgshard listener: accepts clients, runs the startup handshake (SSL/GSS
-//! requests refused until TLS exists, SCRAM-SHA-256 against the coordinator node's
-//! roles, or trust where configured), handles CancelRequest, and then feeds each
-//! client's messages to its executor session.
+//! The pgshard listener: accepts clients, runs the startup handshake (TLS on an
+//! SSLRequest when `ssl` is on, GSS encryption refused; the authentication method from
+//! the `hba` rules: SCRAM-SHA-256 against the coordinator node's roles, trust, or
+//! refusal), handles CancelRequest, and then feeds each client's messages to its
+//! executor session.
 
 use super::auth::{self, ScramServer, ScramVerifier};
 use super::client_stream::{self, ClientRead, ClientStream, ClientWrite, StdClientStream};
+use super::hba::{self, Decision};
 use super::messages::{self as msg, StartupPacket, MAX_MESSAGE_LEN};
 use super::startup_options;
 use crate::catalog::cache::CatalogCache;
-use crate::config::{AuthMethod, Config};
+use crate::config::Config;
 use crate::error::{sqlstate, PgError, PgResult};
 use crate::executor::shared::CancelTargets;
 use crate::backend::conn::Secret;
@@ -110,6 +112,10 @@ fn serve_thread(
 /// Loads the catalog and opens the shared state.
 async fn start(cfg: Config) -> anyhow::Result<Arc<Shared>> {
     let cfg = Arc::new(cfg);
+    crate::backend::tls::configure(cfg.node_sslmode);
+    for warning in hba::warnings(&cfg.hba, cfg.ssl) {
+        tracing::warn!("{warning}");
+    }
     let catalog = CatalogCache::start(cfg.clone())
         .await
         .map_err(|e| anyhow::anyhow!("catalog: {e}"))?;
@@ -345,7 +351,10 @@ impl ClientReader {
 }
 
 async fn send(stream: &mut ClientWrite, out: &mut BytesMut) -> PgResult<()> {
-    let r = stream.write_all(out).await;
+    let r = match stream.write_all(out).await {
+        Ok(()) => stream.flush().await,
+        Err(e) => Err(e),
+    };
     out.clear();
     r.map_err(|e| PgError::new(sqlstate::CONNECTION_FAILURE, e.to_string()))
 }
@@ -365,12 +374,19 @@ async fn fatal(wr: &mut ClientWrite, e: PgError) -> PgResult<()> {
 }
 
 async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()> {
+    // --- TLS and authentication (frontend::tls, frontend::hba) ---
+    let peer = stream
+        .peer_ip()
+        .map_err(|e| PgError::new(sqlstate::CONNECTION_FAILURE, e.to_string()))?;
+    let mut encrypted = false;
+    // --- end TLS and authentication ---
     let (rd, mut wr) = stream.into_split();
     let mut reader = ClientReader {
         rd,
         buf: BytesMut::with_capacity(8192),
     };
-    // Startup: SSL/GSS requests are answered 'N' and the client goes on in clear.
+    // Startup: an SSLRequest over TCP is answered 'S' and TLS begins when `ssl` is on,
+    // 'N' otherwise (the client goes on in clear); GSSENCRequest is always 'N'.
     let params = loop {
         let packet = loop {
             // Read before decoding consumes the packet: how to word a refusal.
@@ -384,7 +400,7 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
                 }
                 Err(e) => {
                     // PostgreSQL only logs a bad length; pgshard also tells the client.
-                    tracing::warn!(client = %peer(&wr), "refused startup packet: {}", e.message);
+                    tracing::warn!(client = %client_address(peer), "refused startup packet: {}", e.message);
                     let mut out = BytesMut::new();
                     let e = PgError { severity: "FATAL", raw: None, ..e };
                     msg::write_startup_error(&mut out, &e, major);
@@ -394,11 +410,40 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
             }
         };
         match packet {
-            StartupPacket::SslRequest | StartupPacket::GssEncRequest => {
-                wr.write_all(b"N")
-                    .await
-                    .map_err(|e| PgError::new(sqlstate::CONNECTION_FAILURE, e.to_string()))?;
+            // --- TLS and authentication ---
+            StartupPacket::SslRequest if peer.is_some() && !encrypted => {
+                let Some(acceptor) = &shared.client_tls else {
+                    send(&mut wr, &mut BytesMut::from(&b"N"[..])).await?;
+                    continue;
+                };
+                // Bytes sent before the handshake would be taken as encrypted ones
+                // (CVE-2021-23214): PostgreSQL's refusal.
+                if !reader.buf.is_empty() {
+                    return fatal(
+                        &mut wr,
+                        PgError::fatal(
+                            sqlstate::PROTOCOL_VIOLATION,
+                            "received unencrypted data after SSL request",
+                        ),
+                    )
+                    .await;
+                }
+                send(&mut wr, &mut BytesMut::from(&b"S"[..])).await?;
+                (reader.rd, wr) =
+                    super::tls::upgrade(acceptor, reader.rd, wr)
+                        .await
+                        .map_err(|e| {
+                            PgError::new(
+                                sqlstate::CONNECTION_FAILURE,
+                                format!("could not accept SSL connection: {e}"),
+                            )
+                        })?;
+                encrypted = true;
             }
+            StartupPacket::SslRequest | StartupPacket::GssEncRequest => {
+                send(&mut wr, &mut BytesMut::from(&b"N"[..])).await?;
+            }
+            // --- end TLS and authentication ---
             StartupPacket::Cancel {
                 process_id,
                 secret_key,
@@ -439,6 +484,31 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
         .await;
     };
     let database = get("database").unwrap_or_else(|| user.clone());
+    // --- TLS and authentication: the first matching hba rule decides, then the
+    // database is checked, as PostgreSQL does (ClientAuthentication, then InitPostgres).
+    let connection = hba::Connection {
+        address: peer,
+        encrypted,
+        database: &database,
+        user: &user,
+    };
+    // The secret pgshard logs into the nodes with as this client: the keys of its
+    // SCRAM login, or (trusted) pgshard's own role switched to the client's.
+    let secret = match hba::decide(&shared.cfg.hba, shared.cfg.auth, &connection) {
+        Decision::ScramSha256 => match authenticate(&shared, &user, peer, &mut reader, &mut wr).await {
+            Ok(keys) => Secret::ScramKeys(keys),
+            Err(e) => return fatal(&mut wr, e).await,
+        },
+        Decision::Trust => Secret::TrustedAs {
+            own_user: shared.cfg.user.clone(),
+            password: shared.cfg.password.clone(),
+        },
+        Decision::Refuse(e) => {
+            tracing::info!("{}", e.message);
+            return fatal(&mut wr, e).await;
+        }
+    };
+    // --- end TLS and authentication ---
     if database != shared.cfg.database {
         return fatal(
             &mut wr,
@@ -447,17 +517,6 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
         .await;
     }
     let mut out = BytesMut::new();
-    let secret = if shared.cfg.auth == AuthMethod::ScramSha256 {
-        match authenticate(&shared, &user, &mut reader, &mut wr).await {
-            Ok(keys) => Secret::ScramKeys(keys),
-            Err(e) => return fatal(&mut wr, e).await,
-        }
-    } else {
-        Secret::TrustedAs {
-            own_user: shared.cfg.user.clone(),
-            password: shared.cfg.password.clone(),
-        }
-    };
     let creds = Arc::new(Credentials {
         user: user.clone(),
         database: database.clone(),
@@ -617,15 +676,9 @@ async fn stored_password(shared: &Shared, sql: &str) -> PgResult<Option<String>>
     Ok(conn.simple_column(sql).await?.into_iter().next())
 }
 
-/// The client's address for the log: `host:port`, or `[local]` on the Unix socket.
-fn peer(wr: &ClientWrite) -> String {
-    match wr {
-        tokio_util::either::Either::Left(tcp) => tcp
-            .peer_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_else(|_| "?".into()),
-        tokio_util::either::Either::Right(_) => "[local]".into(),
-    }
+/// The client's address for the log: its IP address, or `[local]` on the Unix socket.
+fn client_address(peer: Option<std::net::IpAddr>) -> String {
+    peer.map_or_else(|| "[local]".to_string(), |ip| ip.to_string())
 }
 
 /// SCRAM-SHA-256 of `user` against the role's verifier on the coordinator node; on
@@ -637,6 +690,7 @@ fn peer(wr: &ClientWrite) -> String {
 async fn authenticate(
     shared: &Shared,
     user: &str,
+    peer: Option<std::net::IpAddr>,
     reader: &mut ClientReader,
     wr: &mut ClientWrite,
 ) -> PgResult<ClientKeys> {
@@ -644,7 +698,7 @@ async fn authenticate(
     if let Err(e) = &r {
         tracing::warn!(
             user = ?user,
-            client = %peer(wr),
+            client = %client_address(peer),
             sqlstate = %e.code,
             message = ?e.message,
             "authentication failed"
