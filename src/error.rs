@@ -45,6 +45,10 @@ pub mod sqlstate {
     pub const WRONG_OBJECT_TYPE: &str = "42809";
     pub const DUPLICATE_OBJECT: &str = "42710";
     pub const DATATYPE_MISMATCH: &str = "42804";
+    pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
+    pub const UNDEFINED_OBJECT: &str = "42704";
+    pub const INVALID_SCHEMA_NAME: &str = "3F000";
+    pub const INVALID_CATALOG_NAME: &str = "3D000";
 }
 
 impl PgError {

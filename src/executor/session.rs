@@ -186,6 +186,9 @@ pub struct Session {
     /// Temporary tables made for cursors over distributed tables (`cursor.rs`), for
     /// their names.
     cursor_tables: u64,
+    /// The role whose privileges pgshard's own work for this session is checked with
+    /// (Citus functions, DDL on shells): the startup packet's user for now.
+    caller: String,
 }
 
 /// A node connection's settings fingerprint when they are not known (a SET ran on
@@ -218,7 +221,12 @@ impl Session {
             settings.push(format!("SET {} TO {}", quote_ident(k), quote_literal(v)));
         }
         let cfg = shared.cfg.clone();
+        let caller = startup
+            .iter()
+            .find(|(k, _)| k == "user")
+            .map_or_else(|| cfg.user.clone(), |(_, v)| v.clone());
         Session {
+            caller,
             shared,
             client,
             reader,
@@ -1616,7 +1624,8 @@ impl Session {
                 }
                 // Shards, catalog rows and the shell go in one catalog transaction.
                 for t in tables {
-                    commands::drop_distributed_table(&self.shared.catalog, t.relid, true).await?;
+                    commands::drop_distributed_table(&self.shared.catalog, t.relid, true, &self.caller)
+                        .await?;
                 }
                 self.shared.catalog.reload().await;
                 sink.complete("DROP TABLE");
@@ -1629,11 +1638,11 @@ impl Session {
                             "pgshard does not support {why} on a distributed table inside a transaction block yet"
                         )));
                     }
-                    self.ddl_in_block(d).await?;
+                    self.ddl_in_block(&d.for_caller(&self.caller)).await?;
                     sink.complete(&d.tag);
                     return Ok(());
                 }
-                commands::ddl::propagate_ddl(&self.shared.catalog, d).await?;
+                commands::ddl::propagate_ddl(&self.shared.catalog, d, &self.caller).await?;
                 sink.complete(&d.tag);
                 Ok(())
             }
@@ -1653,12 +1662,34 @@ impl Session {
                 if self.txn != TxnState::Idle {
                     return Err(PgError::not_supported("DROP INDEX of a distributed table inside a transaction block is not supported by pgshard yet"));
                 }
-                commands::ddl::drop_indexes(&self.shared.catalog, d, &stmt.text, indexes).await?;
+                commands::ddl::drop_indexes(&self.shared.catalog, d, &stmt.text, indexes, &self.caller)
+                    .await?;
                 self.shared.catalog.reload().await;
                 sink.complete("DROP INDEX");
                 Ok(())
             }
             Plan::Propagate(p) => self.maintenance(p, params.bind.is_some(), sink).await,
+            Plan::Role(p) => {
+                if self.txn != TxnState::Idle {
+                    return Err(PgError::not_supported(
+                        "pgshard does not support role statements inside a transaction block yet",
+                    ));
+                }
+                commands::roles::propagate_role_statement(&self.shared.catalog, &self.caller, p)
+                    .await?;
+                sink.complete(p.tag);
+                Ok(())
+            }
+            Plan::Grant(p) => {
+                if self.txn != TxnState::Idle {
+                    self.grant_in_block(&p.for_caller(&self.caller)?).await?;
+                } else {
+                    commands::privileges::propagate_grant(&self.shared.catalog, &self.caller, p)
+                        .await?;
+                }
+                sink.complete(p.tag);
+                Ok(())
+            }
             Plan::DeclareCursor(p) => self.declare_cursor(p, params, sink).await,
             Plan::Local | Plan::Router(_) => Err(PgError::internal("plan runs on a backend")),
         }
@@ -1797,8 +1828,10 @@ impl Session {
         let shared = self.shared.clone();
         let settings = self.citus;
         let call_name = name.to_string();
+        let caller = self.caller.clone();
         let mut task = tokio::spawn(async move {
-            commands::call_utility(&shared.catalog, &settings, &call_name, values, tx).await
+            commands::call_utility(&shared.catalog, &settings, &call_name, values, tx, &caller)
+                .await
         });
         let result = loop {
             tokio::select! {
