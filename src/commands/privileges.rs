@@ -483,7 +483,10 @@ async fn run_unless_missing(client: &Client, node: &str, sql: &str) -> Result<()
 
 /// `GRANT` / `REVOKE` / `ALTER DEFAULT PRIVILEGES`: the client's statement on the
 /// coordinator node as `caller`, then on every node the statements naming its shards
-/// and those for every worker (grantees made to exist there first), one 2PC.
+/// and those for every worker, one 2PC. Those run as `caller` too (made to exist there
+/// first, with the grantees): what a grant does depends on who grants it (the grantor
+/// recorded, grant options, a non-owner's grant that grants nothing), and shards have
+/// their table's owner and ACL, so each node decides as the coordinator node did.
 pub async fn propagate_grant(
     cache: &CatalogCache,
     caller: &str,
@@ -511,17 +514,21 @@ pub async fn propagate_grant(
                 .or_default();
         }
     }
-    let grantees: Vec<String> = plan.grantees.iter().map(|r| r.resolve(caller)).collect();
+    let mut roles: Vec<String> = plan.grantees.iter().map(|r| r.resolve(caller)).collect();
+    roles.push(caller.to_string());
+    let set_role = format!("SET LOCAL ROLE {}", quote_ident(caller));
     let mut participants =
         super::shards::open_participants(cache.config(), per_node.keys().cloned()).await?;
     let results = join_all(participants.iter().map(|p| {
         let stmts = &per_node[&(p.group_id, p.host.clone(), p.port)];
-        let (coord, grantees, plan) = (&coord, &grantees, &plan);
+        let (coord, roles, plan, set_role) = (&coord, &roles, &plan, &set_role);
         async move {
             let node = p.node();
-            if !grantees.is_empty() {
-                super::roles::sync_roles_on(coord, &p.client, &node, Some(grantees), None).await?;
-            }
+            super::roles::sync_roles_on(coord, &p.client, &node, Some(roles), None).await?;
+            p.client
+                .batch_execute(set_role)
+                .await
+                .map_err(db_err(&format!("cannot take the role \"{caller}\" on node {node}")))?;
             for sql in stmts {
                 p.client.batch_execute(sql).await.map_err(|e| {
                     PgError::from_client_error(&format!("node {node}, statement \"{}\"", abbreviate(sql)), &e)
@@ -530,7 +537,10 @@ pub async fn propagate_grant(
             for sql in &plan.worker_statements {
                 run_unless_missing(&p.client, &node, sql).await?;
             }
-            Ok::<(), PgError>(())
+            p.client
+                .batch_execute("RESET ROLE")
+                .await
+                .map_err(db_err(&format!("cannot reset the role on node {node}")))
         }
     }))
     .await;

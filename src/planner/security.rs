@@ -179,7 +179,19 @@ pub fn plan_grant(node: &N, text: &str, catalog: &Catalog) -> Option<PgResult<Gr
                     Ok(s) => s,
                     Err(e) => return Some(Err(e)),
                 }],
-                grantees: role_refs(&action.grantees),
+                grantees: role_refs(&action.grantees)
+                    .into_iter()
+                    .chain(a.options.iter().flat_map(|o| match o.node.as_ref() {
+                        // FOR ROLE r, ...
+                        Some(N::DefElem(d)) if d.defname == "roles" => {
+                            match d.arg.as_deref().and_then(|x| x.node.as_ref()) {
+                                Some(N::List(l)) => role_refs(&l.items),
+                                _ => Vec::new(),
+                            }
+                        }
+                        _ => Vec::new(),
+                    }))
+                    .collect(),
                 tag: "ALTER DEFAULT PRIVILEGES",
             }));
         }
