@@ -54,19 +54,20 @@ async fn error(c: &Client, sql: &str) -> (String, String) {
         .batch_execute(sql)
         .await
         .expect_err(&format!("{sql} should fail"));
-    let db = e
-        .as_db_error()
-        .unwrap_or_else(|| panic!("{sql}: {e}"));
+    let db = e.as_db_error().unwrap_or_else(|| panic!("{sql}: {e}"));
     (db.code().code().to_string(), db.message().to_string())
 }
 
 /// Ports of the workers in pg_dist_node (a node added by a test included).
 async fn worker_ports(coord: &Client) -> Vec<u16> {
-    rows(coord, "SELECT nodeport FROM pg_dist_node WHERE groupid <> 0 ORDER BY 1")
-        .await
-        .iter()
-        .map(|r| r[0].as_deref().unwrap().parse().unwrap())
-        .collect()
+    rows(
+        coord,
+        "SELECT nodeport FROM pg_dist_node WHERE groupid <> 0 ORDER BY 1",
+    )
+    .await
+    .iter()
+    .map(|r| r[0].as_deref().unwrap().parse().unwrap())
+    .collect()
 }
 
 /// Roles and memberships whose names start with `prefix`, as one server has them.
@@ -99,7 +100,10 @@ async fn assert_roles_everywhere(prefix: &str, after: &str) {
     let want = roles_of(&coord, prefix).await;
     for port in worker_ports(&coord).await {
         let got = roles_of(&cl.direct(port).await, prefix).await;
-        assert_eq!(got, want, "roles on the worker at port {port} after {after}");
+        assert_eq!(
+            got, want,
+            "roles on the worker at port {port} after {after}"
+        );
     }
 }
 
@@ -203,14 +207,20 @@ async fn roles_are_copied_to_every_worker() {
     let coord = cl.direct(cl.coordinator_port).await;
     let (roles, members) = roles_of(&coord, "rl_").await;
     assert_eq!(roles.len(), 2, "{roles:?}");
-    assert!(roles[0][9].as_deref().unwrap().starts_with("SCRAM-SHA-256$"));
+    assert!(roles[0][9]
+        .as_deref()
+        .unwrap()
+        .starts_with("SCRAM-SHA-256$"));
     assert_eq!(members.len(), 1);
 
     // The verifier is the coordinator node's: the password opens every worker, and
     // pgshard itself.
     for port in worker_ports(&coord).await {
         let w = connect(&cl.host, port, "rl_app", "rl secret 2", &cl.database).await;
-        assert_eq!(rows(&w, "SELECT current_user").await[0][0].as_deref(), Some("rl_app"));
+        assert_eq!(
+            rows(&w, "SELECT current_user").await[0][0].as_deref(),
+            Some("rl_app")
+        );
     }
     client_as("rl_app", "rl secret 2").await;
 
@@ -225,12 +235,18 @@ async fn roles_are_copied_to_every_worker() {
     let ports = worker_ports(&coord).await;
     let w0 = cl.direct(ports[0]).await;
     run(&w0, "DROP ROLE rl_app").await;
-    run(&cl.direct(ports[1]).await, "ALTER ROLE rl_grp LOGIN CONNECTION LIMIT 3").await;
+    run(
+        &cl.direct(ports[1]).await,
+        "ALTER ROLE rl_grp LOGIN CONNECTION LIMIT 3",
+    )
+    .await;
     let cfg = config();
     let cache = pgshard::catalog::cache::CatalogCache::start(cfg.clone())
         .await
         .unwrap();
-    pgshard::commands::roles::sync_role(&cache, "rl_app").await.unwrap();
+    pgshard::commands::roles::sync_role(&cache, "rl_app")
+        .await
+        .unwrap();
     pgshard::commands::roles::sync_role_on_node(&cfg, &cl.host, ports[1], "rl_grp")
         .await
         .unwrap();
@@ -274,29 +290,69 @@ async fn table_privileges_and_policies_reach_every_shard() {
     .await;
     // A grant by a role other than the owner, with its grantor kept on the shards.
     let coord = cl.direct(cl.coordinator_port).await;
-    run(&coord, "SET ROLE tp_granter; GRANT SELECT ON tp_t TO tp_owner; RESET ROLE").await;
+    run(
+        &coord,
+        "SET ROLE tp_granter; GRANT SELECT ON tp_t TO tp_owner; RESET ROLE",
+    )
+    .await;
     run(&c, "SELECT create_distributed_table('tp_t', 'k')").await;
     run(&c, "SELECT create_reference_table('tp_r')").await;
     let first = assert_shards_like_table("public", "tp_t", "create_distributed_table").await;
-    assert!(first[0][1].as_deref().unwrap().contains("tp_owner=r/tp_granter"), "{first:?}");
-    assert!(first[0][4].as_deref().unwrap().contains("tp_reader=w/tp_owner"), "{first:?}");
-    assert!(first[0][5].as_deref().unwrap().starts_with("tp_mine|r|true|public|(v = CURRENT_USER)"), "{first:?}");
+    assert!(
+        first[0][1]
+            .as_deref()
+            .unwrap()
+            .contains("tp_owner=r/tp_granter"),
+        "{first:?}"
+    );
+    assert!(
+        first[0][4]
+            .as_deref()
+            .unwrap()
+            .contains("tp_reader=w/tp_owner"),
+        "{first:?}"
+    );
+    assert!(
+        first[0][5]
+            .as_deref()
+            .unwrap()
+            .starts_with("tp_mine|r|true|public|(v = CURRENT_USER)"),
+        "{first:?}"
+    );
     assert_shards_like_table("public", "tp_r", "create_reference_table").await;
 
     for (sql, table) in [
-        ("GRANT INSERT, DELETE ON tp_t TO tp_reader WITH GRANT OPTION", "tp_t"),
+        (
+            "GRANT INSERT, DELETE ON tp_t TO tp_reader WITH GRANT OPTION",
+            "tp_t",
+        ),
         ("REVOKE SELECT ON tp_t FROM tp_reader", "tp_t"),
         ("GRANT SELECT (k) ON TABLE tp_t, tp_r TO tp_reader", "tp_t"),
         ("GRANT SELECT (k) ON TABLE tp_t, tp_r TO tp_reader", "tp_r"),
         ("REVOKE ALL ON tp_r FROM PUBLIC", "tp_r"),
-        ("GRANT ALL ON ALL TABLES IN SCHEMA public TO tp_granter", "tp_t"),
-        ("GRANT ALL ON ALL TABLES IN SCHEMA public TO tp_granter", "tp_r"),
+        (
+            "GRANT ALL ON ALL TABLES IN SCHEMA public TO tp_granter",
+            "tp_t",
+        ),
+        (
+            "GRANT ALL ON ALL TABLES IN SCHEMA public TO tp_granter",
+            "tp_r",
+        ),
         ("ALTER TABLE tp_t FORCE ROW LEVEL SECURITY", "tp_t"),
-        ("CREATE POLICY tp_all ON tp_t USING (w > 0) WITH CHECK (w < 100)", "tp_t"),
-        ("ALTER POLICY tp_all ON tp_t TO tp_reader USING (w > 1)", "tp_t"),
+        (
+            "CREATE POLICY tp_all ON tp_t USING (w > 0) WITH CHECK (w < 100)",
+            "tp_t",
+        ),
+        (
+            "ALTER POLICY tp_all ON tp_t TO tp_reader USING (w > 1)",
+            "tp_t",
+        ),
         ("ALTER POLICY tp_all ON tp_t RENAME TO tp_renamed", "tp_t"),
         ("DROP POLICY tp_renamed ON tp_t", "tp_t"),
-        ("ALTER TABLE tp_t NO FORCE ROW LEVEL SECURITY, DISABLE ROW LEVEL SECURITY", "tp_t"),
+        (
+            "ALTER TABLE tp_t NO FORCE ROW LEVEL SECURITY, DISABLE ROW LEVEL SECURITY",
+            "tp_t",
+        ),
         ("ALTER TABLE tp_t OWNER TO tp_reader", "tp_t"),
         ("ALTER TABLE tp_r OWNER TO CURRENT_USER", "tp_r"),
     ] {
@@ -306,18 +362,32 @@ async fn table_privileges_and_policies_reach_every_shard() {
     // Inside a block: with the block, rolled back or committed.
     run(&c, "BEGIN; GRANT TRUNCATE ON tp_t TO tp_granter; ROLLBACK").await;
     let before = assert_shards_like_table("public", "tp_t", "a rolled back GRANT").await;
-    assert!(!before[0][1].as_deref().unwrap().contains("tp_granter=D"), "{before:?}");
+    assert!(
+        !before[0][1].as_deref().unwrap().contains("tp_granter=D"),
+        "{before:?}"
+    );
     run(&c, "BEGIN; REVOKE UPDATE ON tp_t FROM tp_granter; CREATE POLICY tp_b ON tp_t USING (true); COMMIT").await;
     assert_shards_like_table("public", "tp_t", "GRANT and CREATE POLICY in a block").await;
 
     // has_table_privilege on a shard answers as on its table.
     let shard = rows(&coord, "SELECT s.shardid, n.nodeport FROM pg_dist_shard s JOIN pg_dist_placement p USING (shardid) \
                               JOIN pg_dist_node n ON n.groupid = p.groupid WHERE s.logicalrelid = 'tp_t'::regclass LIMIT 1").await;
-    let (id, port) = (shard[0][0].as_deref().unwrap(), shard[0][1].as_deref().unwrap());
+    let (id, port) = (
+        shard[0][0].as_deref().unwrap(),
+        shard[0][1].as_deref().unwrap(),
+    );
     let worker = cl.direct(port.parse().unwrap()).await;
     for privilege in ["SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE"] {
-        let on_shell = rows(&coord, &format!("SELECT has_table_privilege('tp_granter', 'tp_t', '{privilege}')")).await;
-        let on_shard = rows(&worker, &format!("SELECT has_table_privilege('tp_granter', 'tp_t_{id}', '{privilege}')")).await;
+        let on_shell = rows(
+            &coord,
+            &format!("SELECT has_table_privilege('tp_granter', 'tp_t', '{privilege}')"),
+        )
+        .await;
+        let on_shard = rows(
+            &worker,
+            &format!("SELECT has_table_privilege('tp_granter', 'tp_t_{id}', '{privilege}')"),
+        )
+        .await;
         assert_eq!(on_shard, on_shell, "{privilege}");
     }
 
@@ -331,7 +401,11 @@ async fn table_privileges_and_policies_reach_every_shard() {
     .await;
     let want = schema_acl(&coord, "tp_s").await;
     for port in worker_ports(&coord).await {
-        assert_eq!(schema_acl(&cl.direct(port).await, "tp_s").await, want, "port {port}");
+        assert_eq!(
+            schema_acl(&cl.direct(port).await, "tp_s").await,
+            want,
+            "port {port}"
+        );
     }
     assert_shards_like_table("tp_s", "t2", "create_distributed_table in a schema").await;
     for sql in [
@@ -353,12 +427,14 @@ async fn table_privileges_and_policies_reach_every_shard() {
     assert_eq!(default_acls(&coord, "tp_").await.len(), 2);
     // Grants on objects a worker lacks are skipped there.
     run(&c, "CREATE SEQUENCE tp_seq; GRANT USAGE ON SEQUENCE tp_seq TO tp_reader; GRANT EXECUTE ON FUNCTION pg_catalog.now() TO tp_reader").await;
-    assert!(
-        rows(&coord, "SELECT relacl::text FROM pg_class WHERE relname = 'tp_seq'").await[0][0]
-            .as_deref()
-            .unwrap()
-            .contains("tp_reader=U")
-    );
+    assert!(rows(
+        &coord,
+        "SELECT relacl::text FROM pg_class WHERE relname = 'tp_seq'"
+    )
+    .await[0][0]
+        .as_deref()
+        .unwrap()
+        .contains("tp_reader=U"));
 
     run(
         &c,
@@ -391,7 +467,11 @@ async fn non_owners_get_postgres_errors() {
                  CREATE TABLE no_t (k int, v int); CREATE TABLE no_local (k int); CREATE TABLE no_ref (k int)";
     run(&c, setup).await;
     run(&plain, setup).await;
-    run(&c, "SELECT create_distributed_table('no_t', 'k'); SELECT create_reference_table('no_ref')").await;
+    run(
+        &c,
+        "SELECT create_distributed_table('no_t', 'k'); SELECT create_reference_table('no_ref')",
+    )
+    .await;
     let app = client_as("no_app", "no pw").await;
     let plain_app = {
         let p = plain_postgres();
@@ -400,15 +480,40 @@ async fn non_owners_get_postgres_errors() {
 
     // Citus's functions: ownership, superuser (Citus's wording).
     for (sql, message) in [
-        ("SELECT create_distributed_table('no_local', 'k')", "must be owner of table no_local"),
-        ("SELECT create_reference_table('no_local')", "must be owner of table no_local"),
-        ("SELECT undistribute_table('no_t')", "must be owner of table no_t"),
-        ("SELECT citus_add_node('127.0.0.1', 1)", "permission denied for function citus_add_node"),
-        ("SELECT master_add_node('127.0.0.1', 1)", "permission denied for function master_add_node"),
-        ("SELECT citus_remove_node('127.0.0.1', 1)", "permission denied for function citus_remove_node"),
-        ("SELECT recover_prepared_transactions()", "permission denied for function recover_prepared_transactions"),
+        (
+            "SELECT create_distributed_table('no_local', 'k')",
+            "must be owner of table no_local",
+        ),
+        (
+            "SELECT create_reference_table('no_local')",
+            "must be owner of table no_local",
+        ),
+        (
+            "SELECT undistribute_table('no_t')",
+            "must be owner of table no_t",
+        ),
+        (
+            "SELECT citus_add_node('127.0.0.1', 1)",
+            "permission denied for function citus_add_node",
+        ),
+        (
+            "SELECT master_add_node('127.0.0.1', 1)",
+            "permission denied for function master_add_node",
+        ),
+        (
+            "SELECT citus_remove_node('127.0.0.1', 1)",
+            "permission denied for function citus_remove_node",
+        ),
+        (
+            "SELECT recover_prepared_transactions()",
+            "permission denied for function recover_prepared_transactions",
+        ),
     ] {
-        assert_eq!(error(&app, sql).await, ("42501".to_string(), message.to_string()), "{sql}");
+        assert_eq!(
+            error(&app, sql).await,
+            ("42501".to_string(), message.to_string()),
+            "{sql}"
+        );
     }
     // DDL on distributed and reference tables: as PostgreSQL answers on one server.
     for sql in [
@@ -432,27 +537,56 @@ async fn non_owners_get_postgres_errors() {
     run(&c, "GRANT SELECT ON no_t TO no_app").await;
     let before = assert_shards_like_table("public", "no_t", "GRANT").await;
     run(&app, "GRANT SELECT ON no_t TO PUBLIC").await;
-    assert_eq!(assert_shards_like_table("public", "no_t", "a GRANT without grant option").await, before);
+    assert_eq!(
+        assert_shards_like_table("public", "no_t", "a GRANT without grant option").await,
+        before
+    );
     // Everyone reads the catalog (Citus grants SELECT to PUBLIC); nobody else writes it.
-    let coord_app = connect(&cl.host, cl.coordinator_port, "no_app", "no pw", &cl.database).await;
-    rows(&coord_app, "SELECT count(*) FROM pg_dist_node, pg_dist_partition, pg_dist_shard, pg_dist_placement").await;
+    let coord_app = connect(
+        &cl.host,
+        cl.coordinator_port,
+        "no_app",
+        "no pw",
+        &cl.database,
+    )
+    .await;
+    rows(
+        &coord_app,
+        "SELECT count(*) FROM pg_dist_node, pg_dist_partition, pg_dist_shard, pg_dist_placement",
+    )
+    .await;
     assert_eq!(
         error(&coord_app, "DELETE FROM pg_dist_node").await,
-        ("42501".to_string(), "permission denied for table pg_dist_node".to_string())
+        (
+            "42501".to_string(),
+            "permission denied for table pg_dist_node".to_string()
+        )
     );
 
     // Once it owns the table, the same role may.
     run(&c, "ALTER TABLE no_t OWNER TO no_app").await;
     run(&plain, "ALTER TABLE no_t OWNER TO no_app").await;
     assert_shards_like_table("public", "no_t", "OWNER TO").await;
-    run(&app, "ALTER TABLE no_t ADD COLUMN z int; GRANT SELECT ON no_t TO PUBLIC").await;
+    run(
+        &app,
+        "ALTER TABLE no_t ADD COLUMN z int; GRANT SELECT ON no_t TO PUBLIC",
+    )
+    .await;
     // An index needs CREATE on the schema besides ownership (PostgreSQL 15's public).
     let sql = "CREATE INDEX no_i ON no_t (v)";
     assert_eq!(error(&app, sql).await, error(&plain_app, sql).await);
     assert_shards_like_table("public", "no_t", "the owner's GRANT").await;
     run(&app, "DROP TABLE no_t").await;
-    run(&c, "DROP TABLE no_local; DROP TABLE no_ref; DROP ROLE no_app").await;
-    run(&plain, "DROP TABLE no_t, no_local, no_ref; DROP ROLE no_app").await;
+    run(
+        &c,
+        "DROP TABLE no_local; DROP TABLE no_ref; DROP ROLE no_app",
+    )
+    .await;
+    run(
+        &plain,
+        "DROP TABLE no_t, no_local, no_ref; DROP ROLE no_app",
+    )
+    .await;
     common::assert_no_prepared_xacts().await;
 }
 
@@ -484,11 +618,26 @@ async fn grants_made_before_a_new_node_hold_on_its_shards() {
         log_file: dir.join("logs").join("postgres.log"),
     };
     teardown_at_exit(Teardown::Node(n.clone()));
-    n.create(&cl.password, Settings { fast: true, async_commit: false }).expect("initdb");
+    n.create(
+        &cl.password,
+        Settings {
+            fast: true,
+            async_commit: false,
+        },
+    )
+    .expect("initdb");
     n.start().expect("start");
-    run(&c, &format!("SELECT citus_add_node('127.0.0.1', {})", n.port)).await;
+    run(
+        &c,
+        &format!("SELECT citus_add_node('127.0.0.1', {})", n.port),
+    )
+    .await;
     assert_roles_everywhere("nn_", "citus_add_node").await;
-    run(&c, "SET citus.shard_count = 6; SELECT create_distributed_table('nn_t', 'k')").await;
+    run(
+        &c,
+        "SET citus.shard_count = 6; SELECT create_distributed_table('nn_t', 'k')",
+    )
+    .await;
     let coord = cl.direct(cl.coordinator_port).await;
     let on_new = rows(
         &coord,
@@ -500,14 +649,29 @@ async fn grants_made_before_a_new_node_hold_on_its_shards() {
     )
     .await;
     assert_eq!(on_new[0][0].as_deref(), Some("2"));
-    let sec = assert_shards_like_table("public", "nn_t", "create_distributed_table after citus_add_node").await;
-    assert!(sec[0][1].as_deref().unwrap().contains("nn_reader=r/"), "{sec:?}");
+    let sec = assert_shards_like_table(
+        "public",
+        "nn_t",
+        "create_distributed_table after citus_add_node",
+    )
+    .await;
+    assert!(
+        sec[0][1].as_deref().unwrap().contains("nn_reader=r/"),
+        "{sec:?}"
+    );
     // The role logs into the new node with its password.
     let w = connect("127.0.0.1", n.port, "nn_reader", "nn pw", &cl.database).await;
-    assert_eq!(rows(&w, "SELECT current_user").await[0][0].as_deref(), Some("nn_reader"));
+    assert_eq!(
+        rows(&w, "SELECT current_user").await[0][0].as_deref(),
+        Some("nn_reader")
+    );
 
     run(&c, "DROP TABLE nn_t").await;
-    run(&c, &format!("SELECT citus_remove_node('127.0.0.1', {})", n.port)).await;
+    run(
+        &c,
+        &format!("SELECT citus_remove_node('127.0.0.1', {})", n.port),
+    )
+    .await;
     run(&c, "DROP ROLE nn_reader, nn_group").await;
     common::assert_no_prepared_xacts().await;
 }

@@ -17,8 +17,8 @@ use crate::backend::control;
 use crate::catalog::cache::{bump_version, CatalogCache};
 use crate::catalog::{shard_table_name, Catalog, DistTable, GroupId, Oid};
 use crate::error::PgError;
-use crate::sql::quote::quote_ident;
 use crate::planner::ddl::{drop_index_shard_statement, shard_statement, DdlPlan, Unnamed};
+use crate::sql::quote::quote_ident;
 use futures_util::future::join_all;
 use pg_query::protobuf;
 use std::collections::BTreeMap;
@@ -53,13 +53,21 @@ pub(crate) async fn run_as_caller(coord: &Client, caller: &str, text: &str) -> R
     run_as(coord, caller, text, true).await
 }
 
-async fn run_as(coord: &Client, caller: &str, text: &str, in_transaction: bool) -> Result<(), PgError> {
+async fn run_as(
+    coord: &Client,
+    caller: &str,
+    text: &str,
+    in_transaction: bool,
+) -> Result<(), PgError> {
     let scope = if in_transaction { "LOCAL " } else { "" };
     coord
         .batch_execute(&format!("SET {scope}ROLE {}", quote_ident(caller)))
         .await
         .map_err(db_err(&format!("cannot take the role \"{caller}\"")))?;
-    coord.batch_execute(text).await.map_err(|e| shell_error(&e))?;
+    coord
+        .batch_execute(text)
+        .await
+        .map_err(|e| shell_error(&e))?;
     coord
         .batch_execute("RESET ROLE")
         .await
@@ -173,7 +181,11 @@ fn resolve_unnamed(
 
 /// Runs a DDL statement on a distributed table's shell (as `caller`) and every shard
 /// placement.
-pub async fn propagate_ddl(cache: &CatalogCache, plan: &DdlPlan, caller: &str) -> Result<(), PgError> {
+pub async fn propagate_ddl(
+    cache: &CatalogCache,
+    plan: &DdlPlan,
+    caller: &str,
+) -> Result<(), PgError> {
     let plan = &plan.for_caller(caller);
     if plan.concurrent {
         return concurrently(cache, plan, caller).await;

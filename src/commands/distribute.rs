@@ -1065,10 +1065,7 @@ pub(crate) async fn prepare_workers(
                 .is_some();
             if !exists {
                 let context = |sql: &str| format!("node {at}, statement \"{}\"", abbreviate(sql));
-                let create = format!(
-                    "BEGIN; CREATE SCHEMA IF NOT EXISTS {}",
-                    quote_ident(schema)
-                );
+                let create = format!("BEGIN; CREATE SCHEMA IF NOT EXISTS {}", quote_ident(schema));
                 client
                     .batch_execute(&create)
                     .await
@@ -1079,7 +1076,9 @@ pub(crate) async fn prepare_workers(
                 client
                     .batch_execute("COMMIT")
                     .await
-                    .map_err(db_err(&format!("cannot create schema {schema} on node {at}")))?;
+                    .map_err(db_err(&format!(
+                        "cannot create schema {schema} on node {at}"
+                    )))?;
             }
             Ok::<(), PgError>(())
         }

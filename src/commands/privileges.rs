@@ -172,7 +172,10 @@ fn acl_item(r: &tokio_postgres::Row, at: usize) -> AclItem {
 }
 
 /// The owner, ACL, row-level security and policies of table `relid`.
-pub(crate) async fn read_table_security(coord: &Client, relid: Oid) -> Result<TableSecurity, PgError> {
+pub(crate) async fn read_table_security(
+    coord: &Client,
+    relid: Oid,
+) -> Result<TableSecurity, PgError> {
     let err = db_err("cannot read the table's privileges");
     let row = coord
         .query_one(
@@ -309,7 +312,10 @@ pub fn acl_sql(target: &str, want: &ObjectAcl, present: Option<&[Option<String>]
             from.push(p.clone());
         }
     }
-    out.push(format!("REVOKE ALL ON {target} FROM {} CASCADE", role_list(&from)));
+    out.push(format!(
+        "REVOKE ALL ON {target} FROM {} CASCADE",
+        role_list(&from)
+    ));
     let default_acl = [AclItem {
         grantor: want.owner.clone(),
         grantee: Some(want.owner.clone()),
@@ -317,18 +323,21 @@ pub fn acl_sql(target: &str, want: &ObjectAcl, present: Option<&[Option<String>]
         grantable: false,
     }];
     let table_items = want.acl.as_deref().unwrap_or(&default_acl);
-    let items = table_items
-        .iter()
-        .map(|i| (None, i))
-        .chain(
-            want.columns
-                .iter()
-                .flat_map(|(c, items)| items.iter().map(move |i| (Some(c.as_str()), i))),
-        );
+    let items = table_items.iter().map(|i| (None, i)).chain(
+        want.columns
+            .iter()
+            .flat_map(|(c, items)| items.iter().map(move |i| (Some(c.as_str()), i))),
+    );
     // One GRANT per (column, grantor, grantee, grant option), in the ACL's order.
-    let mut grants: Vec<((Option<&str>, &str, Option<&str>, bool), Vec<&str>)> = Vec::new();
+    type GrantKey<'a> = (Option<&'a str>, &'a str, Option<&'a str>, bool);
+    let mut grants: Vec<(GrantKey, Vec<&str>)> = Vec::new();
     for (column, i) in items {
-        let key = (column, i.grantor.as_str(), i.grantee.as_deref(), i.grantable);
+        let key = (
+            column,
+            i.grantor.as_str(),
+            i.grantee.as_deref(),
+            i.grantable,
+        );
         match grants.iter_mut().find(|(k, _)| *k == key) {
             Some((_, privileges)) => privileges.push(&i.privilege),
             None => grants.push((key, vec![&i.privilege])),
@@ -369,7 +378,11 @@ pub fn row_security_sql(sec: &TableSecurity, qualified: &str) -> Vec<String> {
         let mut sql = format!(
             "CREATE POLICY {} ON {qualified} AS {} FOR {} TO {}",
             quote_ident(&p.name),
-            if p.permissive { "PERMISSIVE" } else { "RESTRICTIVE" },
+            if p.permissive {
+                "PERMISSIVE"
+            } else {
+                "RESTRICTIVE"
+            },
             p.command,
             role_list(&p.roles)
         );
@@ -433,7 +446,11 @@ pub(crate) async fn secure_schema(
     let present = present_grantees(client, lookup, name)
         .await
         .map_err(|e| (lookup.to_string(), e))?;
-    for sql in acl_sql(&format!("SCHEMA {}", quote_ident(name)), acl, present.as_deref()) {
+    for sql in acl_sql(
+        &format!("SCHEMA {}", quote_ident(name)),
+        acl,
+        present.as_deref(),
+    ) {
         client.batch_execute(&sql).await.map_err(|e| (sql, e))?;
     }
     Ok(())
@@ -464,8 +481,7 @@ async fn run_unless_missing(client: &Client, node: &str, sql: &str) -> Result<()
     match client.batch_execute(sql).await {
         Ok(()) => {}
         Err(e)
-            if e
-                .as_db_error()
+            if e.as_db_error()
                 .is_some_and(|d| MISSING_OBJECT.contains(&d.code().code())) =>
         {
             client
@@ -528,10 +544,15 @@ pub async fn propagate_grant(
             p.client
                 .batch_execute(set_role)
                 .await
-                .map_err(db_err(&format!("cannot take the role \"{caller}\" on node {node}")))?;
+                .map_err(db_err(&format!(
+                    "cannot take the role \"{caller}\" on node {node}"
+                )))?;
             for sql in stmts {
                 p.client.batch_execute(sql).await.map_err(|e| {
-                    PgError::from_client_error(&format!("node {node}, statement \"{}\"", abbreviate(sql)), &e)
+                    PgError::from_client_error(
+                        &format!("node {node}, statement \"{}\"", abbreviate(sql)),
+                        &e,
+                    )
                 })?;
             }
             for sql in &plan.worker_statements {
@@ -572,7 +593,10 @@ mod tests {
             acl: None,
             columns: vec![],
         };
-        assert_eq!(acl_sql("TABLE t", &want, None), vec!["ALTER TABLE t OWNER TO \"o\""]);
+        assert_eq!(
+            acl_sql("TABLE t", &want, None),
+            vec!["ALTER TABLE t OWNER TO \"o\""]
+        );
         // A worker's default privileges gave the new shard grants: back to the default.
         assert_eq!(
             acl_sql("TABLE t", &want, Some(&[Some("x".into())])),

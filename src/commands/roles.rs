@@ -16,9 +16,9 @@
 //! the role and node it was for, never by its text. Not copied: per-role settings
 //! (`ALTER ROLE ... SET`), which stay on the coordinator node.
 
+use super::db_err;
 use super::ddl::run_as_caller;
 use super::twopc::{self, Participant};
-use super::db_err;
 use crate::backend::control;
 use crate::catalog::cache::CatalogCache;
 use crate::config::Config;
@@ -177,7 +177,11 @@ fn plan_sync(
     for r in source_roles {
         let sql = match target.get(r.name.as_str()) {
             None if target_names.contains(&r.name) => continue,
-            None => format!("CREATE ROLE {} WITH {}", quote_ident(&r.name), r.attributes(None)),
+            None => format!(
+                "CREATE ROLE {} WITH {}",
+                quote_ident(&r.name),
+                r.attributes(None)
+            ),
             Some(t) if *t == r => continue,
             Some(t) => format!(
                 "ALTER ROLE {} WITH {}",
@@ -190,14 +194,15 @@ fn plan_sync(
             sql,
         });
     }
-    let exists = |name: &str| {
-        target_names.contains(name) || source_roles.iter().any(|r| r.name == name)
-    };
+    let exists =
+        |name: &str| target_names.contains(name) || source_roles.iter().any(|r| r.name == name);
     let key = |m: &Membership| (m.role.clone(), m.member.clone());
     let have: BTreeMap<_, &Membership> = target_members.iter().map(|m| (key(m), m)).collect();
     let want: BTreeMap<_, &Membership> = source_members.iter().map(|m| (key(m), m)).collect();
-    let gone = |name: &str| wanted.is_some_and(|w| w.iter().any(|x| x == name))
-        && !source_roles.iter().any(|r| r.name == name);
+    let gone = |name: &str| {
+        wanted.is_some_and(|w| w.iter().any(|x| x == name))
+            && !source_roles.iter().any(|r| r.name == name)
+    };
     for (k, m) in &have {
         // Dropping a role drops its memberships.
         if gone(&m.role) || gone(&m.member) {
@@ -206,7 +211,9 @@ fn plan_sync(
         let (role, member) = (quote_ident(&k.0), quote_ident(&k.1));
         let sql = match want.get(k) {
             None => format!("REVOKE {role} FROM {member}"),
-            Some(w) if m.admin && !w.admin => format!("REVOKE ADMIN OPTION FOR {role} FROM {member}"),
+            Some(w) if m.admin && !w.admin => {
+                format!("REVOKE ADMIN OPTION FOR {role} FROM {member}")
+            }
             Some(_) => continue,
         };
         steps.push(Step {
@@ -259,7 +266,11 @@ pub(crate) async fn sync_roles_on(
     let mut target_names = role_names(worker).await?;
     if let Some((old, new)) = renamed {
         if target_names.contains(old) && !target_names.contains(new) {
-            let sql = format!("ALTER ROLE {} RENAME TO {}", quote_ident(old), quote_ident(new));
+            let sql = format!(
+                "ALTER ROLE {} RENAME TO {}",
+                quote_ident(old),
+                quote_ident(new)
+            );
             worker.batch_execute(&sql).await.map_err(|e| fail(old, e))?;
             target_names = role_names(worker).await?;
         }
@@ -374,7 +385,9 @@ pub async fn sync_role_on_node(
     worker
         .batch_execute("COMMIT")
         .await
-        .map_err(db_err(&format!("cannot commit role \"{role}\" on node {node}")))
+        .map_err(db_err(&format!(
+            "cannot commit role \"{role}\" on node {node}"
+        )))
 }
 
 /// Copies every role and membership of the coordinator node (read on `coord`) onto
@@ -460,7 +473,10 @@ mod tests {
 
     #[test]
     fn creates_alters_and_drops() {
-        let names: BTreeSet<String> = ["postgres", "old", "gone"].iter().map(|s| s.to_string()).collect();
+        let names: BTreeSet<String> = ["postgres", "old", "gone"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         let mut changed = role("old");
         changed.valid_until = None;
         let mut was = role("old");

@@ -1624,8 +1624,13 @@ impl Session {
                 }
                 // Shards, catalog rows and the shell go in one catalog transaction.
                 for t in tables {
-                    commands::drop_distributed_table(&self.shared.catalog, t.relid, true, &self.caller)
-                        .await?;
+                    commands::drop_distributed_table(
+                        &self.shared.catalog,
+                        t.relid,
+                        true,
+                        &self.caller,
+                    )
+                    .await?;
                 }
                 self.shared.catalog.reload().await;
                 sink.complete("DROP TABLE");
@@ -1662,8 +1667,14 @@ impl Session {
                 if self.txn != TxnState::Idle {
                     return Err(PgError::not_supported("DROP INDEX of a distributed table inside a transaction block is not supported by pgshard yet"));
                 }
-                commands::ddl::drop_indexes(&self.shared.catalog, d, &stmt.text, indexes, &self.caller)
-                    .await?;
+                commands::ddl::drop_indexes(
+                    &self.shared.catalog,
+                    d,
+                    &stmt.text,
+                    indexes,
+                    &self.caller,
+                )
+                .await?;
                 self.shared.catalog.reload().await;
                 sink.complete("DROP INDEX");
                 Ok(())

@@ -81,10 +81,9 @@ impl DdlPlan {
             return Some("an index or constraint without a name (name it)");
         }
         match &self.stmt {
-            N::IndexStmt(_)
-            | N::CreatePolicyStmt(_)
-            | N::AlterPolicyStmt(_)
-            | N::DropStmt(_) => None,
+            N::IndexStmt(_) | N::CreatePolicyStmt(_) | N::AlterPolicyStmt(_) | N::DropStmt(_) => {
+                None
+            }
             N::RenameStmt(r) if r.rename_type == ObjectType::ObjectPolicy as i32 => None,
             N::AlterTableStmt(a) => {
                 let allowed = a.cmds.iter().all(|c| match c.node.as_ref() {
@@ -715,7 +714,9 @@ mod tests {
             shard_sql("ALTER TABLE t OWNER TO bob, FORCE ROW LEVEL SECURITY", &[]),
             "ALTER TABLE public.t_102008 OWNER TO bob, FORCE ROW LEVEL SECURITY"
         );
-        let p = plan("ALTER TABLE t OWNER TO CURRENT_USER").unwrap().unwrap();
+        let p = plan("ALTER TABLE t OWNER TO CURRENT_USER")
+            .unwrap()
+            .unwrap();
         assert_eq!(p.not_in_block(), None);
         assert_eq!(
             shard_statement(&p.for_caller("me"), 102008, &[]).unwrap(),

@@ -332,8 +332,7 @@ fn reads_tables(expr: Option<&protobuf::Node>) -> bool {
         return false;
     };
     matches!(e, N::RangeVar(_))
-        || e
-            .nodes()
+        || e.nodes()
             .into_iter()
             .any(|(n, _, _, _)| matches!(n, pg_query::NodeRef::RangeVar(_)))
 }
@@ -453,7 +452,11 @@ mod tests {
     }
 
     fn node(sql: &str) -> N {
-        crate::sql::parse::parse(sql).unwrap().remove(0).node.unwrap()
+        crate::sql::parse::parse(sql)
+            .unwrap()
+            .remove(0)
+            .node
+            .unwrap()
     }
 
     fn grant(sql: &str) -> Option<PgResult<GrantPlan>> {
@@ -508,10 +511,15 @@ mod tests {
 
     #[test]
     fn other_objects_go_to_every_worker_one_by_one() {
-        let p = grant("GRANT USAGE ON SCHEMA a, \"B\" TO app").unwrap().unwrap();
+        let p = grant("GRANT USAGE ON SCHEMA a, \"B\" TO app")
+            .unwrap()
+            .unwrap();
         assert_eq!(
             p.worker_statements,
-            vec!["GRANT usage ON SCHEMA a TO app", "GRANT usage ON SCHEMA \"B\" TO app"]
+            vec![
+                "GRANT usage ON SCHEMA a TO app",
+                "GRANT usage ON SCHEMA \"B\" TO app"
+            ]
         );
         let p = grant("GRANT EXECUTE ON FUNCTION f(int), g() TO app")
             .unwrap()
@@ -552,7 +560,9 @@ mod tests {
         assert!(policy_shard_statement(&mut stmt, &p.table, 9));
         let s = stmt.deparse(Default::default()).unwrap();
         assert!(s.contains("ON public.t_9"), "{s}");
-        let p = plan("DROP POLICY IF EXISTS p ON public.t").unwrap().unwrap();
+        let p = plan("DROP POLICY IF EXISTS p ON public.t")
+            .unwrap()
+            .unwrap();
         let mut stmt = p.stmt.clone();
         assert!(policy_shard_statement(&mut stmt, &p.table, 9));
         assert_eq!(

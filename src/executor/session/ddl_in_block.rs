@@ -79,7 +79,9 @@ impl Session {
             let context = |sql: &str| crate::commands::shards::node_context(host, *port, sql);
             let conn = &mut self.held[n].conn;
             for sql in stmts {
-                conn.simple(sql).await.map_err(|e| e.in_context(&context(sql)))?;
+                conn.simple(sql)
+                    .await
+                    .map_err(|e| e.in_context(&context(sql)))?;
             }
             for sql in &plan.worker_statements {
                 conn.simple("SAVEPOINT pgshard_grant").await?;
