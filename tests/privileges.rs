@@ -213,6 +213,10 @@ async fn roles_are_copied_to_every_worker() {
         .starts_with("SCRAM-SHA-256$"));
     assert_eq!(members.len(), 1);
 
+    c.execute("ALTER ROLE rl_app NOCREATEDB", &[])
+        .await
+        .unwrap();
+    assert_roles_everywhere("rl_", "an extended-protocol ALTER ROLE").await;
     // The verifier is the coordinator node's: the password opens every worker, and
     // pgshard itself.
     for port in worker_ports(&coord).await {
@@ -359,6 +363,11 @@ async fn table_privileges_and_policies_reach_every_shard() {
         run(&c, sql).await;
         assert_shards_like_table("public", table, sql).await;
     }
+    // The extended protocol (Parse/Bind/Execute) takes the same path.
+    c.execute("REVOKE DELETE ON tp_t FROM tp_reader", &[])
+        .await
+        .unwrap();
+    assert_shards_like_table("public", "tp_t", "an extended-protocol REVOKE").await;
     // Inside a block: with the block, rolled back or committed.
     run(&c, "BEGIN; GRANT TRUNCATE ON tp_t TO tp_granter; ROLLBACK").await;
     let before = assert_shards_like_table("public", "tp_t", "a rolled back GRANT").await;
