@@ -296,6 +296,23 @@ pub(crate) async fn sync_roles_on(
     };
     let listed: Option<Vec<String>> = names.clone();
     let target_roles = read_roles(worker, listed.as_deref()).await?;
+    // pgshard's own user keeps its password on the worker when the coordinator node's
+    // has none (it may log in there otherwise): PASSWORD NULL would lock pgshard out.
+    let own: String = worker
+        .query_one("SELECT session_user::text", &[])
+        .await
+        .map_err(db_err("cannot read the session user"))?
+        .get(0);
+    let mut source_roles = source_roles;
+    for r in source_roles
+        .iter_mut()
+        .filter(|r| r.name == own && r.password.is_none())
+    {
+        r.password = target_roles
+            .iter()
+            .find(|t| t.name == own)
+            .and_then(|t| t.password.clone());
+    }
     let target_members = read_memberships(worker, listed.as_deref()).await?;
     let steps = plan_sync(
         names.as_deref(),
