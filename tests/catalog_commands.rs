@@ -99,7 +99,7 @@ async fn call_with(
 ) -> (Result<UtilityResult, PgError>, Vec<String>) {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let args = args.iter().map(|a| a.map(str::to_string)).collect();
-    let result = call_utility(cache, settings, name, args, tx).await;
+    let result = call_utility(cache, settings, name, args, tx, "postgres").await;
     let mut notices = Vec::new();
     while let Ok(n) = rx.try_recv() {
         notices.push(n);
@@ -794,7 +794,7 @@ async fn catalog_and_distribution_end_to_end() {
         .await
         .unwrap()
         .get(0);
-    commands::drop_distributed_table(&cache, loose_oid, true)
+    commands::drop_distributed_table(&cache, loose_oid, true, "postgres")
         .await
         .unwrap();
     assert_eq!(

@@ -147,6 +147,9 @@ pub struct BackendConn {
     /// own coordinator connection: its settings changed by `set_config`, functions or
     /// a transaction's end follow to the client and the other nodes).
     pub reports: Option<Vec<(String, String)>>,
+    /// Of `reports`, those read by the methods here that answer no client
+    /// (`simple`, `simple_rows`, `drain_to_ready`): the client has not seen them.
+    pub unforwarded_reports: Vec<(String, String)>,
 }
 
 impl BackendConn {
@@ -175,6 +178,7 @@ impl BackendConn {
             txn_status: b'I',
             broken: false,
             reports: None,
+            unforwarded_reports: Vec::new(),
         };
         let params = [
             ("user", creds.login_user()),
@@ -444,6 +448,7 @@ impl BackendConn {
                     first_err = Some(PgError::from_server_fields(f.body))
                 }
                 b'Z' => return first_err.map_or(Ok(rows), Err),
+                b'S' => self.keep_unforwarded(),
                 _ => {}
             }
         }
@@ -459,8 +464,16 @@ impl BackendConn {
                 b'E' if first_err.is_none() => {
                     first_err = Some(PgError::from_server_fields(f.body))
                 }
+                b'S' => self.keep_unforwarded(),
                 _ => {}
             }
+        }
+    }
+
+    /// The report just read (the last of `reports`) reaches no client here.
+    fn keep_unforwarded(&mut self) {
+        if let Some(last) = self.reports.as_ref().and_then(|r| r.last()) {
+            self.unforwarded_reports.push(last.clone());
         }
     }
 
@@ -468,6 +481,19 @@ impl BackendConn {
     /// statements prepared on it.
     pub fn into_parts(self) -> (NodeAddr, NodeStream, BytesMut, HashSet<u64>) {
         (self.addr, self.stream, self.rbuf, self.prepared)
+    }
+
+    /// Whether an idle connection was ended by its server meanwhile (terminated,
+    /// restarted): it has sent something (a FATAL) or closed. Never waits.
+    pub fn ended_while_idle(&mut self) -> bool {
+        use futures_util::FutureExt;
+        match self.stream.read_buf(&mut self.rbuf).now_or_never() {
+            None => false,
+            Some(_) => {
+                self.broken = true;
+                true
+            }
+        }
     }
 
     /// Usable by another client: not broken and outside any transaction.

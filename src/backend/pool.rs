@@ -147,7 +147,18 @@ impl NodePool {
                 }
             }
         };
-        let idle = self.idle.lock().unwrap().pop();
+        // An idle connection its server ended meanwhile would fail a statement.
+        let idle = loop {
+            let next = self.idle.lock().unwrap().pop();
+            match next {
+                Some(mut c) => {
+                    if !c.ended_while_idle() {
+                        break Some(c);
+                    }
+                }
+                None => break None,
+            }
+        };
         let conn = match idle {
             Some(c) => c,
             None => BackendConn::connect(&self.addr, &self.creds, &self.application_name).await?,

@@ -18,6 +18,7 @@ use crate::catalog::cache::{bump_version, CatalogCache};
 use crate::catalog::{shard_table_name, Catalog, DistTable, GroupId, Oid};
 use crate::error::PgError;
 use crate::planner::ddl::{drop_index_shard_statement, shard_statement, DdlPlan, Unnamed};
+use crate::sql::quote::quote_ident;
 use futures_util::future::join_all;
 use pg_query::protobuf;
 use std::collections::BTreeMap;
@@ -41,6 +42,36 @@ fn shell_error(e: &tokio_postgres::Error) -> PgError {
         }
         None => PgError::from_client_error("coordinator node", e),
     }
+}
+
+/// Runs the client's statement `text` on the coordinator node's open transaction on
+/// `coord` (pgshard's own superuser connection) as `caller`, so that PostgreSQL checks
+/// the caller's privileges there (ownership, CREATEROLE, grant options) and answers
+/// with its own error; pgshard's user is back for the catalog work that follows.
+/// Outside a transaction (`CREATE INDEX CONCURRENTLY`) the role is set for the session.
+pub(crate) async fn run_as_caller(coord: &Client, caller: &str, text: &str) -> Result<(), PgError> {
+    run_as(coord, caller, text, true).await
+}
+
+async fn run_as(
+    coord: &Client,
+    caller: &str,
+    text: &str,
+    in_transaction: bool,
+) -> Result<(), PgError> {
+    let scope = if in_transaction { "LOCAL " } else { "" };
+    coord
+        .batch_execute(&format!("SET {scope}ROLE {}", quote_ident(caller)))
+        .await
+        .map_err(db_err(&format!("cannot take the role \"{caller}\"")))?;
+    coord
+        .batch_execute(text)
+        .await
+        .map_err(|e| shell_error(&e))?;
+    coord
+        .batch_execute("RESET ROLE")
+        .await
+        .map_err(db_err("cannot reset the role"))
 }
 
 /// Statements per node for every placement of `table`.
@@ -148,10 +179,16 @@ fn resolve_unnamed(
     Ok(out)
 }
 
-/// Runs a DDL statement on a distributed table's shell and every shard placement.
-pub async fn propagate_ddl(cache: &CatalogCache, plan: &DdlPlan) -> Result<(), PgError> {
+/// Runs a DDL statement on a distributed table's shell (as `caller`) and every shard
+/// placement.
+pub async fn propagate_ddl(
+    cache: &CatalogCache,
+    plan: &DdlPlan,
+    caller: &str,
+) -> Result<(), PgError> {
+    let plan = &plan.for_caller(caller);
     if plan.concurrent {
-        return concurrently(cache, plan).await;
+        return concurrently(cache, plan, caller).await;
     }
     let table = &plan.table;
     if let Some(new) = &plan.new_table_name {
@@ -174,10 +211,7 @@ pub async fn propagate_ddl(cache: &CatalogCache, plan: &DdlPlan) -> Result<(), P
     } else {
         object_names(&coord, table.relid).await?
     };
-    coord
-        .batch_execute(&plan.text)
-        .await
-        .map_err(|e| shell_error(&e))?;
+    run_as_caller(&coord, caller, &plan.text).await?;
     let resolved = if plan.unnamed.is_empty() {
         Vec::new()
     } else {
@@ -219,7 +253,7 @@ pub async fn propagate_ddl(cache: &CatalogCache, plan: &DdlPlan) -> Result<(), P
 
 /// `CREATE INDEX CONCURRENTLY`: the shell first, then each node's shards in turn,
 /// nodes in parallel, each statement on its own.
-async fn concurrently(cache: &CatalogCache, plan: &DdlPlan) -> Result<(), PgError> {
+async fn concurrently(cache: &CatalogCache, plan: &DdlPlan, caller: &str) -> Result<(), PgError> {
     let table = &plan.table;
     let coord = control::connect_coordinator(cache.config()).await?;
     let before = if plan.unnamed.is_empty() {
@@ -227,10 +261,7 @@ async fn concurrently(cache: &CatalogCache, plan: &DdlPlan) -> Result<(), PgErro
     } else {
         object_names(&coord, table.relid).await?
     };
-    coord
-        .batch_execute(&plan.text)
-        .await
-        .map_err(|e| shell_error(&e))?;
+    run_as(&coord, caller, &plan.text, false).await?;
     let resolved = if plan.unnamed.is_empty() {
         Vec::new()
     } else {
@@ -262,13 +293,14 @@ async fn run_outside_transaction(cache: &CatalogCache, per_node: &NodeWork) -> R
     }
 }
 
-/// `DROP INDEX [CONCURRENTLY]` of indexes of distributed tables: the shell and every
-/// shard placement.
+/// `DROP INDEX [CONCURRENTLY]` of indexes of distributed tables: the shell (as
+/// `caller`) and every shard placement.
 pub async fn drop_indexes(
     cache: &CatalogCache,
     d: &protobuf::DropStmt,
     text: &str,
     indexes: &[(Arc<DistTable>, String)],
+    caller: &str,
 ) -> Result<(), PgError> {
     let catalog = cache.snapshot();
     let mut per_node = NodeWork::new();
@@ -282,19 +314,13 @@ pub async fn drop_indexes(
     }
     if d.concurrent {
         let coord = control::connect_coordinator(cache.config()).await?;
-        coord
-            .batch_execute(text)
-            .await
-            .map_err(|e| shell_error(&e))?;
+        run_as(&coord, caller, text, false).await?;
         let r = run_outside_transaction(cache, &per_node).await;
         bump_version(&coord).await?;
         return r;
     }
     let coord = begin_catalog_change(cache).await?;
-    coord
-        .batch_execute(text)
-        .await
-        .map_err(|e| shell_error(&e))?;
+    run_as_caller(&coord, caller, text).await?;
     let mut participants =
         super::shards::open_participants(cache.config(), per_node.keys().cloned()).await?;
     let results = join_all(participants.iter().map(|p| {

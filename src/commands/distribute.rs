@@ -16,6 +16,7 @@
 //! 4. Two-phase commit (`twopc`): workers PREPARE, the coordinator node empties the
 //!    shell, bumps the catalog version and commits; then COMMIT PREPARED.
 
+use super::privileges::{self, TableSecurity};
 use super::twopc::{self, Participant};
 use super::{
     abbreviate, begin_catalog_change, db_err, resolve_relation, Args, CitusSettings, UtilityResult,
@@ -101,6 +102,8 @@ pub struct TableDef {
     pub reloptions: Vec<String>,
     pub constraints: Vec<ConstraintDef>,
     pub indexes: Vec<IndexDef>,
+    /// Owner, ACL, row-level security and policies, which every shard gets too.
+    pub security: TableSecurity,
 }
 
 /// One shard of the new table.
@@ -549,6 +552,7 @@ pub(crate) async fn create_distributed_table(
     settings: &CitusSettings,
     args: &Args<'_>,
     notices: &mpsc::UnboundedSender<String>,
+    caller: &str,
 ) -> Result<UtilityResult, PgError> {
     let table_arg = args.required(0)?.to_string();
     let column = args.required(1)?.to_string();
@@ -588,6 +592,7 @@ pub(crate) async fn create_distributed_table(
 
     let coord = begin_catalog_change(cache).await?;
     let relid = resolve_relation(&coord, &table_arg).await?;
+    privileges::ensure_owner(&coord, caller, relid).await?;
 
     // The table itself.
     let row = coord
@@ -664,6 +669,7 @@ pub(crate) async fn create_distributed_table(
         reloptions: row.get(5),
         constraints,
         indexes,
+        security: privileges::read_table_security(&coord, relid).await?,
     };
     check_definition(&def, &dist)?;
 
@@ -737,7 +743,7 @@ pub(crate) async fn create_distributed_table(
             }
         }
     }
-    ensure_worker_schemas(cache.config(), &def.schema, &shards, &node_by_group).await?;
+    prepare_workers(cache.config(), &coord, &def, &shards, &node_by_group).await?;
     let slots = plan_slots(&def, &shards, &node_by_group)?;
     let participants = run_slots(
         cache.config(),
@@ -1022,11 +1028,14 @@ async fn insert_catalog_rows(
     Ok(())
 }
 
-/// Creates the table's schema on workers that lack it (committed at once: an empty
-/// schema left behind by a failure is harmless).
-pub(crate) async fn ensure_worker_schemas(
+/// What the shards of `def` need on their workers before they are made, committed at
+/// once (leftovers of a failure are harmless): the roles their owner, ACL and policies
+/// name (copied from the coordinator node if missing), and their schema, created with
+/// its owner and ACL on the coordinator node if the worker lacks it.
+pub(crate) async fn prepare_workers(
     cfg: &Config,
-    schema: &str,
+    coord: &Client,
+    def: &TableDef,
     shards: &[ShardPlan],
     nodes: &HashMap<GroupId, &NodeInfo>,
 ) -> Result<(), PgError> {
@@ -1036,31 +1045,39 @@ pub(crate) async fn ensure_worker_schemas(
         .collect();
     groups.sort_unstable();
     groups.dedup();
+    let schema = def.schema.as_str();
+    let schema_acl = privileges::read_schema_acl(coord, schema).await?;
+    let roles = def.security.roles();
     let results = futures_util::future::join_all(groups.iter().map(|g| {
         let node = nodes[g];
+        let (schema_acl, roles) = (&schema_acl, &roles);
         async move {
+            let at = format!("{}:{}", node.host, node.port);
             let client = control::connect(cfg, &node.host, node.port).await?;
+            super::roles::sync_roles_on(coord, &client, &at, Some(roles), None).await?;
             let exists = client
                 .query_opt(
                     "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1",
                     &[&schema],
                 )
                 .await
-                .map_err(db_err(&format!(
-                    "cannot read schemas on node {}:{}",
-                    node.host, node.port
-                )))?
+                .map_err(db_err(&format!("cannot read schemas on node {at}")))?
                 .is_some();
             if !exists {
+                let context = |sql: &str| format!("node {at}, statement \"{}\"", abbreviate(sql));
+                let create = format!("BEGIN; CREATE SCHEMA IF NOT EXISTS {}", quote_ident(schema));
                 client
-                    .batch_execute(&format!(
-                        "CREATE SCHEMA IF NOT EXISTS {}",
-                        quote_ident(schema)
-                    ))
+                    .batch_execute(&create)
+                    .await
+                    .map_err(|e| PgError::from_client_error(&context(&create), &e))?;
+                privileges::secure_schema(&client, schema_acl, schema)
+                    .await
+                    .map_err(|(sql, e)| PgError::from_client_error(&context(&sql), &e))?;
+                client
+                    .batch_execute("COMMIT")
                     .await
                     .map_err(db_err(&format!(
-                        "cannot create schema {schema} on node {}:{}",
-                        node.host, node.port
+                        "cannot create schema {schema} on node {at}"
                     )))?;
             }
             Ok::<(), PgError>(())
@@ -1076,6 +1093,7 @@ struct SlotPlan {
     port: u16,
     group: GroupId,
     shards: Vec<SlotShard>,
+    security: Arc<TableSecurity>,
 }
 
 struct SlotShard {
@@ -1102,6 +1120,7 @@ fn plan_slots(
         }
     }
     let mut slots = Vec::new();
+    let security = Arc::new(def.security.clone());
     for (group, indexes) in per_group {
         let node = nodes[&group];
         let count = indexes.len().min(COPY_CONNECTIONS_PER_WORKER);
@@ -1111,6 +1130,7 @@ fn plan_slots(
                 port: node.port,
                 group,
                 shards: Vec::new(),
+                security: security.clone(),
             })
             .collect();
         for (j, i) in indexes.into_iter().enumerate() {
@@ -1204,6 +1224,9 @@ async fn run_slot(
                 .await
                 .map_err(|e| statement_error(shard, &slot.host, slot.port, sql, &e))?;
         }
+        privileges::secure_shard(&client, &slot.security, &shard.qualified)
+            .await
+            .map_err(|(sql, e)| statement_error(shard, &slot.host, slot.port, &sql, &e))?;
     }
     Ok(Participant {
         host: slot.host,
@@ -1454,6 +1477,7 @@ mod tests {
                 definition: "CREATE INDEX items_lower ON \"my schema\".items USING btree (lower(\"Name\")) WHERE (id > 5)"
                     .into(),
             }],
+            security: Default::default(),
         }
     }
 

@@ -14,13 +14,15 @@
 //!   `maintain_shards` for the executor
 //! - `recover_prepared_transactions`: `crate::transaction::recovery`
 //! - `twopc`: two-phase commit of control-plane work anchored in the coordinator node
-//! - `role_sync`: a role copied from the coordinator node to another node
+//! - `roles`: roles made equal on every node; `privileges`: the privilege checks of
+//!   these functions, shards' owner/ACL/policies, GRANT propagation
 
 pub mod ddl;
 pub mod distribute;
 pub mod nodes;
+pub mod privileges;
 pub mod reference;
-pub mod role_sync;
+pub mod roles;
 pub mod shards;
 pub mod twopc;
 
@@ -159,13 +161,15 @@ pub fn result_columns(name: &str) -> Vec<(String, u32)> {
     }
 }
 
-/// Runs `name(args)`. `notices` receives progress messages for the client.
+/// Runs `name(args)` for `caller` (the role whose privileges apply: the session's
+/// current user). `notices` receives progress messages for the client.
 pub async fn call_utility(
     cache: &CatalogCache,
     settings: &CitusSettings,
     name: &str,
     args: Vec<Option<String>>,
     notices: UnboundedSender<String>,
+    caller: &str,
 ) -> Result<UtilityResult, PgError> {
     let name = normalize(name);
     let arg_names = utility_arg_names(&name);
@@ -177,6 +181,9 @@ pub async fn call_utility(
                 args.len()
             ),
         ));
+    }
+    if privileges::needs_superuser(&name) {
+        privileges::ensure_superuser(cache, caller, &name).await?;
     }
     let args = Args {
         name: &name,
@@ -190,16 +197,16 @@ pub async fn call_utility(
             nodes::active_worker_nodes(cache).await
         }
         "create_distributed_table" => {
-            distribute::create_distributed_table(cache, settings, &args, &notices).await
+            distribute::create_distributed_table(cache, settings, &args, &notices, caller).await
         }
-        "create_reference_table" => reference::create_reference_table(cache, &args).await,
+        "create_reference_table" => reference::create_reference_table(cache, &args, caller).await,
         "get_shard_id_for_distribution_column" => {
             shards::get_shard_id_for_distribution_column(cache, &args).await
         }
         "citus_relation_size" | "citus_table_size" | "citus_total_relation_size" => {
             shards::relation_size(cache, &name, &args).await
         }
-        "undistribute_table" => shards::undistribute_table(cache, &args, &notices).await,
+        "undistribute_table" => shards::undistribute_table(cache, &args, &notices, caller).await,
         "recover_prepared_transactions" => {
             let n = crate::transaction::recovery::recover(cache).await?;
             Ok(UtilityResult::scalar(

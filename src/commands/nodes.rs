@@ -3,7 +3,8 @@
 //! `master_get_active_worker_nodes`.
 //!
 //! Adding a node checks that pgshard can log into it with its configured credentials
-//! and that it accepts two-phase commit (`max_prepared_transactions > 0`). Like Citus,
+//! and that it accepts two-phase commit (`max_prepared_transactions > 0`), then copies
+//! every role and membership of the coordinator node onto it (`roles`). Like Citus,
 //! adding an existing node returns its id, and a new node gets no shards of tables
 //! distributed before (no automatic rebalance).
 
@@ -104,6 +105,8 @@ pub(crate) async fn add_node(
         ));
     }
     check_node(cache, &host, port).await?;
+    // Before any shard reaches it: shards are owned by and granted to these roles.
+    super::roles::copy_all_roles(cache.config(), &coord, &host, port).await?;
     let row = coord
         .query_one(
             "INSERT INTO pg_catalog.pg_dist_node (groupid, nodename, nodeport, hasmetadata, metadatasynced) \

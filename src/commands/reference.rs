@@ -9,9 +9,10 @@
 //! shell emptied. Workers added later get no placement (not supported yet).
 
 use super::distribute::{
-    create_shard_table_sql, ensure_worker_schemas, read_columns, read_constraints_and_indexes,
+    create_shard_table_sql, prepare_workers, read_columns, read_constraints_and_indexes,
     read_nodes, shard_post_load_sql, ShardPlan, TableDef,
 };
+use super::privileges;
 use super::twopc::{self, Participant};
 use super::{abbreviate, begin_catalog_change, db_err, resolve_relation, Args, UtilityResult};
 use crate::catalog::cache::{bump_version, CatalogCache};
@@ -26,10 +27,12 @@ use std::collections::HashMap;
 pub(crate) async fn create_reference_table(
     cache: &CatalogCache,
     args: &Args<'_>,
+    caller: &str,
 ) -> Result<UtilityResult, PgError> {
     let table_arg = args.required(0)?.to_string();
     let coord = begin_catalog_change(cache).await?;
     let relid = resolve_relation(&coord, &table_arg).await?;
+    privileges::ensure_owner(&coord, caller, relid).await?;
     let row = coord
         .query_one(
             "SELECT n.nspname::text, c.relname::text, c.relkind::text, c.relpersistence::text, \
@@ -75,6 +78,7 @@ pub(crate) async fn create_reference_table(
         reloptions: row.get(4),
         constraints,
         indexes,
+        security: privileges::read_table_security(&coord, relid).await?,
     };
     let nodes = read_nodes(&coord).await?;
     if nodes.is_empty() {
@@ -130,9 +134,10 @@ pub(crate) async fn create_reference_table(
         .map_err(db_err("cannot insert into pg_dist_placement"))?;
 
     let node_by_group: HashMap<_, _> = nodes.iter().map(|n| (n.group, n)).collect();
-    ensure_worker_schemas(
+    prepare_workers(
         cache.config(),
-        &schema,
+        &coord,
+        &def,
         std::slice::from_ref(&shard),
         &node_by_group,
     )
@@ -228,6 +233,9 @@ async fn load_placements(
                 .await
                 .map_err(|e| PgError::from_client_error(&ctx(p, sql), &e))?;
         }
+        privileges::secure_shard(&p.client, &def.security, &shard)
+            .await
+            .map_err(|(sql, e)| PgError::from_client_error(&ctx(p, &sql), &e))?;
     }
     Ok(())
 }

@@ -205,8 +205,12 @@ pub async fn drop_distributed_table(
     cache: &CatalogCache,
     relid: Oid,
     drop_shell: bool,
+    caller: &str,
 ) -> Result<(), PgError> {
     let coord = begin_catalog_change(cache).await?;
+    if drop_shell {
+        super::privileges::ensure_owner(&coord, caller, relid).await?;
+    }
     let exists = coord
         .query_opt(
             "SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1::oid::regclass",
@@ -432,6 +436,7 @@ pub(crate) async fn undistribute_table(
     cache: &CatalogCache,
     args: &Args<'_>,
     notices: &UnboundedSender<String>,
+    caller: &str,
 ) -> Result<UtilityResult, PgError> {
     let table_arg = args.required(0)?;
     if args
@@ -444,6 +449,7 @@ pub(crate) async fn undistribute_table(
     }
     let coord = begin_catalog_change(cache).await?;
     let relid = resolve_relation(&coord, table_arg).await?;
+    super::privileges::ensure_owner(&coord, caller, relid).await?;
     partition_method(&coord, relid, table_arg, "undistribute the table").await?;
     let (schema, name) = relation_name(&coord, relid).await?.ok_or_else(|| {
         PgError::new(

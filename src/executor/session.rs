@@ -139,9 +139,9 @@ pub struct Session {
     /// The values of the followed reported settings as the client's own backend last
     /// reported them (`identity::absorb_home_reports`).
     reported: HashMap<String, String>,
-    /// The client ran LISTEN: while it is idle, its own backend's notifications are
-    /// passed on as they come (`identity.rs`).
-    listening: bool,
+    /// ParameterStatus reports no answer carried yet: sent before ReadyForQuery, as
+    /// PostgreSQL sends its own.
+    pending_reports: Vec<(String, String)>,
     client: ClientWrite,
     pub reader: ClientReader,
     pub out: BytesMut,
@@ -244,7 +244,7 @@ impl Session {
             shared,
             creds: identity.creds,
             home: identity.home,
-            listening: false,
+            pending_reports: Vec::new(),
             reported: identity.reported,
             client,
             reader,
@@ -320,8 +320,7 @@ impl Session {
                     Ok(sql) => self.simple_query(&sql).await?,
                     Err(e) => msg::write_error(&mut self.out, &e),
                 }
-                let status = self.status_byte();
-                msg::write_ready_for_query(&mut self.out, status);
+                self.write_ready_for_query();
             }
             b'B' if !self.skipping => {
                 // A routed read arriving whole may go through a pipelined connection.
@@ -343,8 +342,7 @@ impl Session {
             }
             b'S' => {
                 self.sync_message().await;
-                let status = self.status_byte();
-                msg::write_ready_for_query(&mut self.out, status);
+                self.write_ready_for_query();
             }
             b'H' => {
                 if let Err(e) = self.drain_all().await {
@@ -623,6 +621,10 @@ impl Session {
                             break;
                         }
                     }
+                    // pgshard's own Parse of a statement the client's Parse was
+                    // answered for already: its notices (string-literal warnings)
+                    // reached the client then.
+                    b'N' if kind == 0 => {}
                     b'N' | b'A' | b'S' if kind != 3 => {
                         msg::write_raw(&mut self.out, f.tag, &f.body)
                     }
@@ -709,6 +711,11 @@ impl Session {
         let conn = &mut self.held[idx].conn;
         if is_going_away(&e) {
             conn.broken = true;
+        }
+        if conn.addr == self.shared.coordinator {
+            // The client's own backend: its words are the client's, FATAL included
+            // (the session ends with it).
+            return e;
         }
         going_away(e, &conn.addr)
     }
@@ -854,7 +861,6 @@ impl Session {
             ));
         }
         let stmt = stmts.remove(0);
-        self.note_listen(&stmt);
         let catalog = self.shared.catalog.snapshot();
         let plan = self.plan_statement(&stmt, &catalog)?;
         if self.txn == TxnState::Failed && !plan.ends_failed_block() {
@@ -1278,7 +1284,6 @@ impl Session {
         };
         let mut plans = Vec::with_capacity(stmts.len());
         for s in &stmts {
-            self.note_listen(s);
             match self.plan_statement(s, &catalog) {
                 Ok(p) => plans.push(p),
                 Err(e) => {
@@ -1661,25 +1666,33 @@ impl Session {
                     return Err(PgError::not_supported("DROP TABLE of a distributed table inside a transaction block is not supported yet"));
                 }
                 // Shards, catalog rows and the shell go in one catalog transaction.
+                let caller = self.caller().await?;
                 for t in tables {
-                    commands::drop_distributed_table(&self.shared.catalog, t.relid, true).await?;
+                    commands::drop_distributed_table(
+                        &self.shared.catalog,
+                        t.relid,
+                        true,
+                        &caller,
+                    )
+                    .await?;
                 }
                 self.shared.catalog.reload().await;
                 sink.complete("DROP TABLE");
                 Ok(())
             }
             Plan::Ddl(d) => {
+                let caller = self.caller().await?;
                 if self.txn != TxnState::Idle {
                     if let Some(why) = d.not_in_block() {
                         return Err(PgError::not_supported(format!(
                             "pgshard does not support {why} on a distributed table inside a transaction block yet"
                         )));
                     }
-                    self.ddl_in_block(d).await?;
+                    self.ddl_in_block(&d.for_caller(&caller)).await?;
                     sink.complete(&d.tag);
                     return Ok(());
                 }
-                commands::ddl::propagate_ddl(&self.shared.catalog, d).await?;
+                commands::ddl::propagate_ddl(&self.shared.catalog, d, &caller).await?;
                 sink.complete(&d.tag);
                 Ok(())
             }
@@ -1699,12 +1712,37 @@ impl Session {
                 if self.txn != TxnState::Idle {
                     return Err(PgError::not_supported("DROP INDEX of a distributed table inside a transaction block is not supported by pgshard yet"));
                 }
-                commands::ddl::drop_indexes(&self.shared.catalog, d, &stmt.text, indexes).await?;
+                let caller = self.caller().await?;
+                commands::ddl::drop_indexes(&self.shared.catalog, d, &stmt.text, indexes, &caller)
+                .await?;
                 self.shared.catalog.reload().await;
                 sink.complete("DROP INDEX");
                 Ok(())
             }
             Plan::Propagate(p) => self.maintenance(p, params.bind.is_some(), sink).await,
+            Plan::Role(p) => {
+                if self.txn != TxnState::Idle {
+                    return Err(PgError::not_supported(
+                        "pgshard does not support role statements inside a transaction block yet",
+                    ));
+                }
+                let caller = self.caller().await?;
+                commands::roles::propagate_role_statement(&self.shared.catalog, &caller, p)
+                    .await?;
+                sink.complete(p.tag);
+                Ok(())
+            }
+            Plan::Grant(p) => {
+                let caller = self.caller().await?;
+                if self.txn != TxnState::Idle {
+                    self.grant_in_block(&p.for_caller(&caller)?).await?;
+                } else {
+                    commands::privileges::propagate_grant(&self.shared.catalog, &caller, p)
+                        .await?;
+                }
+                sink.complete(p.tag);
+                Ok(())
+            }
             Plan::DeclareCursor(p) => self.declare_cursor(p, params, sink).await,
             Plan::Local | Plan::Router(_) => Err(PgError::internal("plan runs on a backend")),
         }
@@ -1843,8 +1881,10 @@ impl Session {
         let shared = self.shared.clone();
         let settings = self.citus;
         let call_name = name.to_string();
+        let caller = self.caller().await?;
         let mut task = tokio::spawn(async move {
-            commands::call_utility(&shared.catalog, &settings, &call_name, values, tx).await
+            commands::call_utility(&shared.catalog, &settings, &call_name, values, tx, &caller)
+                .await
         });
         let result = loop {
             tokio::select! {

@@ -337,6 +337,12 @@ impl ClientReader {
         }
     }
 
+    /// Whether a complete message is buffered already.
+    pub fn has_frame(&self) -> bool {
+        self.buf.len() >= 5
+            && self.buf.len() >= 1 + u32::from_be_bytes(self.buf[1..5].try_into().unwrap()) as usize
+    }
+
     /// The next complete message, or None at end of stream.
     pub async fn frame(&mut self) -> PgResult<Option<msg::Frame>> {
         loop {

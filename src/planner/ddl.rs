@@ -44,6 +44,28 @@ pub struct DdlPlan {
 }
 
 impl DdlPlan {
+    /// The plan of `node` (the client's `text`) on `table`, answered with `tag`.
+    pub fn new(table: &Arc<DistTable>, node: &N, text: &str, tag: &str) -> DdlPlan {
+        DdlPlan {
+            table: table.clone(),
+            stmt: node.clone(),
+            text: text.to_string(),
+            concurrent: false,
+            new_table_name: None,
+            new_dist_column: None,
+            unnamed: Vec::new(),
+            tag: tag.to_string(),
+        }
+    }
+
+    /// The plan with `CURRENT_USER` and friends naming roles replaced by `caller`, for
+    /// the shards' statements that pgshard's own connections run.
+    pub fn for_caller(&self, caller: &str) -> DdlPlan {
+        let mut p = self.clone();
+        super::security::pin_current_roles(&mut p.stmt, caller);
+        p
+    }
+
     /// Why this DDL cannot run inside a transaction block, if it cannot. Inside a block
     /// pgshard plans the block's later statements with the catalog as it was, so only
     /// DDL that changes nothing pgshard plans with may run there: CREATE INDEX and
@@ -59,7 +81,10 @@ impl DdlPlan {
             return Some("an index or constraint without a name (name it)");
         }
         match &self.stmt {
-            N::IndexStmt(_) => None,
+            N::IndexStmt(_) | N::CreatePolicyStmt(_) | N::AlterPolicyStmt(_) | N::DropStmt(_) => {
+                None
+            }
+            N::RenameStmt(r) if r.rename_type == ObjectType::ObjectPolicy as i32 => None,
             N::AlterTableStmt(a) => {
                 let allowed = a.cmds.iter().all(|c| match c.node.as_ref() {
                     Some(N::AlterTableCmd(cmd)) => matches!(
@@ -70,6 +95,11 @@ impl DdlPlan {
                             | At::AtDropNotNull
                             | At::AtAddConstraint
                             | At::AtDropConstraint
+                            | At::AtChangeOwner
+                            | At::AtEnableRowSecurity
+                            | At::AtDisableRowSecurity
+                            | At::AtForceRowSecurity
+                            | At::AtNoForceRowSecurity
                     ),
                     _ => false,
                 });
@@ -96,6 +126,9 @@ pub fn plan_ddl(node: &N, text: &str, catalog: &Catalog) -> Option<PgResult<DdlP
         let schema = (!rv.schemaname.is_empty()).then_some(rv.schemaname.as_str());
         catalog.resolve(schema, &rv.relname).cloned()
     };
+    if let Some(p) = super::security::plan_policy(node, text, catalog) {
+        return Some(p);
+    }
     let plan = match node {
         N::IndexStmt(i) => {
             let table = resolve(i.relation.as_ref()?)?;
@@ -166,16 +199,7 @@ pub fn plan_ddl(node: &N, text: &str, catalog: &Catalog) -> Option<PgResult<DdlP
 }
 
 fn base(table: &Arc<DistTable>, node: &N, text: &str, tag: &str) -> DdlPlan {
-    DdlPlan {
-        table: table.clone(),
-        stmt: node.clone(),
-        text: text.to_string(),
-        concurrent: false,
-        new_table_name: None,
-        new_dist_column: None,
-        unnamed: Vec::new(),
-        tag: tag.to_string(),
-    }
+    DdlPlan::new(table, node, text, tag)
 }
 
 /// A unique index or constraint must contain the distribution column, or uniqueness
@@ -385,6 +409,12 @@ fn check_alter_cmd(
             check_constraint(c, table, None, unnamed)
         }
         At::AtDropConstraint | At::AtValidateConstraint => Ok(()),
+        // The shards get the table's owner and row-level security.
+        At::AtChangeOwner
+        | At::AtEnableRowSecurity
+        | At::AtDisableRowSecurity
+        | At::AtForceRowSecurity
+        | At::AtNoForceRowSecurity => Ok(()),
         _ => Err(PgError::not_supported(
             "pgshard does not support this ALTER TABLE subcommand on distributed tables yet",
         )),
@@ -464,7 +494,11 @@ pub fn shard_statement(plan: &DdlPlan, shard_id: ShardId, resolved: &[String]) -
                 r.newname = obj(&r.newname);
             }
         }
-        _ => return Err(PgError::internal("not a DDL statement pgshard propagates")),
+        other => {
+            if !super::security::policy_shard_statement(other, table, shard_id) {
+                return Err(PgError::internal("not a DDL statement pgshard propagates"));
+            }
+        }
     }
     stmt.deparse(Default::default())
         .map_err(|e| PgError::internal(format!("cannot deparse the shard's statement: {e}")))
@@ -675,7 +709,19 @@ mod tests {
         assert!(refused(
             "ALTER TABLE t ADD FOREIGN KEY (v) REFERENCES t (k)"
         ));
-        assert!(refused("ALTER TABLE t OWNER TO bob"));
+        assert!(refused("ALTER TABLE t CLUSTER ON i"));
+        assert_eq!(
+            shard_sql("ALTER TABLE t OWNER TO bob, FORCE ROW LEVEL SECURITY", &[]),
+            "ALTER TABLE public.t_102008 OWNER TO bob, FORCE ROW LEVEL SECURITY"
+        );
+        let p = plan("ALTER TABLE t OWNER TO CURRENT_USER")
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.not_in_block(), None);
+        assert_eq!(
+            shard_statement(&p.for_caller("me"), 102008, &[]).unwrap(),
+            "ALTER TABLE public.t_102008 OWNER TO me"
+        );
         assert!(plan("ALTER TABLE t ADD PRIMARY KEY (k, v)")
             .unwrap()
             .is_ok());

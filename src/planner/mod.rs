@@ -17,6 +17,7 @@ pub mod join;
 pub mod multishard;
 pub mod propagate;
 pub mod router;
+pub mod security;
 pub mod template;
 
 use crate::catalog::{Catalog, DistTable, PartitionMethod};
@@ -159,6 +160,12 @@ pub enum Plan {
         /// one of them has a default that is not immutable, for the same reason.
         defaults: DefaultUse,
     },
+    /// A role statement: the coordinator node, then the roles it changes made equal
+    /// on every worker (`commands::roles`).
+    Role(Arc<security::RolePlan>),
+    /// GRANT / REVOKE reaching shards or workers, ALTER DEFAULT PRIVILEGES
+    /// (`commands::privileges`).
+    Grant(Arc<security::GrantPlan>),
     /// DROP INDEX of indexes of distributed tables, each with its table.
     DropIndexes {
         stmt: protobuf::DropStmt,
@@ -261,6 +268,15 @@ pub fn plan(
     }
     if let Some(p) = inline_utility_calls(node, &stmt.text, is_utility_function) {
         return Ok(p);
+    }
+    // Roles and privileges reach the workers even before any table is distributed.
+    if let Some(p) = security::plan_role(node, &stmt.text) {
+        return Ok(Plan::Role(Arc::new(p)));
+    }
+    match security::plan_grant(node, &stmt.text, catalog) {
+        Some(Ok(p)) => return Ok(Plan::Grant(Arc::new(p))),
+        Some(Err(e)) => return Ok(Plan::Unsupported(e)),
+        None => {}
     }
     if catalog.is_empty() {
         return Ok(Plan::Local);

@@ -16,7 +16,7 @@
 //! - A worker that does not know the role's verifier yet (a role created before it
 //!   was added, or a password changed directly on the coordinator node) refuses the
 //!   login; the role is then copied from the coordinator node
-//!   (`commands::role_sync`) and the login tried once more.
+//!   (`commands::roles::sync_role_on_node`) and the login tried once more.
 
 use super::*;
 use crate::backend::conn::Secret;
@@ -143,7 +143,7 @@ impl Session {
         let pool = self.shared.pools.node_as(addr, &self.creds);
         match pool.acquire().await {
             Err(e) if is_role_mismatch(&e) && !matches!(self.creds.secret, Secret::TrustedAs { .. }) => {
-                commands::role_sync::sync_role(&self.shared.cfg, addr, &self.creds.user)
+                commands::roles::sync_role_on_node(&self.shared.cfg, &addr.host, addr.port, &self.creds.user)
                     .await
                     .map_err(|sync| {
                         tracing::warn!(
@@ -158,14 +158,18 @@ impl Session {
         }
     }
 
-    /// Reports of the client's own backend: each goes to the client (again, where
-    /// the statement's answer carried it already: harmless), and a changed value of
-    /// a followed setting joins the settings replayed on the session's other node
-    /// connections. True when the settings changed.
-    fn absorb_reports(&mut self, reports: Vec<(String, String)>) -> bool {
+    /// Reports of the client's own backend: those no answer carried go to the client
+    /// (`unforwarded`), and a changed value of a followed setting joins the settings
+    /// replayed on the session's other node connections. True when the settings
+    /// changed.
+    fn absorb_reports(
+        &mut self,
+        reports: Vec<(String, String)>,
+        unforwarded: Vec<(String, String)>,
+    ) -> bool {
+        self.pending_reports.extend(unforwarded);
         let mut changed = false;
         for (name, value) in reports {
-            msg::write_parameter_status(&mut self.out, &name, &value);
             if !FOLLOWED_REPORTS.contains(&name.as_str())
                 || self.reported.get(&name) == Some(&value)
             {
@@ -200,7 +204,8 @@ impl Session {
             Some(r) if !r.is_empty() => std::mem::take(r),
             _ => return,
         };
-        if self.absorb_reports(reports) {
+        let unforwarded = std::mem::take(&mut conn.unforwarded_reports);
+        if self.absorb_reports(reports, unforwarded) {
             conn.settings_fingerprint = self.settings_fp;
         }
     }
@@ -214,16 +219,43 @@ impl Session {
             Some(r) if !r.is_empty() => std::mem::take(r),
             _ => return,
         };
-        if self.absorb_reports(reports) {
+        let unforwarded = std::mem::take(&mut self.held[idx].conn.unforwarded_reports);
+        if self.absorb_reports(reports, unforwarded) {
             self.held[idx].conn.settings_fingerprint = self.settings_fp;
         }
     }
 
-    /// Notes a LISTEN: from then on the idle session watches its own backend.
-    pub(super) fn note_listen(&mut self, stmt: &Statement) {
-        if matches!(stmt.node, Some(pg_query::NodeEnum::ListenStmt(_))) {
-            self.listening = true;
+    /// The role whose privileges apply to what pgshard runs for the client on its own
+    /// connections (Citus functions, DDL on shells): the client's `current_user`, as
+    /// its own backend says (after its SET ROLE, in its block).
+    pub(super) async fn caller(&mut self) -> PgResult<String> {
+        const SQL: &str = "SELECT current_user";
+        let coord = self.shared.coordinator.clone();
+        let rows = if let Some(i) = self.held_index(&coord) {
+            self.drain_all().await?;
+            self.held[i].conn.simple_column(SQL).await?
+        } else {
+            let mut conn = self.home.acquire().await?;
+            if conn.settings_fingerprint != self.settings_fp {
+                conn.simple(&settings_replay_sql(&self.creds, &self.settings, &[]))
+                    .await?;
+                conn.settings_fingerprint = self.settings_fp;
+            }
+            conn.simple_column(SQL).await?
+        };
+        rows.into_iter()
+            .next()
+            .ok_or_else(|| PgError::internal("current_user gave no row"))
+    }
+
+    /// ReadyForQuery, after the reports no answer carried (PostgreSQL sends its
+    /// ParameterStatus just before it).
+    pub(super) fn write_ready_for_query(&mut self) {
+        for (name, value) in std::mem::take(&mut self.pending_reports) {
+            msg::write_parameter_status(&mut self.out, &name, &value);
         }
+        let status = self.status_byte();
+        msg::write_ready_for_query(&mut self.out, status);
     }
 
     /// Whether the client's own coordinator-node backend is gone (terminated,
@@ -232,13 +264,12 @@ impl Session {
         self.home.is_lost()
     }
 
-    /// The client's next message. Meanwhile, if the client LISTENs and no block
-    /// holds its backend, what that backend sends on its own (notifications,
-    /// notices, parameter changes) goes to the client at once, as PostgreSQL sends
-    /// them to an idle client.
+    /// The client's next message. Meanwhile, unless a block holds it, what the
+    /// client's own backend sends on its own goes to the client at once, as
+    /// PostgreSQL sends it to an idle client: notifications, notices, parameter
+    /// changes, and the FATAL of a terminated backend, which ends the session.
     pub async fn next_client_frame(&mut self) -> PgResult<Option<Frame>> {
-        let coord = self.shared.coordinator.clone();
-        if !self.listening || self.held_index(&coord).is_some() {
+        if self.reader.has_frame() || self.held_index(&self.shared.coordinator).is_some() {
             return self.reader.frame().await;
         }
         let mut conn = self.home.acquire().await?;
@@ -250,7 +281,12 @@ impl Session {
                     let m = m?;
                     match m.tag {
                         b'S' => {
+                            let last = conn.reports.as_ref().and_then(|r| r.last()).cloned();
+                            conn.unforwarded_reports.extend(last);
                             self.absorb_home_reports(&mut conn);
+                            for (name, value) in std::mem::take(&mut self.pending_reports) {
+                                msg::write_parameter_status(&mut self.out, &name, &value);
+                            }
                             self.flush_client().await?;
                         }
                         b'A' | b'N' => {

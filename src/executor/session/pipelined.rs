@@ -102,8 +102,7 @@ impl Session {
             self.out.extend_from_slice(&b);
         }
         self.forward_answer(&addr, &mux, queued).await;
-        let status = self.status_byte();
-        msg::write_ready_for_query(&mut self.out, status);
+        self.write_ready_for_query();
         self.flush_client().await?;
         Ok(None)
     }
