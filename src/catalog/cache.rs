@@ -21,6 +21,9 @@ pub const CHANNEL: &str = "pgshard_catalog";
 /// NOTIFY cannot be part of it: a prepared transaction).
 pub const RAISE_VERSION: &str =
     "UPDATE pg_catalog.pgshard_catalog_version SET version = version + 1";
+/// `RAISE_VERSION` as any role may run it: DDL inside a client's block runs on the
+/// client's own connections, as the client (a function of the catalog's owner).
+pub const RAISE_VERSION_AS_CLIENT: &str = "SELECT pg_catalog.pgshard_raise_catalog_version()";
 /// How often the background task compares the stored version with the snapshot's.
 const VERSION_CHECK_INTERVAL: Duration = Duration::from_secs(3);
 /// Pause before reconnecting the listener after its connection failed.

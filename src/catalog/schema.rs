@@ -101,6 +101,10 @@ CREATE UNIQUE INDEX IF NOT EXISTS pgshard_catalog_version_one_row
 INSERT INTO pg_catalog.pgshard_catalog_version (version)
     SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pgshard_catalog_version);
 
+CREATE OR REPLACE FUNCTION pg_catalog.pgshard_raise_catalog_version() RETURNS void
+    LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog
+    AS $$UPDATE pg_catalog.pgshard_catalog_version SET version = version + 1$$;
+
 CREATE OR REPLACE VIEW pg_catalog.pg_dist_shard_placement AS
     SELECT p.shardid, p.shardstate, p.shardlength, n.nodename, n.nodeport, p.placementid
     FROM pg_catalog.pg_dist_placement p
@@ -195,6 +199,7 @@ mod tests {
                 || stmt.starts_with("CREATE INDEX IF NOT EXISTS")
                 || stmt.starts_with("CREATE UNIQUE INDEX IF NOT EXISTS")
                 || stmt.starts_with("CREATE OR REPLACE VIEW")
+                || stmt.starts_with("CREATE OR REPLACE FUNCTION")
                 || stmt.starts_with("INSERT INTO pg_catalog.pgshard_catalog_version")
                 || stmt.starts_with("GRANT SELECT");
             assert!(ok, "not idempotent: {stmt}");

@@ -9,7 +9,7 @@
 //! GRANT / REVOKE reaching shards and workers run here the same way.
 
 use super::*;
-use crate::catalog::cache::{CHANNEL, RAISE_VERSION};
+use crate::catalog::cache::{CHANNEL, RAISE_VERSION_AS_CLIENT};
 use crate::commands::ddl::{shard_context, work_per_node};
 use crate::planner::ddl::{shard_statement, DdlPlan};
 use crate::planner::security::GrantPlan;
@@ -39,7 +39,7 @@ impl Session {
             }
         }
         // Other pgshard processes see the version move once the block commits.
-        self.held[idx].conn.simple(RAISE_VERSION).await?;
+        self.held[idx].conn.simple(RAISE_VERSION_AS_CLIENT).await?;
         self.catalog_changed = true;
         Ok(())
     }

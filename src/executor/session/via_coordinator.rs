@@ -211,7 +211,7 @@ impl Session {
         router: &mut Router,
     ) -> PgResult<()> {
         let (fields, rows) = self.distributed_select(select, params).await?;
-        if rows.is_empty() {
+        if fields.is_empty() {
             return Ok(());
         }
         let types = self.type_names(&fields).await?;
@@ -230,6 +230,15 @@ impl Session {
             types: &[],
             bind: None,
         };
+        if rows.is_empty() {
+            // No row, but PostgreSQL checks the INSERT all the same (privileges on
+            // the table, as the client): one typed row, filtered out.
+            let mut sql = head.clone();
+            write_typed_rows(&mut sql, &[vec![None; fields.len()]], &types);
+            sql.push_str(") AS pgshard_rows WHERE false");
+            sql.push_str(returning);
+            return self.shell_insert(&sql, &no_params, router).await;
+        }
         for chunk in rows.chunks(ROWS_PER_INSERT) {
             let mut sql = head.clone();
             write_typed_rows(&mut sql, chunk, &types);
