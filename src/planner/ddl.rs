@@ -608,12 +608,14 @@ pub fn drop_index_shard_statement(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::catalog::DistColumn;
     use crate::sharding::ranges::ShardIndexer;
 
-    fn catalog() -> Catalog {
+    /// One hash-distributed table `t (k int, v)` without shards (also for
+    /// `security.rs`'s tests).
+    pub(crate) fn catalog() -> Catalog {
         let mut c = Catalog::default();
         c.add_table(DistTable {
             relid: 1,

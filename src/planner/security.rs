@@ -426,30 +426,8 @@ pub fn policy_shard_statement(stmt: &mut N, table: &DistTable, shard_id: ShardId
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{DistColumn, PartitionMethod};
-    use crate::sharding::ranges::ShardIndexer;
 
-    fn catalog() -> Catalog {
-        let mut c = Catalog::default();
-        c.add_table(DistTable {
-            relid: 1,
-            schema: "public".into(),
-            name: "t".into(),
-            method: PartitionMethod::Hash,
-            dist_column: Some(DistColumn {
-                name: "k".into(),
-                attnum: 1,
-                type_oid: 23,
-                collation: 0,
-            }),
-            colocation_id: 1,
-            shards: vec![],
-            columns: vec!["k".into(), "v".into()],
-            indexes: vec![],
-            indexer: ShardIndexer::for_intervals::<crate::catalog::ShardInterval>(&[]),
-        });
-        c
-    }
+    use crate::planner::ddl::tests::catalog;
 
     fn node(sql: &str) -> N {
         crate::sql::parse::parse(sql)
