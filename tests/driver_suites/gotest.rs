@@ -331,3 +331,15 @@ fn failure_line(output: &[String]) -> String {
         });
     first_error_line(lines)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::run_pattern;
+
+    #[test]
+    fn run_pattern_takes_exactly_one_test() {
+        assert_eq!(run_pattern("TestExec"), "^TestExec$");
+        assert_eq!(run_pattern("TestExec/cache_describe"), "^TestExec$/^cache_describe$");
+        assert_eq!(run_pattern("TestX/a.b(c)"), r"^TestX$/^a\.b\(c\)$");
+    }
+}
