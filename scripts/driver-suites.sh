@@ -9,7 +9,8 @@
 # ../shared/driver-suites (or $DRIVER_SUITES_SRC) to target/driver-suites, then runs each
 # suite on fresh servers and prints, per suite, the tests that pass on PostgreSQL and fail
 # through pgshard with their first error line. Listed ones (tests/driver_suites/
-# known_differences.txt) are reported, not fatal; any other exits non-zero.
+# known_differences.txt) are reported, not fatal; any other runs once more alone through
+# pgshard and, if it fails again, exits non-zero.
 # Closes with `driver-suites: N passed, M failed` (N: tests passing on both, M: unlisted
 # differences). Results: target/driver-suites/results/SUITE/report.txt.
 #

@@ -19,8 +19,9 @@ cargo test --release --no-fail-fast 2>&1 | tee "$log" || status=$?
 
 # Driver suites (tests/driver_suites): node-postgres's own integration tests on one plain
 # PostgreSQL and through pgshard (about 2 minutes); fails on a difference not listed in
-# tests/driver_suites/known_differences.txt. pgx (about 10 minutes) and PostgreSQL's
-# regression suite run by hand: scripts/driver-suites.sh pgx, scripts/pg-regress.sh.
+# tests/driver_suites/known_differences.txt that fails again when run alone. pgx (about
+# 8 minutes) and PostgreSQL's regression suite run by hand: scripts/driver-suites.sh pgx,
+# scripts/pg-regress.sh.
 DRIVER_SUITES_TIMEOUT=600 bash scripts/driver-suites.sh node-postgres 2>&1 | tee -a "$log" \
   || status=$?
 

@@ -17,8 +17,15 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// Every test of every package of the module in `dir`, named `PKG.TestName/sub` (PKG:
-/// the package path inside the module, `pgx` for the module's root package).
-pub fn run_module(go: &Path, dir: &Path, env: &[(String, String)], limit: Duration) -> Results {
+/// the package path inside the module, `pgx` for the module's root package). A failed
+/// test's whole output goes to `log_dir/PKG.TestName_sub.log`.
+pub fn run_module(
+    go: &Path,
+    dir: &Path,
+    env: &[(String, String)],
+    limit: Duration,
+    log_dir: &Path,
+) -> Results {
     let out = Command::new(go)
         .args(["list", "-m"])
         .current_dir(dir)
@@ -42,7 +49,16 @@ pub fn run_module(go: &Path, dir: &Path, env: &[(String, String)], limit: Durati
         };
         let started = Instant::now();
         let before = results.len();
-        run_package(go, dir, env, limit, package, &short, &mut results);
+        let pkg = Package {
+            go,
+            dir,
+            env,
+            limit,
+            path: package,
+            short: &short,
+            log_dir,
+        };
+        run_package(&pkg, &mut results);
         eprintln!(
             "  {short}: {} tests in {:.0} s",
             results.len() - before,
@@ -50,6 +66,50 @@ pub fn run_module(go: &Path, dir: &Path, env: &[(String, String)], limit: Durati
         );
     }
     results
+}
+
+/// Runs one test (`PKG.TestName` or `PKG.TestName/sub`, as `run_module` names them)
+/// alone, its package's other tests and the test's other subtests left out; `None` when
+/// it reported no result (hung, or no such test).
+pub fn run_one(
+    go: &Path,
+    dir: &Path,
+    env: &[(String, String)],
+    limit: Duration,
+    name: &str,
+    log_dir: &Path,
+) -> Option<TestResult> {
+    let (short, test) = name.split_once('.')?;
+    let path = if short == "pgx" { ".".to_string() } else { format!("./{short}") };
+    let pkg = Package {
+        go,
+        dir,
+        env,
+        limit,
+        path: &path,
+        short,
+        log_dir,
+    };
+    let mut results = Results::new();
+    go_test(&pkg, Filter::Only(test), &mut results);
+    results.remove(name)
+}
+
+/// `go test -run`'s pattern for exactly `test` (`Top/sub`: one pattern per level).
+fn run_pattern(test: &str) -> String {
+    test.split('/')
+        .map(|level| {
+            let quoted: String = level
+                .chars()
+                .flat_map(|c| {
+                    let special = "\\.+*?()|[]{}^$".contains(c);
+                    special.then_some('\\').into_iter().chain([c])
+                })
+                .collect();
+            format!("^{quoted}$")
+        })
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 /// What one `go test -json` run of a package left.
@@ -75,13 +135,15 @@ struct Package<'a> {
     /// Its import path, and its name in test names.
     path: &'a str,
     short: &'a str,
+    /// Where a failed test's output goes.
+    log_dir: &'a Path,
 }
 
 /// Which tests of the package one run takes.
 enum Filter<'a> {
     /// All but these top-level tests.
     Skip(&'a [String]),
-    /// This top-level test alone.
+    /// This test alone: a top-level test, or `Top/sub` (its subtest alone).
     Only(&'a str),
 }
 
@@ -93,28 +155,13 @@ enum Ended {
     Hung(Vec<String>),
 }
 
-fn run_package(
-    go: &Path,
-    dir: &Path,
-    env: &[(String, String)],
-    limit: Duration,
-    path: &str,
-    short: &str,
-    results: &mut Results,
-) {
-    let pkg = Package {
-        go,
-        dir,
-        env,
-        limit,
-        path,
-        short,
-    };
-    let secs = limit.as_secs();
+fn run_package(pkg: &Package, results: &mut Results) {
+    let short = pkg.short;
+    let secs = pkg.limit.as_secs();
     let hung = |what: &str| TestResult::fail(format!("no result for {secs} s (hung or slow) {what}"));
     let mut skip: Vec<String> = vec![];
     loop {
-        let Ended::Hung(running) = go_test(&pkg, Filter::Skip(&skip), results) else {
+        let Ended::Hung(running) = go_test(pkg, Filter::Skip(&skip), results) else {
             return;
         };
         if running.is_empty() {
@@ -129,7 +176,7 @@ fn run_package(
             .collect();
         tops.dedup();
         for top in &tops {
-            if let Ended::Hung(running) = go_test(&pkg, Filter::Only(top), results) {
+            if let Ended::Hung(running) = go_test(pkg, Filter::Only(top), results) {
                 let running = if running.is_empty() { vec![top.clone()] } else { running };
                 for t in running {
                     eprintln!("  {short}.{t}: hung (killed after {secs} s without progress)");
@@ -167,8 +214,8 @@ fn go_test(pkg: &Package, filter: Filter, results: &mut Results) -> Ended {
         Filter::Skip(skip) => {
             cmd.arg("-skip").arg(format!("^({})$", skip.join("|")));
         }
-        Filter::Only(top) => {
-            cmd.arg("-run").arg(format!("^{top}$"));
+        Filter::Only(test) => {
+            cmd.arg("-run").arg(run_pattern(test));
         }
     }
     cmd.arg(pkg.path);
@@ -186,7 +233,7 @@ fn go_test(pkg: &Package, filter: Filter, results: &mut Results) -> Ended {
     let mut hung = false;
     loop {
         match rx.recv_timeout(pkg.limit) {
-            Ok(line) => record_event(&line, pkg.short, &mut run, results),
+            Ok(line) => record_event(&line, pkg, &mut run, results),
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 hung = true;
@@ -216,7 +263,8 @@ fn go_test(pkg: &Package, filter: Filter, results: &mut Results) -> Ended {
 }
 
 /// Applies one `go test -json` event.
-fn record_event(line: &str, short: &str, run: &mut Run, results: &mut Results) {
+fn record_event(line: &str, pkg: &Package, run: &mut Run, results: &mut Results) {
+    let short = pkg.short;
     let Ok(event) = serde_json::from_str::<Value>(line) else {
         run.package_output.push(line.to_string());
         return;
@@ -258,7 +306,12 @@ fn record_event(line: &str, short: &str, run: &mut Run, results: &mut Results) {
                     status: Status::Skip,
                     error: String::new(),
                 },
-                _ => TestResult::fail(failure_line(&output)),
+                _ => {
+                    let log = pkg.log_dir.join(format!("{short}.{}.log", test.replace('/', "_")));
+                    let _ = std::fs::create_dir_all(pkg.log_dir);
+                    let _ = std::fs::write(log, output.concat());
+                    TestResult::fail(failure_line(&output))
+                }
             };
             results.insert(format!("{short}.{test}"), result);
         }
@@ -277,4 +330,16 @@ fn failure_line(output: &[String]) -> String {
             !(t.starts_with("=== ") || t.starts_with("--- "))
         });
     first_error_line(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run_pattern;
+
+    #[test]
+    fn run_pattern_takes_exactly_one_test() {
+        assert_eq!(run_pattern("TestExec"), "^TestExec$");
+        assert_eq!(run_pattern("TestExec/cache_describe"), "^TestExec$/^cache_describe$");
+        assert_eq!(run_pattern("TestX/a.b(c)"), r"^TestX$/^a\.b\(c\)$");
+    }
 }

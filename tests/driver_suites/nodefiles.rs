@@ -37,6 +37,19 @@ pub fn run_files(
     results
 }
 
+/// Runs one test file (`name` relative to `test/integration`, as `run_files` names it)
+/// again, its output into `log_dir`.
+pub fn run_one(
+    package_dir: &Path,
+    name: &str,
+    env: &[(String, String)],
+    limit: Duration,
+    log_dir: &Path,
+) -> TestResult {
+    let file = package_dir.join("test/integration").join(name);
+    run_file(package_dir, &file, env, limit, &log_dir.join(name.replace('/', "_")))
+}
+
 fn collect(dir: &Path, files: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
         let path = entry.path();

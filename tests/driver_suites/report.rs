@@ -76,6 +76,10 @@ pub struct Comparison {
     pub known: Vec<(String, String, String)>,
     /// Pass on PostgreSQL, fail through pgshard, not listed: (test, error).
     pub unlisted: Vec<(String, String)>,
+    /// Not listed, failed in the suite's run through pgshard and passed when run again
+    /// alone (timing, or a collision with another test): (test, first error). Not counted
+    /// as failed, but shown.
+    pub passed_alone: Vec<(String, String)>,
     /// Listed, but passing through pgshard now (or not passing on PostgreSQL).
     pub stale: Vec<String>,
     /// Tests that fail on PostgreSQL too (not differences).
@@ -84,13 +88,20 @@ pub struct Comparison {
     pub only_pgshard: Vec<String>,
 }
 
-/// Compares the two targets' results of `suite` with its known differences.
-pub fn compare(suite: &str, postgres: &Results, pgshard: &Results) -> Comparison {
+/// Compares the two targets' results of `suite` with its known differences; `alone` holds
+/// the unlisted differences that passed when run again alone through pgshard.
+pub fn compare(
+    suite: &str,
+    postgres: &Results,
+    pgshard: &Results,
+    alone: &BTreeSet<String>,
+) -> Comparison {
     let known = known_differences(suite);
     let mut c = Comparison {
         passed_both: 0,
         known: vec![],
         unlisted: vec![],
+        passed_alone: vec![],
         stale: vec![],
         fail_both: 0,
         only_pgshard: vec![],
@@ -131,6 +142,9 @@ pub fn compare(suite: &str, postgres: &Results, pgshard: &Results) -> Comparison
     let is_parent = |t: &str| all.iter().any(|o| o.starts_with(&format!("{t}/")));
     c.known.retain(|(t, _, _)| !is_parent(t));
     c.unlisted.retain(|(t, _)| !is_parent(t));
+    let (again, unlisted) = c.unlisted.into_iter().partition(|(t, _)| alone.contains(t));
+    c.passed_alone = again;
+    c.unlisted = unlisted;
     let differing: BTreeSet<&str> = all.iter().map(String::as_str).collect();
     c.stale = known
         .keys()
@@ -145,7 +159,7 @@ fn count(results: &Results, status: Status) -> usize {
 }
 
 /// The report of `suite` as text; its last line is `SUITE: N passed, M failed` (N: pass on
-/// both, M: unlisted differences).
+/// both, M: unlisted differences that failed again when run alone).
 pub fn render(suite: &str, postgres: &Results, pgshard: &Results, c: &Comparison) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -170,6 +184,16 @@ pub fn render(suite: &str, postgres: &Results, pgshard: &Results, c: &Comparison
         "-- {suite}: {} known differences (pass on PostgreSQL, fail through pgshard; listed in tests/driver_suites/known_differences.txt)",
         c.known.len()
     );
+    let mut by_cause: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, reason, _) in &c.known {
+        *by_cause.entry(reason.split_whitespace().next().unwrap_or("")).or_default() += 1;
+    }
+    let mut by_cause: Vec<(&str, usize)> = by_cause.into_iter().collect();
+    by_cause.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    if !by_cause.is_empty() {
+        let causes: Vec<String> = by_cause.iter().map(|(r, n)| format!("{r} {n}")).collect();
+        let _ = writeln!(out, "   by cause: {}", causes.join(", "));
+    }
     for (test, reason, error) in &c.known {
         let _ = writeln!(out, "  {test}  [{reason}]\n      {}", short(error));
     }
@@ -180,6 +204,16 @@ pub fn render(suite: &str, postgres: &Results, pgshard: &Results, c: &Comparison
     );
     for (test, error) in &c.unlisted {
         let _ = writeln!(out, "  {test}\n      {}", short(error));
+    }
+    if !c.passed_alone.is_empty() {
+        let _ = writeln!(
+            out,
+            "-- {suite}: {} unlisted differences that passed when run again alone through pgshard (not counted; flaky?)",
+            c.passed_alone.len()
+        );
+        for (test, error) in &c.passed_alone {
+            let _ = writeln!(out, "  {test}\n      first run: {}", short(error));
+        }
     }
     if !c.stale.is_empty() {
         let _ = writeln!(
