@@ -674,7 +674,10 @@ impl Session {
             if self.held[i].in_batch {
                 self.held[i].in_batch = false;
                 if let Err(e) = self.held[i].conn.drain_to_ready().await {
-                    if e.code == sqlstate::CONNECTION_FAILURE && result.is_ok() {
+                    // A lost connection, or an error of the implicit transaction's
+                    // commit at Sync (a deferred constraint): the client hears it,
+                    // unless it heard an error of the batch already.
+                    if result.is_ok() && (e.code == sqlstate::CONNECTION_FAILURE || !self.batch_error) {
                         result = Err(e);
                     }
                 }

@@ -120,6 +120,25 @@ const FOLLOWED_REPORTS: &[&str] = &[
     "session_authorization",
 ];
 
+/// The variable a recorded SET / RESET statement sets (lower case).
+fn setting_variable(text: &str) -> Option<String> {
+    let tree = pg_query::parse(text, 0).ok()?;
+    tree.protobuf.stmts.iter().find_map(|s| match s.stmt.as_ref()?.node.as_ref()? {
+        pg_query::NodeEnum::VariableSetStmt(v) => Some(v.name.to_ascii_lowercase()),
+        _ => None,
+    })
+}
+
+/// Whether a recorded SET / RESET statement is made pointless by a later one of
+/// `variable`: the same variable, or the role after the session authorization.
+pub(super) fn overridden_by(text: &str, variable: &str) -> bool {
+    let variable = variable.to_ascii_lowercase();
+    match setting_variable(text) {
+        Some(old) => old == variable || (variable == "session_authorization" && old == "role"),
+        None => false,
+    }
+}
+
 /// Whether a node's refusal of a login means it does not know the role as the
 /// coordinator node does (missing, another verifier, no LOGIN).
 fn is_role_mismatch(e: &PgError) -> bool {
@@ -328,6 +347,16 @@ mod tests {
         assert!(is_identity_setting("RESET SESSION AUTHORIZATION"));
         assert!(!is_identity_setting("SET search_path = app"));
         assert!(!is_identity_setting("SET datestyle TO 'German'"));
+    }
+
+    #[test]
+    fn later_settings_override_earlier_ones() {
+        assert!(overridden_by("SET ROLE x", "role"));
+        assert!(overridden_by("RESET ROLE", "role"));
+        assert!(overridden_by("SET ROLE x", "session_authorization"));
+        assert!(overridden_by("set DateStyle = 'German'", "datestyle"));
+        assert!(!overridden_by("SET search_path = a", "role"));
+        assert!(!overridden_by("SET SESSION AUTHORIZATION u", "role"));
     }
 
     #[test]

@@ -297,6 +297,15 @@ impl Session {
             }
             Some(v) => {
                 self.local_settings.retain(|(name, _)| name != v);
+                // The latest SET of a variable is all a replay needs: older ones go
+                // (a `SET ROLE x` replayed after x was dropped would fail). Setting the
+                // session authorization resets the role too.
+                let start = self.startup_settings;
+                let mut at = 0;
+                self.settings.retain(|text| {
+                    at += 1;
+                    at <= start || !identity::overridden_by(text, v)
+                });
                 self.settings.push(stmt.text.trim().to_string());
             }
         }
