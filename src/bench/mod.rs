@@ -31,6 +31,7 @@
 //!
 //! Progress goes to stderr, the table to stdout.
 
+mod client;
 pub mod cpu;
 mod machine;
 mod pgbench;
@@ -96,6 +97,15 @@ pub struct BenchArgs {
     /// sockets instead of TCP on 127.0.0.1.
     #[arg(long)]
     pub unix_sockets: bool,
+    /// Run the measured clients (pgbench, sysbench, psql) as a LOGIN role of this name,
+    /// which the bench creates with a password on both targets and grants only what
+    /// the workloads need; the setup stays with the superuser.
+    #[arg(long, value_name = "NAME")]
+    pub client_role: Option<String>,
+    /// Clients connect with sslmode=require to both targets (the plain PostgreSQL then
+    /// serves TLS with a self-signed certificate); over TCP only.
+    #[arg(long)]
+    pub client_tls: bool,
 }
 
 /// What a workload runs.
@@ -404,6 +414,8 @@ struct Options {
     port: u16,
     keep: bool,
     unix_sockets: bool,
+    client_role: Option<client::ClientRole>,
+    client_tls: bool,
 }
 
 impl Options {
@@ -447,7 +459,12 @@ impl Options {
             port: a.port,
             keep: a.keep,
             unix_sockets: a.unix_sockets,
+            client_role: a.client_role.as_deref().map(client::ClientRole::new).transpose()?,
+            client_tls: a.client_tls,
         };
+        if o.client_tls && o.unix_sockets {
+            bail!("--client-tls is for TCP clients: PostgreSQL has no TLS on Unix sockets");
+        }
         if o.scale == 0
             || o.clients == 0
             || o.duration == 0
@@ -616,6 +633,43 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
     }
     progress.say("servers and pgshard are up");
 
+    // Who the measured clients are and how they connect (client.rs). The superuser's
+    // environments (setup) use the same transport as the clients'.
+    if opts.client_tls {
+        progress.say("turning TLS on in the plain PostgreSQL (self-signed certificate)");
+        client::serve_tls(&plain_node, &plain_env).await?;
+    }
+    let sslmode = client::sslmode(opts.client_tls);
+    let plain_env = client::with_var(&plain_env, "PGSSLMODE", sslmode);
+    let pgshard_env = client::with_var(&pgshard_env, "PGSSLMODE", sslmode);
+    if let Some(role) = &opts.client_role {
+        progress.say(format!(
+            "creating the client role {} on both targets (LOGIN, a password, no other \
+             attribute)",
+            role.name
+        ));
+        let workers: Vec<crate::backend::NodeAddr> = cluster
+            .worker_ports
+            .iter()
+            .map(|&port| crate::backend::NodeAddr {
+                host: cluster.node_host.clone(),
+                port,
+            })
+            .collect();
+        let config = opts.cluster_dir().join("pgshard.toml");
+        role.create(&plain_env, &pgshard_env, &config, &workers)
+            .await?;
+    }
+    let plain_client = client::client_env(&plain_env, opts.client_role.as_ref());
+    let pgshard_client = client::client_env(&pgshard_env, opts.client_role.as_ref());
+    let mut clients = serde_json::Map::new();
+    for (name, env) in [("plain", &plain_client), ("pgshard", &pgshard_client)] {
+        let seen = client::check(env, opts.client_role.as_ref(), opts.client_tls)
+            .await
+            .with_context(|| format!("checking the clients' connection to {name}"))?;
+        clients.insert(name.into(), serde_json::to_value(seen)?);
+    }
+
     // Load W1 (W4 is loaded before its first workload).
     let mut load = serde_json::Map::new();
     let w1 = opts.workloads.iter().any(|w| w.uses_w1());
@@ -637,6 +691,12 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         ));
         distribute(opts, &pgshard_env).await?;
         load.insert("distribute_s".into(), json!(t.elapsed().as_secs_f64()));
+        if let Some(role) = &opts.client_role {
+            for (table, _) in W1_TABLES {
+                role.grant(table, &plain_env, &pgshard_env, &node_envs(&cluster))
+                    .await?;
+            }
+        }
         progress.say("checkpoint on every server");
         checkpoint_all(&cluster, &plain_env).await?;
     }
@@ -644,7 +704,8 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
 
     let plain_target = TargetCtx {
         target: Target::Plain,
-        env: plain_env,
+        admin: plain_env,
+        client: plain_client,
         probe: cpu::Probe {
             pgshard_pid: None,
             servers: vec![("plain".into(), plain_node.data_dir.clone())],
@@ -667,7 +728,8 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
     }
     let pgshard_target = TargetCtx {
         target: Target::Pgshard,
-        env: pgshard_env,
+        admin: pgshard_env,
+        client: pgshard_client,
         probe: cpu::Probe {
             pgshard_pid: Some(pgshard_pid),
             servers,
@@ -685,8 +747,11 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         progress.say(format!("workload {}/{total}: {}", i + 1, w.name));
         let targets = [&plain_target, &pgshard_target];
         if matches!(w.kind, Kind::Query { .. } | Kind::Copy) && w4_load.is_none() {
-            w4_load =
-                Some(load_w4(opts, progress, &plain_target, &pgshard_target, &cluster).await?);
+            let loaded = load_w4(opts, progress, &plain_target, &pgshard_target, &cluster).await?;
+            if loaded.error.is_none() {
+                grant_client(opts, targets, &cluster, "test").await?;
+            }
+            w4_load = Some(loaded);
         }
         match w.kind {
             Kind::Query { sql, compare } => {
@@ -699,7 +764,9 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
             }
             Kind::Copy => {
                 let w4 = w4_load.as_ref().expect("loaded above");
-                results.push(run_copy_workload(opts, progress, w, w4, targets, &mut seq).await?);
+                results.push(
+                    run_copy_workload(opts, progress, w, w4, targets, &cluster, &mut seq).await?,
+                );
                 continue;
             }
             _ => {}
@@ -710,14 +777,23 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         match w.kind {
             Kind::Script { script, .. } => {
                 if matches!(script, Script::W2 { .. }) && w2_setup.is_none() {
-                    w2_setup = Some(setup_w2(progress, targets).await?);
+                    let setup = setup_w2(progress, targets).await?;
+                    if setup.error.is_none() {
+                        grant_client(opts, targets, &cluster, "w2").await?;
+                    }
+                    w2_setup = Some(setup);
                 }
                 (script_text, not_run) =
-                    write_script(opts, w, script, w2_setup.as_ref(), &pgshard_target.env).await;
+                    write_script(opts, w, script, w2_setup.as_ref(), &pgshard_target.client)
+                        .await;
             }
             Kind::Sysbench => {
                 if w3_setup.is_none() {
-                    w3_setup = Some(setup_w3(opts, progress, targets).await?);
+                    let setup = setup_w3(opts, progress, targets).await?;
+                    if setup.is_none() {
+                        grant_client(opts, targets, &cluster, "sbtest1").await?;
+                    }
+                    w3_setup = Some(setup);
                 }
                 not_run = w3_setup.clone().flatten();
             }
@@ -860,17 +936,17 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         ));
     }
     subtitle.push_str(&format!(
-        "{} workers, {SHARD_COUNT} shards, clients over {}; {}",
+        "{} workers, {SHARD_COUNT} shards, {}; {}",
         opts.workers,
-        if opts.unix_sockets {
-            "Unix sockets"
-        } else {
-            "TCP (127.0.0.1)"
-        },
+        client::describe(
+            opts.unix_sockets,
+            opts.client_tls,
+            opts.client_role.as_ref().map(|r| r.name.as_str())
+        ),
         date
     ));
     let doc = json!({
-        "pgshard_bench_format": 2,
+        "pgshard_bench_format": 3,
         "date": date,
         "command": command,
         "pgshard": revision,
@@ -889,7 +965,8 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
             "shard_count": SHARD_COUNT,
             "latency_sampling_rate": SAMPLING_RATE,
             "sysbench_table_size": SYSBENCH_TABLE_SIZE,
-            "tls": false,
+            "client_tls": opts.client_tls,
+            "client_role": opts.client_role.as_ref().map(|r| r.name.clone()),
             "client_transport": if opts.unix_sockets { "unix" } else { "tcp" },
             "ports": { "plain": plain_port, "pgshard": cluster.port,
                        "coordinator": cluster.coordinator_port, "workers": cluster.worker_ports },
@@ -908,8 +985,10 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
             "W2: table w2 (id int) without primary key, distributed by id (shard_count shards); ids chosen from pg_dist_shard's ranges with hashint4; truncated before each run",
             "W3 (kind sysbench): sysbench oltp_insert prepare on both targets, then create_distributed_table('sbtest1','id') through pgshard; truncate sbtest1 before each run; tps from 'transactions: N (X per sec.)', latency avg and 95th percentile from sysbench, p50/p99 nearest rank over its --histogram; failed_transactions = ignored errors",
             "w4-copy (kind copy): W4's rows exported from the plain server to a CSV file, then per run truncate test_copy + one psql \\copy test_copy from FILE timed by its wall clock (times_ms has the one COPY), row count checked; rows_per_s = rows / median time",
+            "options.client_role: the measured clients (pgbench, sysbench, psql, W4's queries) log in as this LOGIN role made by the bench with only the workloads' privileges (null: as the superuser postgres); loading, setup and the vacuum/truncate before each run stay with postgres; options.client_tls: every connection to both targets uses sslmode=require (the plain server then has ssl = on with a self-signed certificate); clients: what a client connection of each target saw (current_user, TLS in psql's \\conninfo)",
             "pgbench_cpu_s: getrusage(RUSAGE_CHILDREN) around the run; machine_irq_s: interrupt + softirq time (/proc/stat), mostly loopback TCP; other_cpu_fraction: machine busy time not spent by the target, pgshard, pgbench or interrupts, over all CPU time of the run",
         ],
+        "clients": clients,
         "load": load,
         "table": table,
         "interference": interference,
@@ -949,8 +1028,29 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
 /// One target of the comparison.
 struct TargetCtx {
     target: Target,
-    env: Env,
+    /// The superuser `postgres`: loading, setup, and the vacuum and truncate before
+    /// each run.
+    admin: Env,
+    /// The measured clients: the superuser, or with --client-role that role.
+    client: Env,
     probe: cpu::Probe,
+}
+
+/// With --client-role, grants the role what the workloads need on `table`, on both
+/// targets (client.rs).
+async fn grant_client(
+    opts: &Options,
+    [plain, pgshard]: [&TargetCtx; 2],
+    cluster: &ClusterInfo,
+    table: &str,
+) -> Result<()> {
+    match &opts.client_role {
+        Some(role) => {
+            role.grant(table, &plain.admin, &pgshard.admin, &node_envs(cluster))
+                .await
+        }
+        None => Ok(()),
+    }
 }
 
 /// pgbench's arguments for a run of `w` against `target`.
@@ -988,7 +1088,7 @@ async fn run_once(
     // only the run. Errors are ignored, as pgbench ignores them.
     let mut prep_errors = Vec::new();
     for sql in w.before_run() {
-        if let Err(e) = pgbench::psql(&t.env, &["-c", sql]).await {
+        if let Err(e) = pgbench::psql(&t.admin, &["-c", sql]).await {
             prep_errors.push(format!("{e:#}"));
         }
     }
@@ -999,10 +1099,10 @@ async fn run_once(
     let sysbench = matches!(w.kind, Kind::Sysbench);
     let mut cmd;
     if sysbench {
-        cmd = pgbench::command("sysbench", &t.env);
-        cmd.args(sysbench_args(opts, Some(&t.env), "run"));
+        cmd = pgbench::command("sysbench", &t.client);
+        cmd.args(sysbench_args(opts, Some(&t.client), "run"));
     } else {
-        cmd = pgbench::command("pgbench", &t.env);
+        cmd = pgbench::command("pgbench", &t.client);
         cmd.args(pgbench_args(opts, w, t.target))
             .arg("--log")
             .arg(format!("--sampling-rate={SAMPLING_RATE}"))
@@ -1230,11 +1330,11 @@ async fn setup_w2(progress: &Progress, [plain, pgshard]: [&TargetCtx; 2]) -> Res
         "W2: table w2 (id int) on both targets, distributed by id through pgshard \
          ({SHARD_COUNT} shards)"
     ));
-    pgbench::psql(&plain.env, &["-c", "create table w2 (id int)"])
+    pgbench::psql(&plain.admin, &["-c", "create table w2 (id int)"])
         .await
         .context("W2's table on the plain PostgreSQL")?;
     let made = async {
-        let client = connect(&pgshard.env)
+        let client = connect(&pgshard.admin)
             .await
             .map_err(|e| SqlError::client(format!("{e:#}")))?;
         let mut ranges = Vec::new();
@@ -1395,8 +1495,8 @@ async fn setup_w3(
             "W3: sysbench oltp_insert prepare on {}",
             t.target.name()
         ));
-        let mut cmd = pgbench::command("sysbench", &t.env);
-        cmd.args(sysbench_args(opts, Some(&t.env), "prepare"))
+        let mut cmd = pgbench::command("sysbench", &t.admin);
+        cmd.args(sysbench_args(opts, Some(&t.admin), "prepare"))
             .current_dir(opts.runs_dir());
         let out = pgbench::run(cmd, Some(Duration::from_secs(600))).await?;
         let file = opts
@@ -1420,7 +1520,7 @@ async fn setup_w3(
             (None, _) => {}
         }
     }
-    let client = connect(&pgshard.env).await?;
+    let client = connect(&pgshard.admin).await?;
     for sql in [
         format!("SET citus.shard_count = {SHARD_COUNT}"),
         "SELECT create_distributed_table('sbtest1', 'id')".into(),
@@ -1494,7 +1594,9 @@ async fn checkpoint_all(cluster: &ClusterInfo, plain: &Env) -> Result<()> {
     Ok(())
 }
 
-/// A connection (simple query protocol, no TLS) with a target's libpq settings.
+/// A connection (simple query protocol) with a target's libpq settings; TLS when its
+/// PGSSLMODE is `require` (the server's certificate is not checked, as libpq's
+/// `require`).
 async fn connect(env: &Env) -> Result<tokio_postgres::Client> {
     let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
     let mut config = tokio_postgres::Config::new();
@@ -1508,8 +1610,15 @@ async fn connect(env: &Env) -> Result<tokio_postgres::Client> {
     if let Some(pw) = get("PGPASSWORD") {
         config.password(pw);
     }
+    use tokio_postgres::config::SslMode;
+    config.ssl_mode(match get("PGSSLMODE") {
+        Some("require") => SslMode::Require,
+        _ => SslMode::Disable,
+    });
+    // pgshard's own TLS client for tokio-postgres (outside `pgshard serve` it
+    // encrypts without checking the certificate).
     let (client, connection) = config
-        .connect(tokio_postgres::NoTls)
+        .connect(crate::backend::tls::ControlTls)
         .await
         .with_context(|| {
             format!(
@@ -1619,7 +1728,7 @@ async fn load_w4(
     let n = report::thousands(rows as f64);
 
     progress.say(format!("W4: loading {n} rows into the plain PostgreSQL"));
-    let client = connect(&plain.env).await?;
+    let client = connect(&plain.admin).await?;
     let t = Instant::now();
     for sql in [W4_CREATE, "begin", W4_SEED, insert.as_str(), "commit"] {
         simple(&client, sql, LOAD_TIMEOUT)
@@ -1651,7 +1760,7 @@ async fn load_w4(
         "W4: loading {n} rows through pgshard as a local table, then \
          create_distributed_table('test', 'id') ({SHARD_COUNT} shards)"
     ));
-    match load_w4_pgshard(&pgshard.env, &insert, &mut load).await {
+    match load_w4_pgshard(&pgshard.admin, &insert, &mut load).await {
         Ok(()) => {
             progress.say(format!(
                 "  loaded in {:.1} s (local insert {:.1} s + create_distributed_table {:.1} s)",
@@ -1670,7 +1779,7 @@ async fn load_w4(
         }
     }
     progress.say("checkpoint on every server");
-    checkpoint_all(cluster, &plain.env).await?;
+    checkpoint_all(cluster, &plain.admin).await?;
     Ok(load)
 }
 
@@ -1728,17 +1837,24 @@ fn parse_pages(row: &[Option<String>]) -> Option<(u64, u64)> {
     Some((pages.trim().parse().ok()?, visible.trim().parse().ok()?))
 }
 
-/// `vacuum analyze` of the shards of `table` (`table_<shardid>`) on every worker;
-/// returns their pages and all-visible pages summed over the workers.
-async fn vacuum_shards(cluster: &ClusterInfo, table: &str) -> Result<Option<(u64, u64)>> {
+/// The shards of `table` (`table_<shardid>`) on the server of `env`, as a list of
+/// quoted names for one statement ("" when it holds none).
+async fn shard_tables(env: &Env, table: &str) -> Result<String> {
     let query = format!(
         "select string_agg(format('%I.%I', n.nspname, c.relname), ', ') \
          from pg_class c join pg_namespace n on n.oid = c.relnamespace \
-         where c.relkind = 'r' and c.relname ~ '^{table}_[0-9]+$'"
+         where c.relkind = 'r' and c.relname ~ {}",
+        crate::sql::quote::quote_literal(&format!("^{table}_[0-9]+$"))
     );
+    pgbench::psql(env, &["-c", &query]).await
+}
+
+/// `vacuum analyze` of the shards of `table` (`table_<shardid>`) on every worker;
+/// returns their pages and all-visible pages summed over the workers.
+async fn vacuum_shards(cluster: &ClusterInfo, table: &str) -> Result<Option<(u64, u64)>> {
     let mut total = Some((0, 0));
     for env in node_envs(cluster).into_iter().skip(1) {
-        let shards = pgbench::psql(&env, &["-c", &query]).await?;
+        let shards = shard_tables(&env, table).await?;
         if !shards.is_empty() {
             let vacuum = format!("vacuum analyze {shards}");
             let mut args = Vec::new();
@@ -1946,6 +2062,7 @@ async fn run_copy_workload(
     w: &Workload,
     load: &QueryLoad,
     [plain, pgshard]: [&TargetCtx; 2],
+    cluster: &ClusterInfo,
     seq: &mut u32,
 ) -> Result<WorkloadResult> {
     let file = opts.runs_dir().join("w4-rows.csv");
@@ -1964,7 +2081,7 @@ async fn run_copy_workload(
         file.display()
     ));
     pgbench::psql(
-        &plain.env,
+        &plain.admin,
         &[
             "-c",
             &format!(
@@ -1976,11 +2093,11 @@ async fn run_copy_workload(
     .await
     .context("exporting W4's rows")?;
     let create = W4_CREATE.replacen("create table test ", "create table test_copy ", 1);
-    pgbench::psql(&plain.env, &["-c", &create])
+    pgbench::psql(&plain.admin, &["-c", &create])
         .await
         .context("test_copy on the plain PostgreSQL")?;
     let made = async {
-        let client = connect(&pgshard.env)
+        let client = connect(&pgshard.admin)
             .await
             .map_err(|e| SqlError::client(format!("{e:#}")))?;
         for sql in [
@@ -1999,6 +2116,8 @@ async fn run_copy_workload(
         let (s, r) = refusal(e);
         progress.say(format!("  failed: {r}"));
         (status, reason) = (s, Some(r));
+    } else {
+        grant_client(opts, [plain, pgshard], cluster, "test_copy").await?;
     }
 
     'repeats: for rep in (1..=opts.repeat).filter(|_| status == Status::Ok) {
@@ -2127,11 +2246,11 @@ async fn run_copy(t: &TargetCtx, copy: &str, repeat: u32, seq: u32) -> QueryRun 
         pgshard_cpu_ms_per_query: None,
         server_cpu_ms_per_query: None,
     };
-    if let Err(e) = pgbench::psql(&t.env, &["-c", "truncate test_copy"]).await {
+    if let Err(e) = pgbench::psql(&t.admin, &["-c", "truncate test_copy"]).await {
         run.error = Some(format!("{e:#}"));
         return run;
     }
-    let mut cmd = pgbench::command("psql", &t.env);
+    let mut cmd = pgbench::command("psql", &t.client);
     cmd.args([
         "-X",
         "-q",
@@ -2183,7 +2302,7 @@ async fn run_copy(t: &TargetCtx, copy: &str, repeat: u32, seq: u32) -> QueryRun 
     run.median_ms = Some(ms);
     run.pgshard_cpu_ms_per_query = usage.pgshard_s.map(|s| s * 1e3);
     run.server_cpu_ms_per_query = Some(usage.servers_s.iter().map(|(_, s)| s).sum::<f64>() * 1e3);
-    match pgbench::psql(&t.env, &["-c", "select count(*) from test_copy"]).await {
+    match pgbench::psql(&t.client, &["-c", "select count(*) from test_copy"]).await {
         Ok(n) => {
             run.answer = vec![vec![Some(n)]];
             run.ok = true;
@@ -2210,7 +2329,7 @@ async fn run_query(t: &TargetCtx, sql: &str, repeat: u32, seq: u32) -> QueryRun 
         pgshard_cpu_ms_per_query: None,
         server_cpu_ms_per_query: None,
     };
-    let client = match connect(&t.env).await {
+    let client = match connect(&t.client).await {
         Ok(c) => c,
         Err(e) => {
             run.error = Some(format!("{e:#}"));
@@ -2285,8 +2404,9 @@ async fn server_settings(opts: &Options, plain: &Env, cluster: &ClusterInfo) -> 
     };
     let plain_settings = read(plain.clone()).await;
     let worker_settings = read(node_envs(cluster)[1.min(cluster.worker_ports.len())].clone()).await;
-    // Where they listen differs by design.
-    let local = ["port", "unix_socket_directories", "listen_addresses"];
+    // Where they listen differs by design, and TLS for clients (--client-tls) is the
+    // plain server's only: pgshard serves it in front of the workers.
+    let local = ["port", "unix_socket_directories", "listen_addresses", "ssl"];
     let differences: Vec<String> = plain_settings
         .iter()
         .filter(|(k, _)| !local.contains(&k.as_str()))

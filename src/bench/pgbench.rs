@@ -16,7 +16,8 @@ use tokio::process::Command;
 pub type Env = Vec<(String, String)>;
 
 /// A command with only our libpq settings: inherited PG* variables (PGSERVICE,
-/// PGOPTIONS, ...) could change what is measured. TLS is off on both targets.
+/// PGOPTIONS, ...) could change what is measured. No TLS unless `env` sets PGSSLMODE
+/// (--client-tls: `require`).
 pub fn command(program: &str, env: &Env) -> Command {
     let mut cmd = Command::new(program);
     for (k, _) in std::env::vars_os() {
@@ -24,8 +25,8 @@ pub fn command(program: &str, env: &Env) -> Command {
             cmd.env_remove(&k);
         }
     }
-    cmd.envs(env.iter().map(|(k, v)| (k, v)))
-        .env("PGSSLMODE", "disable")
+    cmd.env("PGSSLMODE", "disable")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("PGCONNECT_TIMEOUT", "30")
         .stdin(Stdio::null())
         .kill_on_drop(true);
