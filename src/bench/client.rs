@@ -145,7 +145,7 @@ impl ClientRole {
             .context("creating the client role through pgshard")?;
         let cfg = Config::load(cluster_config)?;
         for node in other_nodes {
-            crate::commands::role_sync::sync_role(&cfg, node, &self.name)
+            crate::commands::roles::sync_role_on_node(&cfg, &node.host, node.port, &self.name)
                 .await
                 .map_err(|e| anyhow::anyhow!("{}", e.message))
                 .with_context(|| format!("copying the client role to node {node}"))?;
