@@ -11,7 +11,9 @@
 use super::combine;
 #[path = "multishard.rs"]
 mod multishard;
-use super::shared::{CancelTargets, FunctionKind, PipelinedBatch, RunningBackends, Shared};
+use super::shared::{
+    CancelTargets, FunctionKind, PipelinedBatch, RunningBackends, Shared, FUNCTION_KINDS_TTL,
+};
 use super::statements::{backend_name, is_backend_name, MAX_PREPARED_PER_CONNECTION};
 use crate::backend::{BackendConn, Credentials, NodeAddr, NodePool, PooledConn};
 use crate::catalog::{Catalog, ShardId, ShardInterval};
@@ -51,6 +53,8 @@ mod pipelined;
 mod settings;
 /// INSERT ... SELECT into distributed tables through the coordinator node.
 mod via_coordinator;
+/// No session state crosses between clients through shared node connections.
+mod isolation;
 /// Who the session is on the nodes: its role's connections, its own coordinator-node
 /// connection.
 pub mod identity;
@@ -202,6 +206,10 @@ pub struct Session {
     /// Temporary tables made for cursors over distributed tables (`cursor.rs`), for
     /// their names.
     cursor_tables: u64,
+    /// Once a statement may have left session state on a node connection: the
+    /// session's own pools per node, which no other session takes from
+    /// (`isolation.rs`).
+    own_pools: Mutex<Option<HashMap<NodeAddr, Arc<NodePool>>>>,
 }
 
 /// A node connection's settings fingerprint when they are not known (a SET ran on
@@ -283,6 +291,7 @@ impl Session {
             shapes: ShapeCache::default(),
             implicit_block: false,
             catalog_changed: false,
+            own_pools: Mutex::new(None),
         }
     }
 
@@ -872,6 +881,7 @@ impl Session {
         if let Plan::Unsupported(e) = &plan {
             return Err(e.clone());
         }
+        self.isolate_if_stateful(&stmt, &plan).await?;
         let meta = match &plan {
             Plan::Local
             | Plan::Router(_)
@@ -908,6 +918,7 @@ impl Session {
             return Ok(p);
         }
         let plan = self.plan_statement(&p.stmt, &catalog)?;
+        self.isolate_if_stateful(&p.stmt, &plan).await?;
         let fresh = Arc::new(Prepared {
             sql: p.sql.clone(),
             stmt: p.stmt.clone(),
@@ -1302,7 +1313,22 @@ impl Session {
                 client_text::write_warning(&mut self.out, w);
             }
         }
-        if let (Some(sc), [stmt], [plan]) = (scanned, stmts.as_slice(), plans.as_slice()) {
+        let mut stateful = false;
+        for (stmt, plan) in stmts.iter().zip(&plans) {
+            match self.isolate_if_stateful(stmt, plan).await {
+                Ok(s) => stateful |= s,
+                Err(e) => {
+                    msg::write_error(&mut self.out, &e);
+                    self.fail();
+                    self.batch_error = false;
+                    return Ok(());
+                }
+            }
+        }
+        // A shape that may leave session state is checked again each time it runs.
+        if let (Some(sc), [stmt], [plan], false) =
+            (scanned, stmts.as_slice(), plans.as_slice(), stateful)
+        {
             if let Some(node) = &stmt.node {
                 self.shapes
                     .remember(catalog.version, sc, node, plan, !is_read_only_local(stmt));
@@ -1333,7 +1359,11 @@ impl Session {
             let current = (i > 0).then(|| self.shared.catalog.snapshot());
             let plan = if let Some(current) = current.filter(|c| c.version != planned_with) {
                 catalog = current;
-                match self.plan_statement(stmt, &catalog) {
+                let planned = match self.plan_statement(stmt, &catalog) {
+                    Ok(p) => self.isolate_if_stateful(stmt, &p).await.map(|_| p),
+                    Err(e) => Err(e),
+                };
+                match planned {
                     Ok(p) => {
                         replanned = p;
                         &replanned

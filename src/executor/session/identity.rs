@@ -12,7 +12,9 @@
 //!   If that backend goes away (`pg_terminate_backend`), the session ends.
 //! - Worker connections (and pgshard's private coordinator connections for combine
 //!   steps) come from per-role pools: only sessions of the same role share them,
-//!   and each is brought to the session's settings, role included, before use.
+//!   and each is brought to the session's settings, role included, before use. A
+//!   session whose statement may leave other state on them (a function's
+//!   `set_config`, advisory locks...) gets pools of its own instead (`isolation.rs`).
 //! - A worker that does not know the role's verifier yet (a role created before it
 //!   was added, or a password changed directly on the coordinator node) refuses the
 //!   login; the role is then copied from the coordinator node
@@ -159,7 +161,10 @@ impl Session {
     /// connection): for work of the session's own beside its statements (combine
     /// steps, pipelined reads).
     pub(super) async fn pooled_client_conn(&self, addr: &NodeAddr) -> PgResult<PooledConn> {
-        let pool = self.shared.pools.node_as(addr, &self.creds);
+        let pool = match self.own_pool(addr) {
+            Some(own) => own,
+            None => self.shared.pools.node_as(addr, &self.creds),
+        };
         match pool.acquire().await {
             Err(e) if is_role_mismatch(&e) && !matches!(self.creds.secret, Secret::TrustedAs { .. }) => {
                 commands::roles::sync_role_on_node(&self.shared.cfg, &addr.host, addr.port, &self.creds.user)

@@ -262,6 +262,8 @@ impl Session {
         self.record_setting(stmt, None);
         self.statements.clear();
         self.portals.clear();
+        // The state its statements left on its own node connections goes with them.
+        self.unpin();
         Ok(())
     }
 
