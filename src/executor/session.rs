@@ -210,6 +210,9 @@ pub struct Session {
     /// session's own pools per node, which no other session takes from
     /// (`isolation.rs`).
     own_pools: Mutex<Option<HashMap<NodeAddr, Arc<NodePool>>>>,
+    /// Roles a role statement of the current block changed: copied to the workers
+    /// once it commits.
+    roles_to_sync: Vec<String>,
 }
 
 /// A node connection's settings fingerprint when they are not known (a SET ran on
@@ -292,6 +295,7 @@ impl Session {
             implicit_block: false,
             catalog_changed: false,
             own_pools: Mutex::new(None),
+            roles_to_sync: Vec::new(),
         }
     }
 
@@ -1754,14 +1758,14 @@ impl Session {
             }
             Plan::Propagate(p) => self.maintenance(p, params.bind.is_some(), sink).await,
             Plan::Role(p) => {
-                if self.txn != TxnState::Idle {
-                    return Err(PgError::not_supported(
-                        "pgshard does not support role statements inside a transaction block yet",
-                    ));
-                }
                 let caller = self.caller().await?;
-                commands::roles::propagate_role_statement(&self.shared.catalog, &caller, p)
-                    .await?;
+                self.refuse_drop_owned_of_distributed(p, &caller).await?;
+                if self.txn != TxnState::Idle {
+                    self.role_in_block(p, &caller).await?;
+                } else {
+                    commands::roles::propagate_role_statement(&self.shared.catalog, &caller, p)
+                        .await?;
+                }
                 sink.complete(p.tag);
                 Ok(())
             }
@@ -2082,9 +2086,19 @@ impl Session {
     /// commit where several did (unless the session chose 1PC), ROLLBACK otherwise.
     async fn finish_transaction(&mut self, commit: bool) -> PgResult<()> {
         let catalog_changed = std::mem::take(&mut self.catalog_changed);
+        let roles = std::mem::take(&mut self.roles_to_sync);
         let r = self.end_transaction(commit).await;
         if catalog_changed && commit && r.is_ok() {
             self.announce_catalog_change().await;
+        }
+        if commit && r.is_ok() {
+            // Role statements of the block: the workers' copies made exact (password
+            // verifiers), as outside blocks (`ddl_in_block::role_in_block`).
+            for role in roles {
+                if let Err(e) = commands::roles::sync_role(&self.shared.catalog, &role).await {
+                    tracing::warn!("copying role \"{role}\" to the workers after its block failed: {e}");
+                }
+            }
         }
         r
     }

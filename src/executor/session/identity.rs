@@ -253,23 +253,28 @@ impl Session {
     /// connections (Citus functions, DDL on shells): the client's `current_user`, as
     /// its own backend says (after its SET ROLE, in its block).
     pub(super) async fn caller(&mut self) -> PgResult<String> {
-        const SQL: &str = "SELECT current_user";
-        let coord = self.shared.coordinator.clone();
-        let rows = if let Some(i) = self.held_index(&coord) {
-            self.drain_all().await?;
-            self.held[i].conn.simple_column(SQL).await?
-        } else {
-            let mut conn = self.home.acquire().await?;
-            if conn.settings_fingerprint != self.settings_fp {
-                conn.simple(&settings_replay_sql(&self.creds, &self.settings, &[]))
-                    .await?;
-                conn.settings_fingerprint = self.settings_fp;
-            }
-            conn.simple_column(SQL).await?
-        };
-        rows.into_iter()
+        self.home_column("SELECT current_user")
+            .await?
+            .into_iter()
             .next()
             .ok_or_else(|| PgError::internal("current_user gave no row"))
+    }
+
+    /// The first column of `sql`'s rows on the client's own coordinator-node
+    /// connection, in its block if it is in one, with its settings.
+    pub(super) async fn home_column(&mut self, sql: &str) -> PgResult<Vec<String>> {
+        let coord = self.shared.coordinator.clone();
+        if let Some(i) = self.held_index(&coord) {
+            self.drain_all().await?;
+            return self.held[i].conn.simple_column(sql).await;
+        }
+        let mut conn = self.home.acquire().await?;
+        if conn.settings_fingerprint != self.settings_fp {
+            conn.simple(&settings_replay_sql(&self.creds, &self.settings, &[]))
+                .await?;
+            conn.settings_fingerprint = self.settings_fp;
+        }
+        conn.simple_column(sql).await
     }
 
     /// ReadyForQuery, after the reports no answer carried (PostgreSQL sends its
