@@ -1329,9 +1329,13 @@ impl Session {
                 }
             }
         }
-        // A shape that may leave session state is checked again each time it runs.
+        // A shape that may leave session state is checked again each time it runs, and
+        // a `set_config` on the coordinator node is followed each time.
+        let sets_config = stmts
+            .iter()
+            .any(|s| !isolation::set_config_calls(&s.text).is_empty());
         if let (Some(sc), [stmt], [plan], false) =
-            (scanned, stmts.as_slice(), plans.as_slice(), stateful)
+            (scanned, stmts.as_slice(), plans.as_slice(), stateful || sets_config)
         {
             if let Some(node) = &stmt.node {
                 self.shapes
@@ -1341,6 +1345,7 @@ impl Session {
         if stmts.len() > 1
             && plans.iter().all(|p| matches!(p, Plan::Local))
             && self.txn != TxnState::Failed
+            && !sets_config
         {
             // Only the coordinator node: the string goes there whole, keeping
             // PostgreSQL's own multi-statement semantics.
@@ -1397,8 +1402,14 @@ impl Session {
             let r = match plan {
                 Plan::Local => {
                     let coord = self.shared.coordinator.clone();
-                    self.simple_on_backend(&coord, stmt.client_text(), !is_read_only_local(stmt))
-                        .await
+                    let r = self
+                        .simple_on_backend(&coord, stmt.client_text(), !is_read_only_local(stmt))
+                        .await;
+                    if r.is_ok() && !self.batch_error {
+                        self.follow_set_config(stmt).await
+                    } else {
+                        r
+                    }
                 }
                 Plan::Router(r) => match route_bound(r, &[], &BindMsg::default_empty(), &catalog) {
                     Ok(shard) => match placement_addr(&catalog, shard) {

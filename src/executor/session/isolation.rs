@@ -34,6 +34,8 @@ enum Token {
     /// A name: lower-cased, or as written when double-quoted.
     Word(String),
     Punct(u8),
+    /// A plain string constant, its value.
+    Str(String),
     /// A constant, parameter or anything else.
     Other,
 }
@@ -93,8 +95,10 @@ fn tokens(text: &str) -> Vec<Token> {
                 }
             }
         } else if c == b'\'' {
-            i = quoted_end(b, i, b'\'', false);
-            out.push(Token::Other);
+            let end = quoted_end(b, i, b'\'', false);
+            let inner = &text[i + 1..end.saturating_sub(1).max(i + 1)];
+            out.push(Token::Str(inner.replace("''", "'")));
+            i = end;
         } else if c == b'"' {
             let end = quoted_end(b, i, b'"', false);
             let inner = &text[i + 1..end.saturating_sub(1).max(i + 1)];
@@ -222,6 +226,31 @@ fn arguments(rest: &[Token]) -> Vec<Vec<Token>> {
         args.last_mut().expect("one argument at least").push(t.clone());
     }
     args
+}
+
+/// The `set_config(name, value, is_local)` calls of a statement's text whose name is
+/// a string constant and `is_local` the constant true or false: (name, is_local).
+pub(super) fn set_config_calls(text: &str) -> Vec<(String, bool)> {
+    if !text.contains("set_config") && !text.to_ascii_lowercase().contains("set_config") {
+        return Vec::new();
+    }
+    let toks = tokens(text);
+    let mut out = Vec::new();
+    for k in 0..toks.len().saturating_sub(1) {
+        if toks[k] != Token::Word("set_config".into()) || toks[k + 1] != Token::Punct(b'(') {
+            continue;
+        }
+        let args = arguments(&toks[k + 2..]);
+        let (Some([Token::Str(name)]), Some([Token::Word(local)])) =
+            (args.first().map(Vec::as_slice), args.get(2).map(Vec::as_slice))
+        else {
+            continue;
+        };
+        if local == "true" || local == "false" {
+            out.push((name.clone(), local == "true"));
+        }
+    }
+    out
 }
 
 /// Whether a plan runs the client's text on connections other than its home
@@ -388,6 +417,17 @@ mod tests {
             names("SELECT * FROM generate_series(1, 3) AS g(x) JOIN d USING (k) WHERE k IN (1)"),
             vec!["generate_series"]
         );
+    }
+
+    #[test]
+    fn set_config_calls_with_constant_names() {
+        assert_eq!(
+            set_config_calls("SELECT set_config('app.tenant', 't''1', false), SET_CONFIG('a.b', $1, TRUE)"),
+            vec![("app.tenant".to_string(), false), ("a.b".to_string(), true)]
+        );
+        assert!(set_config_calls("SELECT set_config(name, 'x', false) FROM t").is_empty());
+        assert!(set_config_calls("SELECT set_config('a.b', 'x', $2)").is_empty());
+        assert!(set_config_calls("SELECT 'set_config(''a.b'', ''x'', false)'").is_empty());
     }
 
     #[test]
