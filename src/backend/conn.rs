@@ -150,6 +150,9 @@ pub struct BackendConn {
     /// Of `reports`, those read by the methods here that answer no client
     /// (`simple`, `simple_rows`, `drain_to_ready`): the client has not seen them.
     pub unforwarded_reports: Vec<(String, String)>,
+    /// On a client's own connection (`reports` is Some), the notifications read by
+    /// those methods: the client gets them before its next ReadyForQuery.
+    pub unforwarded_notifications: Vec<Frame>,
 }
 
 impl BackendConn {
@@ -179,6 +182,7 @@ impl BackendConn {
             broken: false,
             reports: None,
             unforwarded_reports: Vec::new(),
+            unforwarded_notifications: Vec::new(),
         };
         let params = [
             ("user", creds.login_user()),
@@ -383,6 +387,9 @@ impl BackendConn {
                                 }
                             }
                         }
+                        // The server closes the connection after a FATAL or PANIC:
+                        // nothing more comes, not even ReadyForQuery.
+                        b'E' if ends_connection(&f.body) => self.broken = true,
                         _ => {}
                     }
                     return Ok(f);
@@ -444,11 +451,13 @@ impl BackendConn {
                         .map(|v| v.map(|b| String::from_utf8_lossy(&b).into_owned()))
                         .collect(),
                 ),
+                b'E' if self.broken => return Err(PgError::from_server_fields(f.body)),
                 b'E' if first_err.is_none() => {
                     first_err = Some(PgError::from_server_fields(f.body))
                 }
                 b'Z' => return first_err.map_or(Ok(rows), Err),
                 b'S' => self.keep_unforwarded(),
+                b'A' => self.keep_notification(f),
                 _ => {}
             }
         }
@@ -456,17 +465,50 @@ impl BackendConn {
 
     /// Reads until ReadyForQuery, returning the first error seen.
     pub async fn drain_to_ready(&mut self) -> PgResult<()> {
+        self.drain_keeping_messages(None).await
+    }
+
+    /// Runs one simple query whose results nobody needs, like `simple`; the notices
+    /// and notifications the server sends meanwhile (a deferred trigger's NOTICE at
+    /// COMMIT) are added to `kept`, in order, for the client.
+    pub async fn simple_keeping_messages(
+        &mut self,
+        sql: &str,
+        kept: &mut Vec<Frame>,
+    ) -> PgResult<()> {
+        messages::write_query(&mut self.wbuf, sql);
+        self.flush().await?;
+        self.drain_keeping_messages(Some(kept)).await
+    }
+
+    /// `drain_to_ready`, keeping NoticeResponse and NotificationResponse in `kept`.
+    /// A FATAL ends the wait at once (the server closes the connection after it).
+    async fn drain_keeping_messages(&mut self, mut kept: Option<&mut Vec<Frame>>) -> PgResult<()> {
         let mut first_err = None;
         loop {
             let f = self.read().await?;
             match f.tag {
                 b'Z' => return first_err.map_or(Ok(()), Err),
+                b'E' if self.broken => return Err(PgError::from_server_fields(f.body)),
                 b'E' if first_err.is_none() => {
                     first_err = Some(PgError::from_server_fields(f.body))
                 }
                 b'S' => self.keep_unforwarded(),
+                b'N' | b'A' => match kept.as_deref_mut() {
+                    Some(kept) => kept.push(f),
+                    None if f.tag == b'A' => self.keep_notification(f),
+                    None => {}
+                },
                 _ => {}
             }
+        }
+    }
+
+    /// A notification read where no client is answered: kept for the client when
+    /// this is a client's own connection.
+    pub fn keep_notification(&mut self, f: Frame) {
+        if self.reports.is_some() {
+            self.unforwarded_notifications.push(f);
         }
     }
 
@@ -496,6 +538,27 @@ impl BackendConn {
         }
     }
 
+    /// Whether the connection, idle, holds only what a server sends on its own
+    /// (notifications, notices, parameter changes) still unread: nothing owed to a
+    /// statement, nothing unsent. A client's own connection so stays its own while
+    /// notifications flood in.
+    pub fn is_idle_with_async_messages(&self) -> bool {
+        if self.broken || self.txn_status != b'I' || !self.wbuf.is_empty() {
+            return false;
+        }
+        let mut at = 0;
+        while at < self.rbuf.len() {
+            if !matches!(self.rbuf[at], b'A' | b'N' | b'S') {
+                return false;
+            }
+            let Some(len) = self.rbuf.get(at + 1..at + 5) else {
+                return true;
+            };
+            at += 1 + u32::from_be_bytes(len.try_into().unwrap()) as usize;
+        }
+        true
+    }
+
     /// Usable by another client: not broken and outside any transaction.
     pub fn is_reusable(&self) -> bool {
         !self.broken && self.txn_status == b'I' && self.wbuf.is_empty() && self.rbuf.is_empty()
@@ -514,4 +577,21 @@ impl BackendConn {
             let _ = s.read(&mut [0u8; 1]).await;
         }
     }
+}
+
+/// Whether an ErrorResponse body has severity FATAL or PANIC: the server closes the
+/// connection after sending it.
+pub fn ends_connection(body: &[u8]) -> bool {
+    let mut rest = body;
+    while let Some((&field, tail)) = rest.split_first() {
+        if field == 0 {
+            break;
+        }
+        let end = tail.iter().position(|&b| b == 0).unwrap_or(tail.len());
+        if field == b'V' {
+            return matches!(&tail[..end], b"FATAL" | b"PANIC");
+        }
+        rest = tail.get(end + 1..).unwrap_or(&[]);
+    }
+    false
 }

@@ -219,6 +219,8 @@ impl Session {
     /// `absorb_reports` of the client's own connection `conn` (which has the new
     /// settings already).
     pub(super) fn absorb_home_reports(&mut self, conn: &mut BackendConn) {
+        self.pending_notifications
+            .append(&mut conn.unforwarded_notifications);
         let reports = match conn.reports.as_mut() {
             Some(r) if !r.is_empty() => std::mem::take(r),
             _ => return,
@@ -234,6 +236,8 @@ impl Session {
         if self.held[idx].conn.addr != self.shared.coordinator {
             return;
         }
+        self.pending_notifications
+            .append(&mut self.held[idx].conn.unforwarded_notifications);
         let reports = match self.held[idx].conn.reports.as_mut() {
             Some(r) if !r.is_empty() => std::mem::take(r),
             _ => return,
@@ -260,7 +264,9 @@ impl Session {
                     .await?;
                 conn.settings_fingerprint = self.settings_fp;
             }
-            conn.simple_column(SQL).await?
+            let rows = conn.simple_column(SQL).await?;
+            self.absorb_home_reports(&mut conn);
+            rows
         };
         rows.into_iter()
             .next()
@@ -270,6 +276,9 @@ impl Session {
     /// ReadyForQuery, after the reports no answer carried (PostgreSQL sends its
     /// ParameterStatus just before it).
     pub(super) fn write_ready_for_query(&mut self) {
+        for f in std::mem::take(&mut self.pending_notifications) {
+            msg::write_raw(&mut self.out, f.tag, &f.body);
+        }
         for (name, value) in std::mem::take(&mut self.pending_reports) {
             msg::write_parameter_status(&mut self.out, &name, &value);
         }
@@ -315,7 +324,7 @@ impl Session {
                         b'E' => {
                             // The backend ends the connection (FATAL): so does the session.
                             conn.broken = true;
-                            msg::write_raw(&mut self.out, m.tag, &m.body);
+                            self.write_client_error(&PgError::from_server_fields(m.body));
                             self.flush_client().await?;
                             return Ok(None);
                         }
