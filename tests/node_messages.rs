@@ -199,7 +199,8 @@ async fn terminating_an_idle_client_closes_it() {
 }
 
 /// Pooled worker connections terminated while idle (an administrator's
-/// `pg_terminate_backend` of every idle backend) never fail the next statements.
+/// `pg_terminate_backend` of every idle backend of a role) never fail the next
+/// statements.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pooled_connections_terminated_while_idle_are_not_used() {
     let cl = cluster();
@@ -208,7 +209,9 @@ async fn pooled_connections_terminated_while_idle_are_not_used() {
         .batch_execute(
             "DROP TABLE IF EXISTS nm_pool; CREATE TABLE nm_pool (k int PRIMARY KEY, v int); \
              SELECT create_distributed_table('nm_pool', 'k'); \
-             INSERT INTO nm_pool SELECT g, g FROM generate_series(1, 50) g",
+             INSERT INTO nm_pool SELECT g, g FROM generate_series(1, 50) g; \
+             DROP ROLE IF EXISTS nm_pool_user; CREATE ROLE nm_pool_user LOGIN PASSWORD 'pool pw'; \
+             GRANT ALL ON nm_pool TO nm_pool_user",
         )
         .await
         .unwrap();
@@ -218,19 +221,23 @@ async fn pooled_connections_terminated_while_idle_are_not_used() {
         "SELECT count(*) FROM nm_pool",
         "BEGIN; UPDATE nm_pool SET v = v + 1 WHERE k = 8; UPDATE nm_pool SET v = v + 1 WHERE k = 9; COMMIT",
     ];
-    let c = cl.client().await;
+    // Its own role: only its pooled connections are terminated, not those of the
+    // tests running beside it.
+    let c = common::connect(&cl.host, cl.port, "nm_pool_user", "pool pw", &cl.database).await;
+    let mut terminated = 0;
     for round in 0..3 {
         for sql in statements {
             c.batch_execute(sql).await.unwrap_or_else(|e| panic!("round {round}: {sql}: {e}"));
         }
         for &port in &cl.worker_ports {
             let w = cl.direct(port).await;
-            w.batch_execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                 WHERE pid <> pg_backend_pid() AND backend_type = 'client backend' AND state = 'idle'",
+            let n = single_value(
+                &w,
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE usename = 'nm_pool_user' AND state = 'idle'",
             )
-            .await
-            .unwrap();
+            .await;
+            terminated += n.unwrap().parse::<u32>().unwrap();
         }
         // Once without waiting (the FATALs may still be on their way), then after.
         if round == 1 {
@@ -240,6 +247,7 @@ async fn pooled_connections_terminated_while_idle_are_not_used() {
     for sql in statements {
         c.batch_execute(sql).await.unwrap_or_else(|e| panic!("after: {sql}: {e}"));
     }
+    assert!(terminated >= 4, "the test terminated {terminated} connections");
     let fresh = cl.client().await;
     assert_eq!(
         single_value(&fresh, "SELECT count(*) FROM nm_pool").await.as_deref(),
