@@ -559,6 +559,37 @@ impl BackendConn {
         true
     }
 
+    /// The error that ended an idle connection by now, without waiting: the FATAL its
+    /// server sent (terminated, shut down), or the connection closed. None while it
+    /// lives; what else it sent meanwhile stays unread.
+    pub fn ended_now(&mut self) -> Option<PgError> {
+        use futures_util::FutureExt;
+        match self.stream.read_buf(&mut self.rbuf).now_or_never() {
+            Some(Ok(0)) => {
+                self.broken = true;
+                return Some(PgError::new(
+                    sqlstate::CONNECTION_FAILURE,
+                    format!("connection to node {} closed unexpectedly", self.addr),
+                ));
+            }
+            Some(Err(e)) => return Some(self.io_error(e)),
+            _ => {}
+        }
+        let mut at = 0;
+        while let Some(len) = self.rbuf.get(at + 1..at + 5) {
+            let end = at + 1 + u32::from_be_bytes(len.try_into().unwrap()) as usize;
+            let Some(body) = self.rbuf.get(at + 5..end) else {
+                break;
+            };
+            if self.rbuf[at] == b'E' && ends_connection(body) {
+                self.broken = true;
+                return Some(PgError::from_server_fields(bytes::Bytes::copy_from_slice(body)));
+            }
+            at = end;
+        }
+        None
+    }
+
     /// Usable by another client: not broken and outside any transaction.
     pub fn is_reusable(&self) -> bool {
         !self.broken && self.txn_status == b'I' && self.wbuf.is_empty() && self.rbuf.is_empty()
@@ -594,4 +625,30 @@ pub fn ends_connection(body: &[u8]) -> bool {
         rest = tail.get(end + 1..).unwrap_or(&[]);
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ends_connection;
+
+    fn error_body(severity: &str, code: &str) -> Vec<u8> {
+        let mut b = Vec::new();
+        for (field, value) in [(b'S', severity), (b'V', severity), (b'C', code), (b'M', "m")] {
+            b.push(field);
+            b.extend_from_slice(value.as_bytes());
+            b.push(0);
+        }
+        b.push(0);
+        b
+    }
+
+    #[test]
+    fn only_fatal_and_panic_end_the_connection() {
+        assert!(ends_connection(&error_body("FATAL", "57P01")));
+        assert!(ends_connection(&error_body("PANIC", "XX000")));
+        // An ordinary error of a connection class is the statement's.
+        assert!(!ends_connection(&error_body("ERROR", "08006")));
+        assert!(!ends_connection(&error_body("ERROR", "57P01")));
+        assert!(!ends_connection(b"\0"));
+    }
 }

@@ -1628,6 +1628,11 @@ impl Session {
     ) -> PgResult<()> {
         match plan {
             Plan::Empty => {
+                // An empty query (a driver's ping) answers only while the client's
+                // own backend lives.
+                if let Some(e) = self.home_ended_now().await {
+                    return Err(e);
+                }
                 let mut b = BytesMut::new();
                 msg::write_empty_query(&mut b);
                 sink.push_bytes(b);

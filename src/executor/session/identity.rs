@@ -292,6 +292,28 @@ impl Session {
         self.home.is_lost()
     }
 
+    /// The FATAL to end the session with when the client's own backend has ended by
+    /// now (terminated just before the client's message arrived), without waiting:
+    /// for what pgshard answers itself, which must not answer as if it still lived.
+    pub(super) async fn home_ended_now(&mut self) -> Option<PgError> {
+        if self.held_index(&self.shared.coordinator).is_some() {
+            return None;
+        }
+        let mut conn = match self.home.acquire().await {
+            Ok(c) => c,
+            Err(e) => return Some(e),
+        };
+        let e = conn.ended_now()?;
+        Some(if e.is_fatal() {
+            e
+        } else {
+            PgError::fatal(
+                sqlstate::ADMIN_SHUTDOWN,
+                "terminating connection because its backend on the coordinator node ended",
+            )
+        })
+    }
+
     /// The client's next message. Meanwhile, unless a block holds it, what the
     /// client's own backend sends on its own goes to the client at once, as
     /// PostgreSQL sends it to an idle client: notifications, notices, parameter
