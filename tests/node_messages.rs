@@ -254,3 +254,58 @@ async fn pooled_connections_terminated_while_idle_are_not_used() {
         Some("50")
     );
 }
+
+/// A LISTENing client querying while notifications flood in keeps its own backend,
+/// and gets every notification (pgx's TestListenNotifyWhileBusyIsSafe).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listening_client_keeps_its_backend_under_a_flood() {
+    const SENT: usize = 3000;
+    let cl = cluster();
+    let mut cfg = tokio_postgres::Config::new();
+    cfg.host(&cl.host)
+        .port(cl.port)
+        .user(&cl.user)
+        .password(&cl.password)
+        .dbname(&cl.database);
+    let (listener, mut conn) = cfg.connect(tokio_postgres::NoTls).await.unwrap();
+    let (tx, mut notes) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(Ok(m)) = messages.next().await {
+            if let AsyncMessage::Notification(n) = m {
+                let _ = tx.send(n.payload().to_string());
+            }
+        }
+    });
+    listener.batch_execute("LISTEN nm_flood").await.unwrap();
+    let notifier = cl.client().await;
+    let flood = tokio::spawn(async move {
+        for i in 0..SENT {
+            notifier
+                .batch_execute(&format!("NOTIFY nm_flood, '{i}'"))
+                .await
+                .unwrap();
+        }
+    });
+    let mut queries = 0;
+    while !flood.is_finished() || queries < 50 {
+        let rows = listener
+            .query("SELECT generate_series(1, $1)", &[&100i32])
+            .await
+            .unwrap_or_else(|e| panic!("query {queries} while notifications flood in: {e}"));
+        assert_eq!(rows.len(), 100);
+        queries += 1;
+    }
+    flood.await.unwrap();
+    listener.batch_execute("SELECT 1").await.unwrap();
+    let mut got = Vec::new();
+    while got.len() < SENT {
+        match tokio::time::timeout(Duration::from_secs(5), notes.recv()).await {
+            Ok(Some(p)) => got.push(p),
+            _ => break,
+        }
+    }
+    let want: Vec<String> = (0..SENT).map(|i| i.to_string()).collect();
+    assert_eq!(got.len(), SENT, "notifications delivered");
+    assert_eq!(got, want);
+}
