@@ -309,3 +309,33 @@ async fn a_listening_client_keeps_its_backend_under_a_flood() {
     assert_eq!(got.len(), SENT, "notifications delivered");
     assert_eq!(got, want);
 }
+
+/// A NOTIFY in a block reaches a listener once the block commits, the client itself
+/// included (its own backend sends it at COMMIT), as from PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_of_a_block_arrive_at_commit() {
+    let cl = cluster();
+    let pg = plain_postgres();
+    for (host, port, user, password, db) in [
+        (&cl.host, cl.port, &cl.user, &cl.password, &cl.database),
+        (&pg.host, pg.port, &pg.user, &pg.password, &pg.database),
+    ] {
+        let mut cfg = tokio_postgres::Config::new();
+        cfg.host(host).port(port).user(user).password(password).dbname(db);
+        let (c, mut conn) = cfg.connect(tokio_postgres::NoTls).await.unwrap();
+        let (tx, mut notes) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut messages = stream::poll_fn(move |cx| conn.poll_message(cx));
+            while let Some(Ok(m)) = messages.next().await {
+                if let AsyncMessage::Notification(n) = m {
+                    let _ = tx.send(n.payload().to_string());
+                }
+            }
+        });
+        for sql in ["LISTEN nm_block", "BEGIN", "NOTIFY nm_block, 'in block'", "COMMIT"] {
+            c.batch_execute(sql).await.unwrap();
+        }
+        let got = tokio::time::timeout(Duration::from_secs(5), notes.recv()).await;
+        assert_eq!(got.ok().flatten().as_deref(), Some("in block"), "port {port}");
+    }
+}

@@ -1215,7 +1215,7 @@ impl Session {
             let mut failed = self.batch_error;
             if !failed {
                 let r = self.finish_transaction(true).await;
-                for f in std::mem::take(&mut self.end_messages) {
+                for f in self.take_end_messages() {
                     msg::write_raw(&mut self.out, f.tag, &f.body);
                 }
                 if let Err(e) = r {
@@ -2073,9 +2073,20 @@ impl Session {
     /// What the nodes said while the block ended (`end_messages`), for the client
     /// before the block's CommandComplete or error, as PostgreSQL sends it.
     fn end_messages_into(&mut self, sink: &mut ResultSink) {
-        for f in self.end_messages.drain(..) {
+        for f in self.take_end_messages() {
             sink.push_frame(f.tag, f.body);
         }
+    }
+
+    /// The notices of `end_messages`; its notifications wait for ReadyForQuery
+    /// (PostgreSQL sends them once the transaction ended, after its CommandComplete).
+    fn take_end_messages(&mut self) -> Vec<Frame> {
+        let (notifications, notices): (Vec<Frame>, Vec<Frame>) =
+            std::mem::take(&mut self.end_messages)
+                .into_iter()
+                .partition(|f| f.tag == b'A');
+        self.pending_notifications.extend(notifications);
+        notices
     }
 
     /// Opens the session's block: nodes join it with `begin_text` when first used.
