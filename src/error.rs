@@ -114,6 +114,7 @@ impl PgError {
                 b'D' => err.detail = Some(value),
                 b'H' => err.hint = Some(value),
                 b'V' if value == "FATAL" => err.severity = "FATAL",
+                b'V' if value == "PANIC" => err.severity = "PANIC",
                 _ => {}
             }
             rest = tail.get(end + 1..).unwrap_or(&[]);
@@ -140,8 +141,9 @@ impl PgError {
         }
     }
 
+    /// Whether the error ends the connection that carries it (FATAL, PANIC).
     pub fn is_fatal(&self) -> bool {
-        self.severity == "FATAL"
+        self.severity == "FATAL" || self.severity == "PANIC"
     }
 }
 

@@ -150,6 +150,9 @@ pub struct BackendConn {
     /// Of `reports`, those read by the methods here that answer no client
     /// (`simple`, `simple_rows`, `drain_to_ready`): the client has not seen them.
     pub unforwarded_reports: Vec<(String, String)>,
+    /// On a client's own connection (`reports` is Some), the notifications read by
+    /// those methods: the client gets them before its next ReadyForQuery.
+    pub unforwarded_notifications: Vec<Frame>,
 }
 
 impl BackendConn {
@@ -179,6 +182,7 @@ impl BackendConn {
             broken: false,
             reports: None,
             unforwarded_reports: Vec::new(),
+            unforwarded_notifications: Vec::new(),
         };
         let params = [
             ("user", creds.login_user()),
@@ -383,6 +387,9 @@ impl BackendConn {
                                 }
                             }
                         }
+                        // The server closes the connection after a FATAL or PANIC:
+                        // nothing more comes, not even ReadyForQuery.
+                        b'E' if ends_connection(&f.body) => self.broken = true,
                         _ => {}
                     }
                     return Ok(f);
@@ -444,11 +451,13 @@ impl BackendConn {
                         .map(|v| v.map(|b| String::from_utf8_lossy(&b).into_owned()))
                         .collect(),
                 ),
+                b'E' if self.broken => return Err(PgError::from_server_fields(f.body)),
                 b'E' if first_err.is_none() => {
                     first_err = Some(PgError::from_server_fields(f.body))
                 }
                 b'Z' => return first_err.map_or(Ok(rows), Err),
                 b'S' => self.keep_unforwarded(),
+                b'A' => self.keep_notification(f),
                 _ => {}
             }
         }
@@ -456,17 +465,50 @@ impl BackendConn {
 
     /// Reads until ReadyForQuery, returning the first error seen.
     pub async fn drain_to_ready(&mut self) -> PgResult<()> {
+        self.drain_keeping_messages(None).await
+    }
+
+    /// Runs one simple query whose results nobody needs, like `simple`; the notices
+    /// and notifications the server sends meanwhile (a deferred trigger's NOTICE at
+    /// COMMIT) are added to `kept`, in order, for the client.
+    pub async fn simple_keeping_messages(
+        &mut self,
+        sql: &str,
+        kept: &mut Vec<Frame>,
+    ) -> PgResult<()> {
+        messages::write_query(&mut self.wbuf, sql);
+        self.flush().await?;
+        self.drain_keeping_messages(Some(kept)).await
+    }
+
+    /// `drain_to_ready`, keeping NoticeResponse and NotificationResponse in `kept`.
+    /// A FATAL ends the wait at once (the server closes the connection after it).
+    async fn drain_keeping_messages(&mut self, mut kept: Option<&mut Vec<Frame>>) -> PgResult<()> {
         let mut first_err = None;
         loop {
             let f = self.read().await?;
             match f.tag {
                 b'Z' => return first_err.map_or(Ok(()), Err),
+                b'E' if self.broken => return Err(PgError::from_server_fields(f.body)),
                 b'E' if first_err.is_none() => {
                     first_err = Some(PgError::from_server_fields(f.body))
                 }
                 b'S' => self.keep_unforwarded(),
+                b'N' | b'A' => match kept.as_deref_mut() {
+                    Some(kept) => kept.push(f),
+                    None if f.tag == b'A' => self.keep_notification(f),
+                    None => {}
+                },
                 _ => {}
             }
+        }
+    }
+
+    /// A notification read where no client is answered: kept for the client when
+    /// this is a client's own connection.
+    pub fn keep_notification(&mut self, f: Frame) {
+        if self.reports.is_some() {
+            self.unforwarded_notifications.push(f);
         }
     }
 
@@ -496,6 +538,58 @@ impl BackendConn {
         }
     }
 
+    /// Whether the connection, idle, holds only what a server sends on its own
+    /// (notifications, notices, parameter changes) still unread: nothing owed to a
+    /// statement, nothing unsent. A client's own connection so stays its own while
+    /// notifications flood in.
+    pub fn is_idle_with_async_messages(&self) -> bool {
+        if self.broken || self.txn_status != b'I' || !self.wbuf.is_empty() {
+            return false;
+        }
+        let mut at = 0;
+        while at < self.rbuf.len() {
+            if !matches!(self.rbuf[at], b'A' | b'N' | b'S') {
+                return false;
+            }
+            let Some(len) = self.rbuf.get(at + 1..at + 5) else {
+                return true;
+            };
+            at += 1 + u32::from_be_bytes(len.try_into().unwrap()) as usize;
+        }
+        true
+    }
+
+    /// The error that ended an idle connection by now, without waiting: the FATAL its
+    /// server sent (terminated, shut down), or the connection closed. None while it
+    /// lives; what else it sent meanwhile stays unread.
+    pub fn ended_now(&mut self) -> Option<PgError> {
+        use futures_util::FutureExt;
+        match self.stream.read_buf(&mut self.rbuf).now_or_never() {
+            Some(Ok(0)) => {
+                self.broken = true;
+                return Some(PgError::new(
+                    sqlstate::CONNECTION_FAILURE,
+                    format!("connection to node {} closed unexpectedly", self.addr),
+                ));
+            }
+            Some(Err(e)) => return Some(self.io_error(e)),
+            _ => {}
+        }
+        let mut at = 0;
+        while let Some(len) = self.rbuf.get(at + 1..at + 5) {
+            let end = at + 1 + u32::from_be_bytes(len.try_into().unwrap()) as usize;
+            let Some(body) = self.rbuf.get(at + 5..end) else {
+                break;
+            };
+            if self.rbuf[at] == b'E' && ends_connection(body) {
+                self.broken = true;
+                return Some(PgError::from_server_fields(bytes::Bytes::copy_from_slice(body)));
+            }
+            at = end;
+        }
+        None
+    }
+
     /// Usable by another client: not broken and outside any transaction.
     pub fn is_reusable(&self) -> bool {
         !self.broken && self.txn_status == b'I' && self.wbuf.is_empty() && self.rbuf.is_empty()
@@ -513,5 +607,48 @@ impl BackendConn {
             let _ = s.flush().await;
             let _ = s.read(&mut [0u8; 1]).await;
         }
+    }
+}
+
+/// Whether an ErrorResponse body has severity FATAL or PANIC: the server closes the
+/// connection after sending it.
+pub fn ends_connection(body: &[u8]) -> bool {
+    let mut rest = body;
+    while let Some((&field, tail)) = rest.split_first() {
+        if field == 0 {
+            break;
+        }
+        let end = tail.iter().position(|&b| b == 0).unwrap_or(tail.len());
+        if field == b'V' {
+            return matches!(&tail[..end], b"FATAL" | b"PANIC");
+        }
+        rest = tail.get(end + 1..).unwrap_or(&[]);
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ends_connection;
+
+    fn error_body(severity: &str, code: &str) -> Vec<u8> {
+        let mut b = Vec::new();
+        for (field, value) in [(b'S', severity), (b'V', severity), (b'C', code), (b'M', "m")] {
+            b.push(field);
+            b.extend_from_slice(value.as_bytes());
+            b.push(0);
+        }
+        b.push(0);
+        b
+    }
+
+    #[test]
+    fn only_fatal_and_panic_end_the_connection() {
+        assert!(ends_connection(&error_body("FATAL", "57P01")));
+        assert!(ends_connection(&error_body("PANIC", "XX000")));
+        // An ordinary error of a connection class is the statement's.
+        assert!(!ends_connection(&error_body("ERROR", "08006")));
+        assert!(!ends_connection(&error_body("ERROR", "57P01")));
+        assert!(!ends_connection(b"\0"));
     }
 }

@@ -50,7 +50,9 @@ impl std::ops::DerefMut for PooledConn {
 impl Drop for PooledConn {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
-            if conn.is_reusable() {
+            // A client's own connection stays its own with notifications still
+            // unread (a LISTENing client's flood): they go to the client next.
+            if conn.is_reusable() || (self.pool.single && conn.is_idle_with_async_messages()) {
                 self.pool.idle.lock().unwrap().push(conn);
             } else if conn.broken {
                 // The node may have restarted: its other idle connections are likely

@@ -146,6 +146,9 @@ pub struct Session {
     /// ParameterStatus reports no answer carried yet: sent before ReadyForQuery, as
     /// PostgreSQL sends its own.
     pending_reports: Vec<(String, String)>,
+    /// Notifications of the client's own backend that pgshard read on its own
+    /// (`BackendConn::unforwarded_notifications`): sent before ReadyForQuery.
+    pending_notifications: Vec<Frame>,
     client: ClientWrite,
     pub reader: ClientReader,
     pub out: BytesMut,
@@ -213,6 +216,12 @@ pub struct Session {
     /// Roles a role statement of the current block changed: copied to the workers
     /// once it commits.
     roles_to_sync: Vec<String>,
+    /// Where in `out` the FATAL sent to the client ends (`write_client_error`):
+    /// nothing after it is sent, and the client's connection is closed.
+    client_ends_at: Option<usize>,
+    /// Notices and notifications the nodes sent while the block ended (a deferred
+    /// trigger's NOTICE at COMMIT): the client gets them before the block's end.
+    end_messages: Vec<Frame>,
 }
 
 /// A node connection's settings fingerprint when they are not known (a SET ran on
@@ -296,10 +305,18 @@ impl Session {
             catalog_changed: false,
             own_pools: Mutex::new(None),
             roles_to_sync: Vec::new(),
+            client_ends_at: None,
+            pending_notifications: Vec::new(),
+            end_messages: Vec::new(),
         }
     }
 
     pub async fn flush_client(&mut self) -> PgResult<()> {
+        if let Some(end) = self.client_ends_at {
+            // Nothing after the FATAL (a lost connection's error, ReadyForQuery).
+            self.out.truncate(end);
+            self.client_ends_at = Some(0);
+        }
         if self.out.is_empty() {
             return Ok(());
         }
@@ -370,7 +387,7 @@ impl Session {
                     sqlstate::PROTOCOL_VIOLATION,
                     format!("invalid frontend message type {}", other),
                 );
-                msg::write_error(&mut self.out, &e);
+                self.write_client_error(&e);
                 self.flush_client().await?;
                 return Err(PgError::fatal(sqlstate::PROTOCOL_VIOLATION, e.message));
             }
@@ -407,7 +424,7 @@ impl Session {
         if let Err(e) = r {
             let _ = self.drain_all().await;
             if !self.batch_error {
-                msg::write_error(&mut self.out, &e);
+                self.write_client_error(&e);
             }
             self.fail();
             self.skipping = true;
@@ -641,6 +658,7 @@ impl Session {
                     b'N' | b'A' | b'S' if kind != 3 => {
                         msg::write_raw(&mut self.out, f.tag, &f.body)
                     }
+                    b'A' if kind == 3 => msg::write_raw(&mut self.out, f.tag, &f.body),
                     b'Z' if kind == 3 => break,
                     _ if kind == 3 => {}
                     b'1' if kind == 0 => break,
@@ -686,6 +704,10 @@ impl Session {
         for i in 0..self.held.len() {
             if self.held[i].in_batch {
                 self.held[i].in_batch = false;
+                if self.held[i].conn.broken {
+                    // Lost, or ended by a FATAL the client heard already.
+                    continue;
+                }
                 if let Err(e) = self.held[i].conn.drain_to_ready().await {
                     // A lost connection, or an error of the implicit transaction's
                     // commit at Sync (a deferred constraint): the client hears it,
@@ -699,7 +721,7 @@ impl Session {
         let failed = result.is_err() || self.batch_error;
         if let Err(e) = result {
             if !self.batch_error {
-                msg::write_error(&mut self.out, &e);
+                self.write_client_error(&e);
             }
             self.fail();
         }
@@ -724,10 +746,7 @@ impl Session {
                 return PgError::new(deadlock::DEADLOCK_DETECTED, text);
             }
         }
-        let conn = &mut self.held[idx].conn;
-        if is_going_away(&e) {
-            conn.broken = true;
-        }
+        let conn = &self.held[idx].conn;
         if conn.addr == self.shared.coordinator {
             // The client's own backend: its words are the client's, FATAL included
             // (the session ends with it).
@@ -738,7 +757,22 @@ impl Session {
 
     fn forward_backend_error(&mut self, idx: usize, body: Bytes) {
         let e = self.backend_error(idx, body);
-        msg::write_error(&mut self.out, &e);
+        self.write_client_error(&e);
+    }
+
+    /// Writes an error for the client. A FATAL ends the client's connection: nothing
+    /// written after it reaches the client (`flush_client`), as nothing follows a
+    /// FATAL of PostgreSQL's.
+    pub(crate) fn write_client_error(&mut self, e: &PgError) {
+        msg::write_error(&mut self.out, e);
+        if e.is_fatal() && self.client_ends_at.is_none() {
+            self.client_ends_at = Some(self.out.len());
+        }
+    }
+
+    /// Whether the client was sent a FATAL: its connection is to be closed.
+    pub fn client_ended(&self) -> bool {
+        self.client_ends_at.is_some()
     }
 
     /// After a distributed deadlock the victim's transaction releases its locks at
@@ -805,7 +839,9 @@ impl Session {
         let coord = self.shared.coordinator.clone();
         if let Some(i) = self.held_index(&coord) {
             self.drain_all().await?;
-            return describe_on(&mut self.held[i].conn, sql, types).await;
+            let meta = describe_on(&mut self.held[i].conn, sql, types).await;
+            self.absorb_held_reports(i);
+            return meta;
         }
         let mut conn = self.home.acquire().await?;
         if conn.settings_fingerprint != self.settings_fp {
@@ -813,7 +849,9 @@ impl Session {
                 .await?;
             conn.settings_fingerprint = self.settings_fp;
         }
-        describe_on(&mut conn, sql, types).await
+        let meta = describe_on(&mut conn, sql, types).await;
+        self.absorb_home_reports(&mut conn);
+        meta
     }
 
     fn meta_without_backend(plan: &Plan, declared: &[u32]) -> StatementMeta {
@@ -1191,8 +1229,12 @@ impl Session {
             }
             let mut failed = self.batch_error;
             if !failed {
-                if let Err(e) = self.finish_transaction(true).await {
-                    msg::write_error(&mut self.out, &e);
+                let r = self.finish_transaction(true).await;
+                for f in self.take_end_messages() {
+                    msg::write_raw(&mut self.out, f.tag, &f.body);
+                }
+                if let Err(e) = r {
+                    self.write_client_error(&e);
                     failed = true;
                 }
             } else {
@@ -1294,7 +1336,7 @@ impl Session {
         let stmts = match self.parse_client(sql).await {
             Ok(s) => s,
             Err(e) => {
-                msg::write_error(&mut self.out, &e);
+                self.write_client_error(&e);
                 self.fail();
                 self.batch_error = false;
                 return Ok(());
@@ -1305,7 +1347,7 @@ impl Session {
             match self.plan_statement(s, &catalog) {
                 Ok(p) => plans.push(p),
                 Err(e) => {
-                    msg::write_error(&mut self.out, &e);
+                    self.write_client_error(&e);
                     self.fail();
                     self.batch_error = false;
                     return Ok(());
@@ -1378,7 +1420,7 @@ impl Session {
                         &replanned
                     }
                     Err(e) => {
-                        msg::write_error(&mut self.out, &e);
+                        self.write_client_error(&e);
                         self.fail();
                         self.batch_error = false;
                         failed = true;
@@ -1390,7 +1432,7 @@ impl Session {
             };
             if self.txn == TxnState::Failed && !plan.ends_failed_block() {
                 let e = aborted_error();
-                msg::write_error(&mut self.out, &e);
+                self.write_client_error(&e);
                 failed = true;
                 break;
             }
@@ -1443,7 +1485,7 @@ impl Session {
     async fn finish_simple(&mut self, r: PgResult<()>) {
         if let Err(e) = r {
             if !self.batch_error {
-                msg::write_error(&mut self.out, &e);
+                self.write_client_error(&e);
             }
             self.fail();
         }
@@ -1487,9 +1529,13 @@ impl Session {
                 (b'E', to_sink) => {
                     let e = self.backend_error(idx, f.body);
                     if to_sink.is_none() {
-                        msg::write_error(&mut self.out, &e);
+                        self.write_client_error(&e);
                     }
                     err = Some(e);
+                    if self.held[idx].conn.broken {
+                        // A FATAL: the connection closes, no ReadyForQuery follows.
+                        break;
+                    }
                 }
                 (_, Some(to_sink)) => to_sink.push_frame(f.tag, f.body),
                 (b'G', None) => {
@@ -1627,6 +1673,11 @@ impl Session {
     ) -> PgResult<()> {
         match plan {
             Plan::Empty => {
+                // An empty query (a driver's ping) answers only while the client's
+                // own backend lives.
+                if let Some(e) = self.home_ended_now().await {
+                    return Err(e);
+                }
                 let mut b = BytesMut::new();
                 msg::write_empty_query(&mut b);
                 sink.push_bytes(b);
@@ -2009,11 +2060,15 @@ impl Session {
                         return Ok(());
                     }
                     TxnState::Failed => {
-                        self.finish_transaction(false).await?;
+                        let r = self.finish_transaction(false).await;
+                        self.end_messages_into(sink);
+                        r?;
                         sink.complete("ROLLBACK");
                     }
                     TxnState::InBlock => {
-                        self.finish_transaction(true).await?;
+                        let r = self.finish_transaction(true).await;
+                        self.end_messages_into(sink);
+                        r?;
                         sink.complete("COMMIT");
                     }
                 }
@@ -2058,6 +2113,25 @@ impl Session {
                  from clients: it runs two-phase commit across nodes itself",
             )),
         }
+    }
+
+    /// What the nodes said while the block ended (`end_messages`), for the client
+    /// before the block's CommandComplete or error, as PostgreSQL sends it.
+    fn end_messages_into(&mut self, sink: &mut ResultSink) {
+        for f in self.take_end_messages() {
+            sink.push_frame(f.tag, f.body);
+        }
+    }
+
+    /// The notices of `end_messages`; its notifications wait for ReadyForQuery
+    /// (PostgreSQL sends them once the transaction ended, after its CommandComplete).
+    fn take_end_messages(&mut self) -> Vec<Frame> {
+        let (notifications, notices): (Vec<Frame>, Vec<Frame>) =
+            std::mem::take(&mut self.end_messages)
+                .into_iter()
+                .partition(|f| f.tag == b'A');
+        self.pending_notifications.extend(notifications);
+        notices
     }
 
     /// Opens the session's block: nodes join it with `begin_text` when first used.
@@ -2115,6 +2189,7 @@ impl Session {
     }
 
     async fn end_transaction(&mut self, commit: bool) -> PgResult<()> {
+        self.end_messages.clear();
         self.drain_all().await.ok();
         let mut held = std::mem::take(&mut self.held);
         self.txn = TxnState::Idle;
@@ -2134,11 +2209,13 @@ impl Session {
             // in any order).
             let mut result = Ok(());
             for wrote in [false, true] {
-                let commits = held
-                    .iter_mut()
-                    .filter(|h| h.wrote == wrote)
-                    .map(|h| h.conn.simple("COMMIT"));
-                for r in futures_util::future::join_all(commits).await {
+                let commits = held.iter_mut().filter(|h| h.wrote == wrote).map(|h| async {
+                    let mut kept = Vec::new();
+                    let r = h.conn.simple_keeping_messages("COMMIT", &mut kept).await;
+                    (r, kept)
+                });
+                for (r, kept) in futures_util::future::join_all(commits).await {
+                    self.end_messages.extend(kept);
                     if let Err(e) = r {
                         result = result.and(Err(e));
                     }
@@ -2179,22 +2256,35 @@ impl Session {
             .collect();
         let outcomes = futures_util::future::join_all(held.iter_mut().zip(gids.iter()).map(
             |(h, gid)| async move {
-                match gid {
+                // Deferred triggers fire here: their notices are the client's.
+                let mut kept = Vec::new();
+                let outcome = match gid {
                     None => {
-                        h.conn.simple("COMMIT").await.ok();
+                        h.conn.simple_keeping_messages("COMMIT", &mut kept).await.ok();
                         Ok(false)
                     }
                     Some(gid) => h
                         .conn
-                        .simple(&format!("PREPARE TRANSACTION {}", quote_literal(gid)))
+                        .simple_keeping_messages(
+                            &format!("PREPARE TRANSACTION {}", quote_literal(gid)),
+                            &mut kept,
+                        )
                         .await
                         .map(|_| true),
-                }
+                };
+                (outcome, kept)
             },
         ))
         .await;
         let mut prepared = Vec::new();
         let mut failure = None;
+        let outcomes: Vec<_> = outcomes
+            .into_iter()
+            .map(|(outcome, kept)| {
+                self.end_messages.extend(kept);
+                outcome
+            })
+            .collect();
         for (i, outcome) in outcomes.into_iter().enumerate() {
             match outcome {
                 Ok(true) => prepared.push((i, gids[i].clone().expect("writers have a gid"))),
@@ -2333,7 +2423,9 @@ async fn describe_on(conn: &mut BackendConn, sql: &str, types: &[u32]) -> PgResu
         match f.tag {
             b't' => meta.param_types = msg::decode_parameter_description(&f.body)?,
             b'T' => meta.fields = Some(msg::decode_row_description(&f.body)?),
+            b'E' if conn.broken => return Err(PgError::from_server_fields(f.body)),
             b'E' => err = Some(PgError::from_server_fields(f.body)),
+            b'A' => conn.keep_notification(f),
             b'Z' => break,
             _ => {}
         }
@@ -2387,20 +2479,17 @@ fn with_node(mut e: PgError, addr: &NodeAddr) -> PgError {
     e
 }
 
-/// A node's error saying it is going away (shutdown, crash), naming the node, and as
-/// an ERROR: the client's session goes on without the backend's FATAL. Others unchanged.
+/// A worker's (or pgshard's private connection's) FATAL or PANIC: that connection
+/// ends (terminated, shut down, crashed), the client's does not, so the client gets
+/// it as an ERROR naming the node. Every other error of a node passes unchanged,
+/// whatever its SQLSTATE (an ERROR 08001 of CREATE SUBSCRIPTION is the statement's).
 fn going_away(mut e: PgError, addr: &NodeAddr) -> PgError {
-    if is_going_away(&e) {
+    if e.is_fatal() {
         e.severity = "ERROR";
         e.raw = None;
         e.message = format!("{} (node {})", e.message, addr);
     }
     e
-}
-
-/// Shutdown, crash or lost connection of the node (57P*, 08*).
-fn is_going_away(e: &PgError) -> bool {
-    e.code.starts_with("57P") || e.code.starts_with("08")
 }
 
 fn aborted_error() -> PgError {

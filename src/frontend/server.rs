@@ -619,7 +619,7 @@ async fn client_loop(session: &mut Session) -> PgResult<()> {
                 sqlstate::ADMIN_SHUTDOWN,
                 "terminating connection because its backend on the coordinator node ended",
             );
-            msg::write_error(&mut session.out, &e);
+            session.write_client_error(&e);
             let _ = session.flush_client().await;
             return Err(e);
         }
@@ -627,12 +627,17 @@ async fn client_loop(session: &mut Session) -> PgResult<()> {
             Ok(Some(f)) => f,
             Ok(None) => return Ok(()),
             Err(e) => {
-                msg::write_error(&mut session.out, &e);
+                session.write_client_error(&e);
                 let _ = session.flush_client().await;
                 return Err(e);
             }
         };
         if !session.handle(frame).await? {
+            return Ok(());
+        }
+        if session.client_ended() {
+            // The client was sent its own backend's FATAL: its connection ends here.
+            let _ = session.flush_client().await;
             return Ok(());
         }
         // Answers go out once every message already received is handled.

@@ -224,6 +224,8 @@ impl Session {
     /// `absorb_reports` of the client's own connection `conn` (which has the new
     /// settings already).
     pub(super) fn absorb_home_reports(&mut self, conn: &mut BackendConn) {
+        self.pending_notifications
+            .append(&mut conn.unforwarded_notifications);
         let reports = match conn.reports.as_mut() {
             Some(r) if !r.is_empty() => std::mem::take(r),
             _ => return,
@@ -239,6 +241,8 @@ impl Session {
         if self.held[idx].conn.addr != self.shared.coordinator {
             return;
         }
+        self.pending_notifications
+            .append(&mut self.held[idx].conn.unforwarded_notifications);
         let reports = match self.held[idx].conn.reports.as_mut() {
             Some(r) if !r.is_empty() => std::mem::take(r),
             _ => return,
@@ -274,12 +278,17 @@ impl Session {
                 .await?;
             conn.settings_fingerprint = self.settings_fp;
         }
-        conn.simple_column(sql).await
+        let rows = conn.simple_column(sql).await?;
+        self.absorb_home_reports(&mut conn);
+        Ok(rows)
     }
 
     /// ReadyForQuery, after the reports no answer carried (PostgreSQL sends its
     /// ParameterStatus just before it).
     pub(super) fn write_ready_for_query(&mut self) {
+        for f in std::mem::take(&mut self.pending_notifications) {
+            msg::write_raw(&mut self.out, f.tag, &f.body);
+        }
         for (name, value) in std::mem::take(&mut self.pending_reports) {
             msg::write_parameter_status(&mut self.out, &name, &value);
         }
@@ -291,6 +300,28 @@ impl Session {
     /// crashed): the session cannot go on, as with PostgreSQL.
     pub fn home_lost(&self) -> bool {
         self.home.is_lost()
+    }
+
+    /// The FATAL to end the session with when the client's own backend has ended by
+    /// now (terminated just before the client's message arrived), without waiting:
+    /// for what pgshard answers itself, which must not answer as if it still lived.
+    pub(super) async fn home_ended_now(&mut self) -> Option<PgError> {
+        if self.held_index(&self.shared.coordinator).is_some() {
+            return None;
+        }
+        let mut conn = match self.home.acquire().await {
+            Ok(c) => c,
+            Err(e) => return Some(e),
+        };
+        let e = conn.ended_now()?;
+        Some(if e.is_fatal() {
+            e
+        } else {
+            PgError::fatal(
+                sqlstate::ADMIN_SHUTDOWN,
+                "terminating connection because its backend on the coordinator node ended",
+            )
+        })
     }
 
     /// The client's next message. Meanwhile, unless a block holds it, what the
@@ -325,7 +356,7 @@ impl Session {
                         b'E' => {
                             // The backend ends the connection (FATAL): so does the session.
                             conn.broken = true;
-                            msg::write_raw(&mut self.out, m.tag, &m.body);
+                            self.write_client_error(&PgError::from_server_fields(m.body));
                             self.flush_client().await?;
                             return Ok(None);
                         }

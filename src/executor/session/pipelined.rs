@@ -174,13 +174,13 @@ impl Session {
                         b'1' | b'Z' => {}
                         b'E' => {
                             let e = going_away(PgError::from_server_fields(f.body), addr);
-                            msg::write_error(&mut self.out, &e);
+                            self.write_client_error(&e);
                         }
                         _ => msg::write_raw(&mut self.out, f.tag, &f.body),
                     }
                 }
             }
-            Err(e) => msg::write_error(&mut self.out, &e),
+            Err(e) => self.write_client_error(&e),
         }
     }
 
