@@ -55,6 +55,9 @@ mod via_coordinator;
 /// connection.
 pub mod identity;
 use settings::{begin_sequence, settings_replay_sql, CitusLocal, Savepoint, SettingsSnapshot};
+/// Client prepared statements on the client's own coordinator-node connection; result
+/// shape checks of the others.
+mod prepared;
 /// Citus's default `citus.max_intermediate_result_size`: 1 GB.
 const DEFAULT_MAX_INTERMEDIATE_KB: i64 = 1024 * 1024;
 
@@ -83,6 +86,9 @@ struct Prepared {
     plan: Plan,
     catalog_version: i64,
     meta: StatementMeta,
+    /// The client's name for it on the client's own coordinator-node connection, where
+    /// a named statement running there is prepared as PostgreSQL would (`prepared.rs`).
+    home_name: Option<String>,
     /// Shard -> (backend statement id, shard SQL), built on first use.
     shard_sql: Mutex<HashMap<ShardId, (u64, Arc<str>)>>,
 }
@@ -93,6 +99,16 @@ enum PortalTarget {
     Backend(NodeAddr),
     /// Executed by pgshard itself.
     Virtual,
+}
+
+/// The statement a Bind names on a node connection.
+enum BackendStatement<'a> {
+    /// The client's own statement on its coordinator-node connection, by its name.
+    Home(&'a str),
+    /// The client's text as the unnamed statement, parsed with the Bind.
+    Unnamed(&'a str),
+    /// pgshard's statement shared by every session (id, text), prepared on first use.
+    Shared(u64, &'a str),
 }
 
 struct Portal {
@@ -472,7 +488,19 @@ impl Session {
                 self.pending.push_back(Expect::SimpleSilent(addr.clone()));
             }
             if h.conn.prepared.len() > MAX_PREPARED_PER_CONNECTION {
-                msg::write_query(&mut h.conn.wbuf, "DEALLOCATE ALL");
+                // Only pgshard's own: the client's own coordinator connection holds
+                // the client's prepared statements too.
+                let sql = if *addr == self.shared.coordinator {
+                    h.conn
+                        .prepared
+                        .iter()
+                        .map(|id| format!("DEALLOCATE {}", quote_ident(&backend_name(*id))))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                } else {
+                    "DEALLOCATE ALL".to_string()
+                };
+                msg::write_query(&mut h.conn.wbuf, &sql);
                 h.conn.prepared.clear();
                 h.dirty = true;
                 self.pending.push_back(Expect::SimpleSilent(addr.clone()));
@@ -789,10 +817,21 @@ impl Session {
         sql: &str,
         types: &[u32],
     ) -> PgResult<StatementMeta> {
+        self.describe_named_on_coordinator("", sql, types).await
+    }
+
+    /// Parses `sql` as statement `name` on the client's own coordinator-node
+    /// connection and describes it.
+    async fn describe_named_on_coordinator(
+        &mut self,
+        name: &str,
+        sql: &str,
+        types: &[u32],
+    ) -> PgResult<StatementMeta> {
         let coord = self.shared.coordinator.clone();
         if let Some(i) = self.held_index(&coord) {
             self.drain_all().await?;
-            return describe_on(&mut self.held[i].conn, sql, types).await;
+            return describe_on(&mut self.held[i].conn, name, sql, types).await;
         }
         let mut conn = self.home.acquire().await?;
         if conn.settings_fingerprint != self.settings_fp {
@@ -800,7 +839,7 @@ impl Session {
                 .await?;
             conn.settings_fingerprint = self.settings_fp;
         }
-        describe_on(&mut conn, sql, types).await
+        describe_on(&mut conn, name, sql, types).await
     }
 
     fn meta_without_backend(plan: &Plan, declared: &[u32]) -> StatementMeta {
@@ -844,7 +883,7 @@ impl Session {
                 format!("prepared statement \"{}\" already exists", p.name),
             ));
         }
-        let prepared = self.prepare(p.query, &p.param_types).await?;
+        let prepared = self.prepare(&p.name, p.query, &p.param_types).await?;
         let mut b = BytesMut::new();
         for w in Self::string_warnings(&prepared.stmt, false) {
             client_text::write_warning(&mut b, w);
@@ -855,7 +894,8 @@ impl Session {
         Ok(())
     }
 
-    async fn prepare(&mut self, sql: String, declared: &[u32]) -> PgResult<Arc<Prepared>> {
+    /// Plans and describes a statement the client prepares as `name` ("" = unnamed).
+    async fn prepare(&mut self, name: &str, sql: String, declared: &[u32]) -> PgResult<Arc<Prepared>> {
         let mut stmts = self.parse_client(&sql).await?;
         if stmts.len() > 1 {
             return Err(PgError::new(
@@ -872,17 +912,16 @@ impl Session {
         if let Plan::Unsupported(e) = &plan {
             return Err(e.clone());
         }
+        let mut home_name = None;
         let meta = match &plan {
-            Plan::Local
-            | Plan::Router(_)
-            | Plan::MultiShard(_)
-            | Plan::InsertRows(_)
-            | Plan::MultiShardModify(_)
-            | Plan::Explain(_)
-            | Plan::ReferenceWrite { .. }
-            | Plan::InsertViaCoordinator(_)
-            | Plan::InsertIntoLocal(_)
-            | Plan::InsertSelect(_) => self.describe_on_coordinator(&sql, declared).await?,
+            Plan::Local if !name.is_empty() => {
+                let meta = self.prepare_on_home(name, &sql, declared).await?;
+                home_name = Some(name.to_string());
+                meta
+            }
+            p if prepared::described_on_coordinator(p) => {
+                self.describe_on_coordinator(&sql, declared).await?
+            }
             _ => Self::meta_without_backend(&plan, declared),
         };
         Ok(Arc::new(Prepared {
@@ -891,6 +930,7 @@ impl Session {
             plan,
             catalog_version: catalog.version,
             meta,
+            home_name,
             shard_sql: Mutex::new(HashMap::new()),
         }))
     }
@@ -908,12 +948,16 @@ impl Session {
             return Ok(p);
         }
         let plan = self.plan_statement(&p.stmt, &catalog)?;
+        // As PostgreSQL's plan cache: a statement whose result shape the DDL changed
+        // fails until the client prepares it again (0A000).
+        self.check_result_shape(&p, &plan).await?;
         let fresh = Arc::new(Prepared {
             sql: p.sql.clone(),
             stmt: p.stmt.clone(),
             plan,
             catalog_version: catalog.version,
             meta: p.meta.clone(),
+            home_name: p.home_name.clone(),
             shard_sql: Mutex::new(HashMap::new()),
         });
         self.statements.insert(name.to_string(), fresh.clone());
@@ -947,7 +991,11 @@ impl Session {
             Plan::Local => {
                 let coord = self.shared.coordinator.clone();
                 let write = !is_read_only_local(&stmt.stmt);
-                self.bind_on_backend(&coord, 0, &stmt.sql, &stmt.meta.param_types, &bind, write)
+                let target = match &stmt.home_name {
+                    Some(name) => BackendStatement::Home(name),
+                    None => BackendStatement::Unnamed(&stmt.sql),
+                };
+                self.bind_on_backend(&coord, target, &stmt.meta.param_types, &bind, write)
                     .await?;
                 PortalTarget::Backend(coord)
             }
@@ -955,7 +1003,8 @@ impl Session {
                 let shard = route_bound(r, &stmt.meta.param_types, &bind, &catalog)?;
                 let addr = placement_addr(&catalog, shard)?;
                 let (id, sql) = self.shard_statement(&stmt, r, shard.shard_id, catalog.version as u64);
-                self.bind_on_backend(&addr, id, &sql, &stmt.meta.param_types, &bind, !r.read_only)
+                let target = BackendStatement::Shared(id, &sql);
+                self.bind_on_backend(&addr, target, &stmt.meta.param_types, &bind, !r.read_only)
                     .await?;
                 PortalTarget::Backend(addr)
             }
@@ -994,26 +1043,34 @@ impl Session {
     async fn bind_on_backend(
         &mut self,
         addr: &NodeAddr,
-        id: u64,
-        sql: &str,
+        statement: BackendStatement<'_>,
         types: &[u32],
         bind: &BindMsg,
         write: bool,
     ) -> PgResult<()> {
         let idx = self.join_with(addr, write, true).await?;
         let h = &mut self.held[idx];
-        // On the client's own coordinator connection the statement is the unnamed
-        // one, parsed at each Bind: nothing of pgshard's shows in the client's
-        // pg_prepared_statements, and a plan never outlives the client's DDL.
-        let own = *addr == self.shared.coordinator;
-        let name = if own { String::new() } else { backend_name(id) };
-        if own || !h.conn.prepared.contains(&id) {
-            msg::write_parse(&mut h.conn.wbuf, &name, sql, types);
-            if !own {
-                h.conn.prepared.insert(id);
+        let name = match statement {
+            // Prepared there under the client's name at its Parse: PostgreSQL's own
+            // plan cache (and its 0A000 after DDL changing the result type).
+            BackendStatement::Home(name) => name.to_string(),
+            // The unnamed one, parsed at each Bind: nothing of pgshard's shows in
+            // the client's pg_prepared_statements, and a plan never outlives the
+            // client's DDL.
+            BackendStatement::Unnamed(sql) => {
+                msg::write_parse(&mut h.conn.wbuf, "", sql, types);
+                self.pending.push_back(Expect::ParseSilent(addr.clone()));
+                String::new()
             }
-            self.pending.push_back(Expect::ParseSilent(addr.clone()));
-        }
+            BackendStatement::Shared(id, sql) => {
+                if !h.conn.prepared.contains(&id) {
+                    msg::write_parse(&mut h.conn.wbuf, &backend_name(id), sql, types);
+                    h.conn.prepared.insert(id);
+                    self.pending.push_back(Expect::ParseSilent(addr.clone()));
+                }
+                backend_name(id)
+            }
+        };
         msg::write_bind(
             &mut h.conn.wbuf,
             &bind.portal,
@@ -1111,7 +1168,10 @@ impl Session {
 
     async fn close_message(&mut self, kind: u8, name: &str) -> PgResult<()> {
         if kind == b'S' {
-            self.statements.remove(name);
+            let removed = self.statements.remove(name);
+            if removed.is_some_and(|p| p.home_name.is_some()) {
+                return self.close_on_home(name).await;
+            }
         } else if let Some(p) = self.portals.remove(name) {
             if let PortalTarget::Backend(addr) = p.target {
                 if let Some(idx) = self.held_index(&addr) {
@@ -1142,12 +1202,15 @@ impl Session {
         name: Option<&str>,
         sink: &mut ResultSink,
     ) -> PgResult<()> {
-        match name {
-            Some(n) if self.statements.remove(n).is_some() => {
+        match name.map(|n| (n, self.statements.remove(n))) {
+            // Prepared on the client's own coordinator connection too: it goes
+            // there (below).
+            Some((_, Some(p))) if p.home_name.is_some() => {}
+            Some((_, Some(_))) => {
                 sink.complete("DEALLOCATE");
                 return Ok(());
             }
-            Some(n) if is_backend_name(n) => {
+            Some((n, None)) if is_backend_name(n) => {
                 return Err(PgError::new(
                     sqlstate::INVALID_SQL_STATEMENT_NAME,
                     format!("prepared statement \"{n}\" does not exist"),
@@ -2263,9 +2326,15 @@ impl Session {
 
 /// Parse and Describe of `sql` as the unnamed statement on `conn` (the client's own
 /// connection: nothing of pgshard's stays prepared there), ended with Sync.
-async fn describe_on(conn: &mut BackendConn, sql: &str, types: &[u32]) -> PgResult<StatementMeta> {
-    msg::write_parse(&mut conn.wbuf, "", sql, types);
-    msg::write_describe(&mut conn.wbuf, b'S', "");
+/// Parses `sql` as statement `name` on `conn` and describes it (one Sync batch).
+async fn describe_on(
+    conn: &mut BackendConn,
+    name: &str,
+    sql: &str,
+    types: &[u32],
+) -> PgResult<StatementMeta> {
+    msg::write_parse(&mut conn.wbuf, name, sql, types);
+    msg::write_describe(&mut conn.wbuf, b'S', name);
     msg::write_sync(&mut conn.wbuf);
     conn.flush().await?;
     let mut meta = StatementMeta {
