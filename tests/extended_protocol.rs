@@ -4,11 +4,20 @@
 //!   client's coordinator-node backend (`pg_prepared_statements`, SQL EXECUTE,
 //!   DEALLOCATE), and DDL changing a prepared statement's result type makes its next
 //!   execution fail with 0A000 "cached plan must not change result type", on local
-//!   and on distributed tables alike.
+//!   and on distributed tables alike;
+//! - the statements of one simple Query (also around a COMMIT / ROLLBACK / BEGIN among
+//!   them) and of one extended-protocol batch up to Sync are PostgreSQL's implicit
+//!   transactions: an error rolls back the statements of its own.
 
 mod common;
 
+use bytes::{Buf, BytesMut};
 use common::{cluster, plain_postgres};
+use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256};
+use postgres_protocol::message::frontend;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// A statement's rows as text, or its SQLSTATE.
@@ -157,4 +166,183 @@ async fn a_changed_result_type_of_a_distributed_table_is_postgresqls_0a000() {
     assert_eq!(plain[3].1, Err("0A000".to_string()));
     assert_eq!(plain[5].1, Err("0A000".to_string()));
     assert!(matches!(&plain[6].1, Ok(r) if r.len() == 1));
+}
+
+/// A raw protocol connection (startup and SCRAM-SHA-256 by hand), for batches of
+/// extended-protocol messages no client library sends.
+struct Raw {
+    s: TcpStream,
+    buf: BytesMut,
+}
+
+/// One backend message: its type byte and body.
+type Msg = (u8, Vec<u8>);
+
+impl Raw {
+    async fn login(host: &str, port: u16, user: &str, password: &str, database: &str) -> Raw {
+        let s = TcpStream::connect((host, port)).await.unwrap();
+        let mut r = Raw { s, buf: BytesMut::new() };
+        let mut out = BytesMut::new();
+        frontend::startup_message([("user", user), ("database", database)], &mut out).unwrap();
+        r.s.write_all(&out).await.unwrap();
+        let (tag, body) = r.next().await;
+        assert_eq!((tag, &body[..4]), (b'R', &10i32.to_be_bytes()[..]), "SASL expected");
+        let mut scram = ScramSha256::new(password.as_bytes(), ChannelBinding::unsupported());
+        out.clear();
+        frontend::sasl_initial_response("SCRAM-SHA-256", scram.message(), &mut out).unwrap();
+        r.s.write_all(&out).await.unwrap();
+        let (_, body) = r.next().await;
+        scram.update(&body[4..]).unwrap();
+        out.clear();
+        frontend::sasl_response(scram.message(), &mut out).unwrap();
+        r.s.write_all(&out).await.unwrap();
+        let msgs = r.until_ready().await;
+        assert!(msgs.iter().all(|m| m.0 != b'E'), "login failed: {msgs:?}");
+        r
+    }
+
+    async fn next(&mut self) -> Msg {
+        loop {
+            if self.buf.len() >= 5 {
+                let len = i32::from_be_bytes(self.buf[1..5].try_into().unwrap()) as usize;
+                if self.buf.len() > len {
+                    let tag = self.buf.get_u8();
+                    self.buf.advance(4);
+                    return (tag, self.buf.split_to(len - 4).to_vec());
+                }
+            }
+            let n = tokio::time::timeout(Duration::from_secs(20), self.s.read_buf(&mut self.buf))
+                .await
+                .expect("an answer within 20 s")
+                .unwrap();
+            assert!(n > 0, "connection closed");
+        }
+    }
+
+    async fn until_ready(&mut self) -> Vec<Msg> {
+        let mut all = vec![];
+        loop {
+            let m = self.next().await;
+            let done = m.0 == b'Z';
+            all.push(m);
+            if done {
+                return all;
+            }
+        }
+    }
+
+    /// Parse / Bind / Execute of each statement (unnamed, no parameters), then one
+    /// Sync: the answers in a comparable form (tags, SQLSTATEs, rows, status).
+    async fn batch(&mut self, statements: &[&str]) -> Vec<String> {
+        let mut out = BytesMut::new();
+        for sql in statements {
+            frontend::parse("", sql, std::iter::empty(), &mut out).unwrap();
+            frontend::bind(
+                "",
+                "",
+                [0i16; 0],
+                std::iter::empty::<()>(),
+                |_, _| Ok(postgres_protocol::IsNull::No),
+                [0i16; 0],
+                &mut out,
+            )
+            .map_err(|_| "bind")
+            .unwrap();
+            frontend::describe(b'P', "", &mut out).unwrap();
+            frontend::execute("", 0, &mut out).unwrap();
+        }
+        frontend::sync(&mut out);
+        self.s.write_all(&out).await.unwrap();
+        self.until_ready().await.iter().map(comparable).collect()
+    }
+}
+
+fn comparable((tag, body): &Msg) -> String {
+    match tag {
+        b'E' => {
+            let code = body
+                .split(|&b| b == 0)
+                .find(|f| f.first() == Some(&b'C'))
+                .map(|f| String::from_utf8_lossy(&f[1..]).into_owned());
+            format!("E {}", code.unwrap_or_default())
+        }
+        b'D' => format!("D {:?}", String::from_utf8_lossy(body)),
+        b'C' => format!("C {}", String::from_utf8_lossy(body).trim_end_matches('\0')),
+        b'Z' => format!("Z {}", body[0] as char),
+        other => format!("{}", *other as char),
+    }
+}
+
+async fn raw_targets() -> [Raw; 2] {
+    let c = cluster();
+    let p = plain_postgres();
+    [
+        Raw::login(&c.host, c.port, &c.user, &c.password, &c.database).await,
+        Raw::login(&p.host, p.port, &p.user, &p.password, &p.database).await,
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extended_batch_is_one_implicit_transaction() {
+    setup(&["DROP TABLE IF EXISTS ep_batch", "CREATE TABLE ep_batch (id int)"], None).await;
+    let mut seen = vec![];
+    for mut r in raw_targets().await {
+        let o = vec![
+            r.batch(&[
+                "insert into ep_batch(id) values(1)",
+                "insert into ep_batch(id) values(2)",
+                "insert into ep_batch(id) values(3)",
+                "select 1/0",
+            ])
+            .await,
+            r.batch(&["insert into ep_batch(id) values(4)", "select count(*) from ep_batch"]).await,
+            r.batch(&["select count(*) from ep_batch"]).await,
+        ];
+        seen.push(o);
+    }
+    assert_eq!(seen[0], seen[1]);
+    assert!(seen[1][0].contains(&"E 22012".to_string()));
+    assert!(seen[1][2].contains(&"D \"\\0\\u{1}\\0\\0\\0\\u{1}1\"".to_string()), "{:?}", seen[1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_string_is_one_implicit_transaction_around_commit() {
+    setup(
+        &[
+            "DROP TABLE IF EXISTS ep_it, ep_it_dist",
+            "CREATE TABLE ep_it (f1 int)",
+            "CREATE TABLE ep_it_dist (k int, v int)",
+        ],
+        Some("ep_it_dist"),
+    )
+    .await;
+    let script = [
+        "insert into ep_it values(7); commit; insert into ep_it values(8); select 1/0",
+        "insert into ep_it values(9); rollback; select 2",
+        "select 1; begin; insert into ep_it values(5)",
+        "commit",
+        "select 1; begin; insert into ep_it values(6)",
+        // The block the string left open is the session's: a distributed table joins it.
+        "insert into ep_it_dist values (1, 6)",
+        "rollback",
+        "select 1; begin; insert into ep_it values(10); select 1/0",
+        "select 1",
+        "rollback",
+        "SELECT 1; COMMIT; VACUUM ep_it",
+        "SELECT 1; SAVEPOINT sp",
+        "select * from ep_it order by f1",
+        "select * from ep_it_dist",
+    ];
+    let mut seen = vec![];
+    for c in targets().await {
+        let mut o = vec![];
+        for sql in script {
+            o.push((sql, simple(&c, sql).await));
+        }
+        seen.push(o);
+    }
+    assert_eq!(seen[0], seen[1]);
+    let rows = |v: &[&str]| -> Outcome { Ok(v.iter().map(|x| vec![Some(x.to_string())]).collect()) };
+    assert_eq!(seen[1][12].1, rows(&["5", "7"]));
+    assert_eq!(seen[1][10].1, Err("25001".to_string()));
 }

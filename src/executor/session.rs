@@ -55,6 +55,8 @@ mod via_coordinator;
 /// connection.
 pub mod identity;
 use settings::{begin_sequence, settings_replay_sql, CitusLocal, Savepoint, SettingsSnapshot};
+/// The implicit transaction of a string of local statements with transaction control.
+mod implicit;
 /// Client prepared statements on the client's own coordinator-node connection; result
 /// shape checks of the others.
 mod prepared;
@@ -831,7 +833,12 @@ impl Session {
         let coord = self.shared.coordinator.clone();
         if let Some(i) = self.held_index(&coord) {
             self.drain_all().await?;
-            return describe_on(&mut self.held[i].conn, name, sql, types).await;
+            let in_batch = self.held[i].in_batch;
+            let r = describe_on(&mut self.held[i].conn, name, sql, types, in_batch).await;
+            if in_batch && r.is_err() {
+                self.held[i].errored = true;
+            }
+            return r;
         }
         let mut conn = self.home.acquire().await?;
         if conn.settings_fingerprint != self.settings_fp {
@@ -839,7 +846,7 @@ impl Session {
                 .await?;
             conn.settings_fingerprint = self.settings_fp;
         }
-        describe_on(&mut conn, name, sql, types).await
+        describe_on(&mut conn, name, sql, types, false).await
     }
 
     fn meta_without_backend(plan: &Plan, declared: &[u32]) -> StatementMeta {
@@ -1383,6 +1390,11 @@ impl Session {
                 .await;
             self.finish_simple(r).await;
             return Ok(());
+        }
+        if stmts.len() > 1 && self.txn == TxnState::Idle && self.held.is_empty() {
+            if let Some(begin) = implicit::local_with_transaction_control(&plans) {
+                return self.local_with_transaction_control(sql, begin).await;
+            }
         }
         let planned_with = catalog.version;
         let mut catalog = catalog;
@@ -2326,16 +2338,24 @@ impl Session {
 
 /// Parse and Describe of `sql` as the unnamed statement on `conn` (the client's own
 /// connection: nothing of pgshard's stays prepared there), ended with Sync.
-/// Parses `sql` as statement `name` on `conn` and describes it (one Sync batch).
+/// Parses `sql` as statement `name` on `conn` and describes it: one Sync batch, or
+/// with `in_batch` (the connection is inside the client's Sync batch, whose implicit
+/// transaction a Sync would end) up to a Flush; after an error there the connection
+/// skips to the batch's Sync.
 async fn describe_on(
     conn: &mut BackendConn,
     name: &str,
     sql: &str,
     types: &[u32],
+    in_batch: bool,
 ) -> PgResult<StatementMeta> {
     msg::write_parse(&mut conn.wbuf, name, sql, types);
     msg::write_describe(&mut conn.wbuf, b'S', name);
-    msg::write_sync(&mut conn.wbuf);
+    if in_batch {
+        msg::write_flush(&mut conn.wbuf);
+    } else {
+        msg::write_sync(&mut conn.wbuf);
+    }
     conn.flush().await?;
     let mut meta = StatementMeta {
         param_types: Vec::new(),
@@ -2350,6 +2370,9 @@ async fn describe_on(
             b'E' => err = Some(PgError::from_server_fields(f.body)),
             b'Z' => break,
             _ => {}
+        }
+        if in_batch && (matches!(f.tag, b'T' | b'n') || err.is_some()) {
+            break;
         }
     }
     match err {
