@@ -7,7 +7,8 @@
 //!   and on distributed tables alike;
 //! - the statements of one simple Query (also around a COMMIT / ROLLBACK / BEGIN among
 //!   them) and of one extended-protocol batch up to Sync are PostgreSQL's implicit
-//!   transactions: an error rolls back the statements of its own.
+//!   transactions: an error rolls back the statements of its own;
+//! - `statement_timeout` runs while the client pauses between Parse and Describe.
 
 mod common;
 
@@ -345,4 +346,75 @@ async fn a_query_string_is_one_implicit_transaction_around_commit() {
     let rows = |v: &[&str]| -> Outcome { Ok(v.iter().map(|x| vec![Some(x.to_string())]).collect()) };
     assert_eq!(seen[1][12].1, rows(&["5", "7"]));
     assert_eq!(seen[1][10].1, Err("25001".to_string()));
+}
+
+impl Raw {
+    /// Whatever arrives within `wait`.
+    async fn drain_for(&mut self, wait: Duration) -> Vec<String> {
+        let mut all = vec![];
+        let until = tokio::time::Instant::now() + wait;
+        while let Ok(Ok(n)) = tokio::time::timeout_at(until, self.s.read_buf(&mut self.buf)).await {
+            if n == 0 {
+                break;
+            }
+        }
+        while self.buf.len() >= 5 {
+            let len = i32::from_be_bytes(self.buf[1..5].try_into().unwrap()) as usize;
+            if self.buf.len() <= len {
+                break;
+            }
+            let tag = self.buf.get_u8();
+            self.buf.advance(4);
+            all.push(comparable(&(tag, self.buf.split_to(len - 4).to_vec())));
+        }
+        all
+    }
+
+    async fn send(&mut self, build: impl FnOnce(&mut BytesMut)) {
+        let mut out = BytesMut::new();
+        build(&mut out);
+        self.s.write_all(&out).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_timeout_runs_between_parse_and_describe() {
+    let mut seen = vec![];
+    for mut r in raw_targets().await {
+        r.send(|b| frontend::query("set statement_timeout = '100ms'", b).unwrap()).await;
+        r.until_ready().await;
+        r.send(|b| {
+            frontend::parse("ep_timeout", "select $1::varchar", std::iter::empty(), b).unwrap();
+            frontend::flush(b);
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        r.send(|b| {
+            frontend::describe(b'S', "ep_timeout", b).unwrap();
+            frontend::sync(b);
+        })
+        .await;
+        let mut o = vec![r.until_ready().await.iter().map(comparable).collect::<Vec<_>>()];
+        // Nothing more: the late Describe was skipped up to the Sync, whose
+        // ReadyForQuery that was.
+        assert_eq!(r.drain_for(Duration::from_millis(300)).await, Vec::<String>::new());
+        r.send(|b| frontend::query("set statement_timeout = default", b).unwrap()).await;
+        r.until_ready().await;
+        // The statement was prepared before the timeout; a batch without pauses runs.
+        r.send(|b| {
+            frontend::query(
+                "select count(*) from pg_prepared_statements where name = 'ep_timeout'",
+                b,
+            )
+            .unwrap()
+        })
+        .await;
+        o.push(r.until_ready().await.iter().map(comparable).collect());
+        r.send(|b| frontend::query("set statement_timeout = '100ms'", b).unwrap()).await;
+        r.until_ready().await;
+        o.push(r.batch(&["select 1", "select 2"]).await);
+        seen.push(o);
+    }
+    assert_eq!(seen[0], seen[1]);
+    assert_eq!(seen[1][0], ["1", "E 57014", "Z I"]);
 }

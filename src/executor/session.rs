@@ -55,6 +55,8 @@ mod via_coordinator;
 /// connection.
 pub mod identity;
 use settings::{begin_sequence, settings_replay_sql, CitusLocal, Savepoint, SettingsSnapshot};
+/// statement_timeout while the client pauses inside an extended-protocol batch.
+mod timeout;
 /// The implicit transaction of a string of local statements with transaction control.
 mod implicit;
 /// Client prepared statements on the client's own coordinator-node connection; result
@@ -220,6 +222,8 @@ pub struct Session {
     /// Temporary tables made for cursors over distributed tables (`cursor.rs`), for
     /// their names.
     cursor_tables: u64,
+    /// PostgreSQL's statement timer between the messages of a batch (`timeout.rs`).
+    batch_clock: timeout::BatchClock,
 }
 
 /// A node connection's settings fingerprint when they are not known (a SET ran on
@@ -298,6 +302,7 @@ impl Session {
             pipelined: cancel.pipelined,
             txn_serial: 0,
             cursor_tables: 0,
+            batch_clock: timeout::BatchClock::default(),
             shapes: ShapeCache::default(),
             implicit_block: false,
             catalog_changed: false,
@@ -333,7 +338,15 @@ impl Session {
     /// Handles one client message. Returns false on Terminate.
     pub async fn handle(&mut self, frame: Frame) -> PgResult<bool> {
         match frame.tag {
+            b'P' | b'B' | b'D' | b'E' | b'C'
+                if !self.skipping && self.timed_out_between_messages() =>
+            {
+                self.stop_batch_clock();
+                self.on_extended_result(Err(timeout::statement_timeout_error()))
+                    .await;
+            }
             b'Q' => {
+                self.stop_batch_clock();
                 match msg::decode_query(&frame.body) {
                     Ok(sql) => self.simple_query(&sql).await?,
                     Err(e) => msg::write_error(&mut self.out, &e),
@@ -344,7 +357,11 @@ impl Session {
                 // A routed read arriving whole may go through a pipelined connection.
                 let r = match msg::decode_bind(&frame.body) {
                     Ok(bind) => match self.pipelined_read(bind).await? {
-                        None => return Ok(true),
+                        // The whole batch, Sync included, went through.
+                        None => {
+                            self.stop_batch_clock();
+                            return Ok(true);
+                        }
                         Some(bind) => self.bind_message(bind).await,
                     },
                     Err(e) => Err(e),
@@ -357,8 +374,13 @@ impl Session {
                     let r = self.extended_message(&frame).await;
                     self.on_extended_result(r).await;
                 }
+                if frame.tag == b'E' {
+                    // Its statement ran (or was sent off): the timer stops.
+                    self.stop_batch_clock();
+                }
             }
             b'S' => {
+                self.stop_batch_clock();
                 self.sync_message().await;
                 self.write_ready_for_query();
             }
