@@ -59,6 +59,13 @@ mod isolation;
 /// connection.
 pub mod identity;
 use settings::{begin_sequence, settings_replay_sql, CitusLocal, Savepoint, SettingsSnapshot};
+/// statement_timeout while the client pauses inside an extended-protocol batch.
+mod timeout;
+/// The implicit transaction of a string of local statements with transaction control.
+mod implicit;
+/// Client prepared statements on the client's own coordinator-node connection; result
+/// shape checks of the others.
+mod prepared;
 /// Citus's default `citus.max_intermediate_result_size`: 1 GB.
 const DEFAULT_MAX_INTERMEDIATE_KB: i64 = 1024 * 1024;
 
@@ -87,6 +94,9 @@ struct Prepared {
     plan: Plan,
     catalog_version: i64,
     meta: StatementMeta,
+    /// The client's name for it on the client's own coordinator-node connection, where
+    /// a named statement running there is prepared as PostgreSQL would (`prepared.rs`).
+    home_name: Option<String>,
     /// Shard -> (backend statement id, shard SQL), built on first use.
     shard_sql: Mutex<HashMap<ShardId, (u64, Arc<str>)>>,
 }
@@ -97,6 +107,16 @@ enum PortalTarget {
     Backend(NodeAddr),
     /// Executed by pgshard itself.
     Virtual,
+}
+
+/// The statement a Bind names on a node connection.
+enum BackendStatement<'a> {
+    /// The client's own statement on its coordinator-node connection, by its name.
+    Home(&'a str),
+    /// The client's text as the unnamed statement, parsed with the Bind.
+    Unnamed(&'a str),
+    /// pgshard's statement shared by every session (id, text), prepared on first use.
+    Shared(u64, &'a str),
 }
 
 struct Portal {
@@ -222,6 +242,8 @@ pub struct Session {
     /// Notices and notifications the nodes sent while the block ended (a deferred
     /// trigger's NOTICE at COMMIT): the client gets them before the block's end.
     end_messages: Vec<Frame>,
+    /// PostgreSQL's statement timer between the messages of a batch (`timeout.rs`).
+    batch_clock: timeout::BatchClock,
 }
 
 /// A node connection's settings fingerprint when they are not known (a SET ran on
@@ -300,6 +322,7 @@ impl Session {
             pipelined: cancel.pipelined,
             txn_serial: 0,
             cursor_tables: 0,
+            batch_clock: timeout::BatchClock::default(),
             shapes: ShapeCache::default(),
             implicit_block: false,
             catalog_changed: false,
@@ -345,7 +368,15 @@ impl Session {
     /// Handles one client message. Returns false on Terminate.
     pub async fn handle(&mut self, frame: Frame) -> PgResult<bool> {
         match frame.tag {
+            b'P' | b'B' | b'D' | b'E' | b'C'
+                if !self.skipping && self.timed_out_between_messages() =>
+            {
+                self.stop_batch_clock();
+                self.on_extended_result(Err(timeout::statement_timeout_error()))
+                    .await;
+            }
             b'Q' => {
+                self.stop_batch_clock();
                 match msg::decode_query(&frame.body) {
                     Ok(sql) => self.simple_query(&sql).await?,
                     Err(e) => msg::write_error(&mut self.out, &e),
@@ -356,7 +387,11 @@ impl Session {
                 // A routed read arriving whole may go through a pipelined connection.
                 let r = match msg::decode_bind(&frame.body) {
                     Ok(bind) => match self.pipelined_read(bind).await? {
-                        None => return Ok(true),
+                        // The whole batch, Sync included, went through.
+                        None => {
+                            self.stop_batch_clock();
+                            return Ok(true);
+                        }
                         Some(bind) => self.bind_message(bind).await,
                     },
                     Err(e) => Err(e),
@@ -369,8 +404,13 @@ impl Session {
                     let r = self.extended_message(&frame).await;
                     self.on_extended_result(r).await;
                 }
+                if frame.tag == b'E' {
+                    // Its statement ran (or was sent off): the timer stops.
+                    self.stop_batch_clock();
+                }
             }
             b'S' => {
+                self.stop_batch_clock();
                 self.sync_message().await;
                 self.write_ready_for_query();
             }
@@ -502,7 +542,19 @@ impl Session {
                 self.pending.push_back(Expect::SimpleSilent(addr.clone()));
             }
             if h.conn.prepared.len() > MAX_PREPARED_PER_CONNECTION {
-                msg::write_query(&mut h.conn.wbuf, "DEALLOCATE ALL");
+                // Only pgshard's own: the client's own coordinator connection holds
+                // the client's prepared statements too.
+                let sql = if *addr == self.shared.coordinator {
+                    h.conn
+                        .prepared
+                        .iter()
+                        .map(|id| format!("DEALLOCATE {}", quote_ident(&backend_name(*id))))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                } else {
+                    "DEALLOCATE ALL".to_string()
+                };
+                msg::write_query(&mut h.conn.wbuf, &sql);
                 h.conn.prepared.clear();
                 h.dirty = true;
                 self.pending.push_back(Expect::SimpleSilent(addr.clone()));
@@ -836,12 +888,27 @@ impl Session {
         sql: &str,
         types: &[u32],
     ) -> PgResult<StatementMeta> {
+        self.describe_named_on_coordinator("", sql, types).await
+    }
+
+    /// Parses `sql` as statement `name` on the client's own coordinator-node
+    /// connection and describes it.
+    async fn describe_named_on_coordinator(
+        &mut self,
+        name: &str,
+        sql: &str,
+        types: &[u32],
+    ) -> PgResult<StatementMeta> {
         let coord = self.shared.coordinator.clone();
         if let Some(i) = self.held_index(&coord) {
             self.drain_all().await?;
-            let meta = describe_on(&mut self.held[i].conn, sql, types).await;
+            let in_batch = self.held[i].in_batch;
+            let r = describe_on(&mut self.held[i].conn, name, sql, types, in_batch).await;
             self.absorb_held_reports(i);
-            return meta;
+            if in_batch && r.is_err() {
+                self.held[i].errored = true;
+            }
+            return r;
         }
         let mut conn = self.home.acquire().await?;
         if conn.settings_fingerprint != self.settings_fp {
@@ -849,7 +916,7 @@ impl Session {
                 .await?;
             conn.settings_fingerprint = self.settings_fp;
         }
-        let meta = describe_on(&mut conn, sql, types).await;
+        let meta = describe_on(&mut conn, name, sql, types, false).await;
         self.absorb_home_reports(&mut conn);
         meta
     }
@@ -895,7 +962,7 @@ impl Session {
                 format!("prepared statement \"{}\" already exists", p.name),
             ));
         }
-        let prepared = self.prepare(p.query, &p.param_types).await?;
+        let prepared = self.prepare(&p.name, p.query, &p.param_types).await?;
         let mut b = BytesMut::new();
         for w in Self::string_warnings(&prepared.stmt, false) {
             client_text::write_warning(&mut b, w);
@@ -906,7 +973,8 @@ impl Session {
         Ok(())
     }
 
-    async fn prepare(&mut self, sql: String, declared: &[u32]) -> PgResult<Arc<Prepared>> {
+    /// Plans and describes a statement the client prepares as `name` ("" = unnamed).
+    async fn prepare(&mut self, name: &str, sql: String, declared: &[u32]) -> PgResult<Arc<Prepared>> {
         let mut stmts = self.parse_client(&sql).await?;
         if stmts.len() > 1 {
             return Err(PgError::new(
@@ -924,17 +992,16 @@ impl Session {
             return Err(e.clone());
         }
         self.isolate_if_stateful(&stmt, &plan).await?;
+        let mut home_name = None;
         let meta = match &plan {
-            Plan::Local
-            | Plan::Router(_)
-            | Plan::MultiShard(_)
-            | Plan::InsertRows(_)
-            | Plan::MultiShardModify(_)
-            | Plan::Explain(_)
-            | Plan::ReferenceWrite { .. }
-            | Plan::InsertViaCoordinator(_)
-            | Plan::InsertIntoLocal(_)
-            | Plan::InsertSelect(_) => self.describe_on_coordinator(&sql, declared).await?,
+            Plan::Local if !name.is_empty() => {
+                let meta = self.prepare_on_home(name, &sql, declared).await?;
+                home_name = Some(name.to_string());
+                meta
+            }
+            p if prepared::described_on_coordinator(p) => {
+                self.describe_on_coordinator(&sql, declared).await?
+            }
             _ => Self::meta_without_backend(&plan, declared),
         };
         Ok(Arc::new(Prepared {
@@ -943,6 +1010,7 @@ impl Session {
             plan,
             catalog_version: catalog.version,
             meta,
+            home_name,
             shard_sql: Mutex::new(HashMap::new()),
         }))
     }
@@ -961,12 +1029,16 @@ impl Session {
         }
         let plan = self.plan_statement(&p.stmt, &catalog)?;
         self.isolate_if_stateful(&p.stmt, &plan).await?;
+        // As PostgreSQL's plan cache: a statement whose result shape the DDL changed
+        // fails until the client prepares it again (0A000).
+        self.check_result_shape(&p, &plan).await?;
         let fresh = Arc::new(Prepared {
             sql: p.sql.clone(),
             stmt: p.stmt.clone(),
             plan,
             catalog_version: catalog.version,
             meta: p.meta.clone(),
+            home_name: p.home_name.clone(),
             shard_sql: Mutex::new(HashMap::new()),
         });
         self.statements.insert(name.to_string(), fresh.clone());
@@ -1000,7 +1072,11 @@ impl Session {
             Plan::Local => {
                 let coord = self.shared.coordinator.clone();
                 let write = !is_read_only_local(&stmt.stmt);
-                self.bind_on_backend(&coord, 0, &stmt.sql, &stmt.meta.param_types, &bind, write)
+                let target = match &stmt.home_name {
+                    Some(name) => BackendStatement::Home(name),
+                    None => BackendStatement::Unnamed(&stmt.sql),
+                };
+                self.bind_on_backend(&coord, target, &stmt.meta.param_types, &bind, write)
                     .await?;
                 PortalTarget::Backend(coord)
             }
@@ -1008,7 +1084,8 @@ impl Session {
                 let shard = route_bound(r, &stmt.meta.param_types, &bind, &catalog)?;
                 let addr = placement_addr(&catalog, shard)?;
                 let (id, sql) = self.shard_statement(&stmt, r, shard.shard_id, catalog.version as u64);
-                self.bind_on_backend(&addr, id, &sql, &stmt.meta.param_types, &bind, !r.read_only)
+                let target = BackendStatement::Shared(id, &sql);
+                self.bind_on_backend(&addr, target, &stmt.meta.param_types, &bind, !r.read_only)
                     .await?;
                 PortalTarget::Backend(addr)
             }
@@ -1047,26 +1124,34 @@ impl Session {
     async fn bind_on_backend(
         &mut self,
         addr: &NodeAddr,
-        id: u64,
-        sql: &str,
+        statement: BackendStatement<'_>,
         types: &[u32],
         bind: &BindMsg,
         write: bool,
     ) -> PgResult<()> {
         let idx = self.join_with(addr, write, true).await?;
         let h = &mut self.held[idx];
-        // On the client's own coordinator connection the statement is the unnamed
-        // one, parsed at each Bind: nothing of pgshard's shows in the client's
-        // pg_prepared_statements, and a plan never outlives the client's DDL.
-        let own = *addr == self.shared.coordinator;
-        let name = if own { String::new() } else { backend_name(id) };
-        if own || !h.conn.prepared.contains(&id) {
-            msg::write_parse(&mut h.conn.wbuf, &name, sql, types);
-            if !own {
-                h.conn.prepared.insert(id);
+        let name = match statement {
+            // Prepared there under the client's name at its Parse: PostgreSQL's own
+            // plan cache (and its 0A000 after DDL changing the result type).
+            BackendStatement::Home(name) => name.to_string(),
+            // The unnamed one, parsed at each Bind: nothing of pgshard's shows in
+            // the client's pg_prepared_statements, and a plan never outlives the
+            // client's DDL.
+            BackendStatement::Unnamed(sql) => {
+                msg::write_parse(&mut h.conn.wbuf, "", sql, types);
+                self.pending.push_back(Expect::ParseSilent(addr.clone()));
+                String::new()
             }
-            self.pending.push_back(Expect::ParseSilent(addr.clone()));
-        }
+            BackendStatement::Shared(id, sql) => {
+                if !h.conn.prepared.contains(&id) {
+                    msg::write_parse(&mut h.conn.wbuf, &backend_name(id), sql, types);
+                    h.conn.prepared.insert(id);
+                    self.pending.push_back(Expect::ParseSilent(addr.clone()));
+                }
+                backend_name(id)
+            }
+        };
         msg::write_bind(
             &mut h.conn.wbuf,
             &bind.portal,
@@ -1164,7 +1249,10 @@ impl Session {
 
     async fn close_message(&mut self, kind: u8, name: &str) -> PgResult<()> {
         if kind == b'S' {
-            self.statements.remove(name);
+            let removed = self.statements.remove(name);
+            if removed.is_some_and(|p| p.home_name.is_some()) {
+                return self.close_on_home(name).await;
+            }
         } else if let Some(p) = self.portals.remove(name) {
             if let PortalTarget::Backend(addr) = p.target {
                 if let Some(idx) = self.held_index(&addr) {
@@ -1195,12 +1283,15 @@ impl Session {
         name: Option<&str>,
         sink: &mut ResultSink,
     ) -> PgResult<()> {
-        match name {
-            Some(n) if self.statements.remove(n).is_some() => {
+        match name.map(|n| (n, self.statements.remove(n))) {
+            // Prepared on the client's own coordinator connection too: it goes
+            // there (below).
+            Some((_, Some(p))) if p.home_name.is_some() => {}
+            Some((_, Some(_))) => {
                 sink.complete("DEALLOCATE");
                 return Ok(());
             }
-            Some(n) if is_backend_name(n) => {
+            Some((n, None)) if is_backend_name(n) => {
                 return Err(PgError::new(
                     sqlstate::INVALID_SQL_STATEMENT_NAME,
                     format!("prepared statement \"{n}\" does not exist"),
@@ -1397,6 +1488,11 @@ impl Session {
                 .await;
             self.finish_simple(r).await;
             return Ok(());
+        }
+        if stmts.len() > 1 && self.txn == TxnState::Idle && self.held.is_empty() {
+            if let Some(begin) = implicit::local_with_transaction_control(&plans) {
+                return self.local_with_transaction_control(sql, begin).await;
+            }
         }
         let planned_with = catalog.version;
         let mut catalog = catalog;
@@ -2408,10 +2504,24 @@ impl Session {
 
 /// Parse and Describe of `sql` as the unnamed statement on `conn` (the client's own
 /// connection: nothing of pgshard's stays prepared there), ended with Sync.
-async fn describe_on(conn: &mut BackendConn, sql: &str, types: &[u32]) -> PgResult<StatementMeta> {
-    msg::write_parse(&mut conn.wbuf, "", sql, types);
-    msg::write_describe(&mut conn.wbuf, b'S', "");
-    msg::write_sync(&mut conn.wbuf);
+/// Parses `sql` as statement `name` on `conn` and describes it: one Sync batch, or
+/// with `in_batch` (the connection is inside the client's Sync batch, whose implicit
+/// transaction a Sync would end) up to a Flush; after an error there the connection
+/// skips to the batch's Sync.
+async fn describe_on(
+    conn: &mut BackendConn,
+    name: &str,
+    sql: &str,
+    types: &[u32],
+    in_batch: bool,
+) -> PgResult<StatementMeta> {
+    msg::write_parse(&mut conn.wbuf, name, sql, types);
+    msg::write_describe(&mut conn.wbuf, b'S', name);
+    if in_batch {
+        msg::write_flush(&mut conn.wbuf);
+    } else {
+        msg::write_sync(&mut conn.wbuf);
+    }
     conn.flush().await?;
     let mut meta = StatementMeta {
         param_types: Vec::new(),
@@ -2420,14 +2530,18 @@ async fn describe_on(conn: &mut BackendConn, sql: &str, types: &[u32]) -> PgResu
     let mut err = None;
     loop {
         let f = conn.read().await?;
-        match f.tag {
+        let tag = f.tag;
+        match tag {
             b't' => meta.param_types = msg::decode_parameter_description(&f.body)?,
-            b'T' => meta.fields = Some(msg::decode_row_description(&f.body)?),
             b'E' if conn.broken => return Err(PgError::from_server_fields(f.body)),
             b'E' => err = Some(PgError::from_server_fields(f.body)),
+            b'T' => meta.fields = Some(msg::decode_row_description(&f.body)?),
             b'A' => conn.keep_notification(f),
             b'Z' => break,
             _ => {}
+        }
+        if in_batch && (matches!(tag, b'T' | b'n') || err.is_some()) {
+            break;
         }
     }
     match err {
