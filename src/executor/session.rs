@@ -152,6 +152,8 @@ pub struct Session {
     startup_settings: usize,
     /// `citus.*` settings given in the startup packet's `options`.
     startup_citus: Vec<(String, String)>,
+    /// The variables the startup packet set (lower case), `options` included.
+    startup_variables: Vec<String>,
     settings_fp: u64,
     citus: CitusSettings,
     commit_protocol: String,
@@ -252,6 +254,12 @@ impl Session {
             settings_fp: fingerprint(&settings),
             startup_settings: settings.len(),
             startup_citus: Vec::new(),
+            startup_variables: startup
+                .iter()
+                .map(|(k, _)| k.to_ascii_lowercase())
+                .filter(|k| !matches!(k.as_str(), "user" | "database" | "options" | "replication"))
+                .chain(std::iter::once("application_name".to_string()))
+                .collect(),
             settings,
             citus: CitusSettings {
                 shard_count: cfg.citus.shard_count,
@@ -1529,6 +1537,7 @@ impl Session {
                 self.set_citus(name, Some(value))?;
                 self.startup_citus.push((name.clone(), value.clone()));
             } else {
+                self.startup_variables.push(name.to_ascii_lowercase());
                 from_options.push(format!(
                     "SELECT pg_catalog.set_config({}, {}, false)",
                     quote_literal(name),
@@ -1537,7 +1546,11 @@ impl Session {
             }
         }
         let mut reported = Vec::new();
-        if !from_options.is_empty() {
+        // The client's own backend took them at its login, as pgshard's role for a
+        // trusted client: checked once more as the client's role (the replay on a
+        // private connection), so that it sets only what the client may.
+        let trusted = matches!(self.creds.secret, crate::backend::conn::Secret::TrustedAs { .. });
+        if !from_options.is_empty() || trusted {
             // Before the startup packet's own parameters: PostgreSQL applies `options`
             // first, so a parameter given both ways takes the packet's value.
             self.startup_settings += from_options.len();
