@@ -51,6 +51,8 @@ mod pipelined;
 mod settings;
 /// INSERT ... SELECT into distributed tables through the coordinator node.
 mod via_coordinator;
+/// A client's own PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED.
+mod two_phase;
 /// Who the session is on the nodes: its role's connections, its own coordinator-node
 /// connection.
 pub mod identity;
@@ -1370,8 +1372,13 @@ impl Session {
             };
             let r = match plan {
                 Plan::Local => {
+                    // A query string of one statement goes as the client wrote it
+                    // (comments and `;` too): PostgreSQL keeps it whole as the
+                    // statement's text (pg_prepared_statements, pg_cursors,
+                    // pg_stat_activity).
+                    let text = if stmts.len() == 1 { sql } else { stmt.client_text() };
                     let coord = self.shared.coordinator.clone();
-                    self.simple_on_backend(&coord, stmt.client_text(), !is_read_only_local(stmt))
+                    self.simple_on_backend(&coord, text, !is_read_only_local(stmt))
                         .await
                 }
                 Plan::Router(r) => match route_bound(r, &[], &BindMsg::default_empty(), &catalog) {
@@ -2021,10 +2028,9 @@ impl Session {
                 sink.complete("ROLLBACK");
                 Ok(())
             }
-            TxnCommand::Other { .. } => Err(PgError::not_supported(
-                "pgshard does not take PREPARE TRANSACTION, COMMIT PREPARED or ROLLBACK PREPARED \
-                 from clients: it runs two-phase commit across nodes itself",
-            )),
+            TxnCommand::Other { text, kind, gid } => {
+                self.client_two_phase(text, *kind, gid, sink).await
+            }
         }
     }
 

@@ -405,8 +405,12 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
                     }
                 }
                 Err(e) => {
-                    // PostgreSQL only logs a bad length; pgshard also tells the client.
                     tracing::warn!(client = %client_address(peer), "refused startup packet: {}", e.message);
+                    // As PostgreSQL: a bad length is only logged, other refusals are
+                    // FATAL errors the client gets.
+                    if e.severity == msg::LOG_ONLY {
+                        return Err(e);
+                    }
                     let mut out = BytesMut::new();
                     let e = PgError { severity: "FATAL", raw: None, ..e };
                     msg::write_startup_error(&mut out, &e, major);
