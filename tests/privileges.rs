@@ -684,3 +684,75 @@ async fn grants_made_before_a_new_node_hold_on_its_shards() {
     run(&c, "DROP ROLE nn_reader, nn_group").await;
     common::assert_no_prepared_xacts().await;
 }
+
+/// Per-role settings of roles named `prefix...` on one server (database-specific or
+/// not), sorted.
+async fn role_settings(c: &Client, prefix: &str) -> Rows {
+    rows(
+        c,
+        &format!(
+            "SELECT r.rolname, s.setdatabase <> 0, s.setconfig::text FROM pg_db_role_setting s \
+             JOIN pg_roles r ON r.oid = s.setrole WHERE r.rolname LIKE '{prefix}%' ORDER BY 1, 2"
+        ),
+    )
+    .await
+}
+
+/// `ALTER ROLE ... SET`, `REASSIGN OWNED` and `DROP OWNED` reach every node; role
+/// statements inside a block run on every node in the block and commit or roll back
+/// with it, as on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn role_settings_owned_objects_and_role_statements_in_blocks() {
+    let _serial = SERIAL.lock().await;
+    let cl = cluster();
+    let c = cl.client().await;
+    let db = cl.database.clone();
+    let setup = format!(
+        "CREATE ROLE ro_a LOGIN PASSWORD 'ro pw a'; CREATE ROLE ro_b; \
+         ALTER ROLE ro_a SET work_mem = '3MB'; ALTER ROLE ro_a IN DATABASE \"{db}\" SET app.tenant = '7'; \
+         CREATE TABLE ro_t (k int, v int); ALTER TABLE ro_t OWNER TO ro_a"
+    );
+    run(&c, &setup).await;
+    run(&c, "SELECT create_distributed_table('ro_t', 'k'); INSERT INTO ro_t VALUES (1, 1), (2, 2)").await;
+    let coord = cl.direct(cl.coordinator_port).await;
+    let want = role_settings(&coord, "ro_").await;
+    assert_eq!(want.len(), 2, "{want:?}");
+    for port in worker_ports(&coord).await {
+        assert_eq!(role_settings(&cl.direct(port).await, "ro_").await, want, "worker {port}");
+    }
+    // The role's defaults apply on the workers' connections too.
+    let a = client_as("ro_a", "ro pw a").await;
+    assert_eq!(
+        rows(&a, "SELECT current_setting('app.tenant'), current_setting('work_mem') FROM ro_t WHERE k = 2").await,
+        vec![vec![Some("7".into()), Some("3MB".into())]]
+    );
+    drop(a);
+    run(&c, "ALTER ROLE ro_a RESET work_mem; REASSIGN OWNED BY ro_a TO ro_b").await;
+    assert_eq!(role_settings(&cl.direct(worker_ports(&coord).await[0]).await, "ro_").await, role_settings(&coord, "ro_").await);
+    let sec = assert_shards_like_table("public", "ro_t", "REASSIGN OWNED").await;
+    assert_eq!(sec[0][0].as_deref(), Some("ro_b"));
+    // DROP OWNED of a distributed table's owner would leave the catalog's rows behind.
+    assert_eq!(error(&c, "DROP OWNED BY ro_b").await.0, "0A000");
+    run(&c, "GRANT SELECT, UPDATE ON ro_t TO ro_a; DROP OWNED BY ro_a").await;
+    assert_shards_like_table("public", "ro_t", "DROP OWNED").await;
+
+    // Inside blocks.
+    run(&c, "BEGIN; CREATE ROLE ro_c LOGIN PASSWORD 'ro pw c'; GRANT SELECT ON ro_t TO ro_c; \
+             ALTER ROLE ro_c SET app.tenant = '9'; GRANT ro_b TO ro_c; COMMIT").await;
+    assert_roles_everywhere("ro_", "CREATE ROLE in a block").await;
+    assert_shards_like_table("public", "ro_t", "GRANT in a block").await;
+    let c_client = client_as("ro_c", "ro pw c").await;
+    assert_eq!(
+        rows(&c_client, "SELECT count(*), current_setting('app.tenant') FROM ro_t WHERE k = 1").await,
+        vec![vec![Some("1".into()), Some("9".into())]]
+    );
+    run(&c, "BEGIN; CREATE ROLE ro_gone; ALTER ROLE ro_c NOLOGIN; ROLLBACK").await;
+    assert_roles_everywhere("ro_", "ROLLBACK of role statements").await;
+    assert!(rows(&coord, "SELECT 1 FROM pg_roles WHERE rolname = 'ro_gone'").await.is_empty());
+    // PostgreSQL's own checks and errors, in the block as outside.
+    run(&c, "BEGIN").await;
+    assert_eq!(error(&c, "CREATE ROLE ro_c").await.0, "42710");
+    run(&c, "ROLLBACK").await;
+    run(&c, "DROP TABLE ro_t; DROP ROLE ro_c; DROP ROLE ro_a; DROP ROLE ro_b").await;
+    assert_roles_everywhere("ro_", "DROP ROLE").await;
+}

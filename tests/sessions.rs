@@ -539,3 +539,112 @@ async fn prepare_transaction_of_coordinator_blocks() {
     assert_eq!(n, Ok(vec![vec![Some("0".to_string())]]));
     common::assert_no_prepared_xacts().await;
 }
+
+/// Advisory locks of a key held on the worker nodes, as their own `pg_locks` shows
+/// them (pgshard's connections included).
+async fn worker_advisory_locks(classid: i64, objid: i64) -> i64 {
+    let cl = cluster();
+    let mut total = 0;
+    for &port in &cl.worker_ports {
+        let w = cl.direct(port).await;
+        let n: i64 = w
+            .query_one(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
+                 AND classid::int8 = $1 AND objid::int8 = $2 AND granted",
+                &[&classid, &objid],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        total += n;
+    }
+    total
+}
+
+/// State a client leaves on a worker connection through a distributed table's query
+/// (`set_config(.., false)`, a session advisory lock, a user function's SET) stays its
+/// own: short clients of the same role after it, which share the pooled and pipelined
+/// worker connections, see none of it, and it goes when the client ends, as between
+/// sessions of one PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_left_on_worker_connections_stays_the_clients() {
+    setup().await;
+    let cl = cluster();
+    let pg = plain_postgres();
+    let function = "CREATE OR REPLACE FUNCTION s_remember(v text) RETURNS text LANGUAGE sql \
+                    AS $$ SELECT set_config('x.f', v, false) $$";
+    cl.client().await.batch_execute(function).await.unwrap();
+    pg.client().await.batch_execute(function).await.unwrap();
+    for &port in &cl.worker_ports {
+        cl.direct(port).await.batch_execute(function).await.unwrap();
+    }
+    let a = cl.client().await;
+    let a_plain = pg.client().await;
+    let leave = [
+        "SELECT set_config('x.y', '1', false) FROM s_dist WHERE k = 1",
+        "SELECT pg_advisory_lock(4343) FROM s_dist WHERE k = 1",
+        "SELECT pg_advisory_lock(4344, k) FROM s_dist",
+        "SELECT s_remember(v::text) FROM s_dist WHERE k = 2",
+        // Its own state, on the node it left it on.
+        "SELECT current_setting('x.y', true) FROM s_dist WHERE k = 1",
+        "SELECT current_setting('x.f', true) FROM s_dist WHERE k = 2",
+        "SELECT pg_try_advisory_lock(4343) FROM s_dist WHERE k = 1",
+    ];
+    for sql in leave {
+        assert_eq!(
+            outcome(a.simple_query(sql).await),
+            outcome(a_plain.simple_query(sql).await),
+            "{sql}"
+        );
+    }
+    // The extended protocol too (a prepared routed read).
+    let set = "SELECT set_config('x.z', $1, false) FROM s_dist WHERE k = $2";
+    a.query(set, &[&"2", &3i32]).await.unwrap();
+    assert!(worker_advisory_locks(0, 4343).await >= 1);
+    let seen = [
+        "SELECT current_setting('x.y', true) FROM s_dist WHERE k = 1",
+        "SELECT current_setting('x.z', true) FROM s_dist WHERE k = 3",
+        "SELECT current_setting('x.f', true) FROM s_dist WHERE k = 2",
+        "SELECT DISTINCT current_setting('x.y', true) || current_setting('x.z', true) FROM s_dist",
+        "SELECT k FROM s_dist WHERE k IN (1, 2, 3) AND current_setting('x.f', true) IS NOT NULL",
+        "SELECT pg_try_advisory_lock(4343) FROM s_dist WHERE k = 1",
+        "SELECT pg_try_advisory_lock(4344, k) FROM s_dist WHERE k < 5",
+    ];
+    for i in 0..20 {
+        let short = cl.client().await;
+        let short_plain = pg.client().await;
+        for sql in seen {
+            assert_eq!(
+                outcome(short.simple_query(sql).await),
+                outcome(short_plain.simple_query(sql).await),
+                "short client {i}: {sql}"
+            );
+        }
+        // Prepared, through the pipelined connections.
+        let stmt = short
+            .prepare("SELECT current_setting('x.y', true) FROM s_dist WHERE k = $1")
+            .await
+            .unwrap();
+        for k in 1..4i32 {
+            let v: Option<String> = short.query_one(&stmt, &[&k]).await.unwrap().get(0);
+            assert_eq!(v, None, "short client {i}, k = {k}");
+        }
+    }
+    // The client still has its own state, and its locks go with it.
+    assert_eq!(
+        single_value(&a, "SELECT current_setting('x.z', true) FROM s_dist WHERE k = 3").await.as_deref(),
+        Some("2")
+    );
+    assert_eq!(worker_advisory_locks(0, 4343).await, 1);
+    assert_eq!(worker_advisory_locks(4344, 1).await, 1);
+    drop(a);
+    let mut left = (0, 0);
+    for _ in 0..100 {
+        left = (worker_advisory_locks(0, 4343).await, worker_advisory_locks(4344, 1).await);
+        if left == (0, 0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(left, (0, 0), "advisory locks outlived the client that took them");
+}

@@ -62,6 +62,14 @@ impl Drop for PooledConn {
 }
 
 impl PooledConn {
+    /// Makes the connection go back to `pool` instead of the pool it came from (a
+    /// session's own pool of the same node and slots, `Pools::own_pool`), for a
+    /// connection that now carries the session's state.
+    pub fn move_to(&mut self, pool: Arc<NodePool>) {
+        debug_assert!(Arc::ptr_eq(&pool.slots, &self.pool.slots));
+        self.pool = pool;
+    }
+
     /// The connection with its pool slot, kept out of the pool for good (until both
     /// are dropped): for a connection `mux` shares between sessions.
     pub fn detach(mut self) -> (BackendConn, OwnedSemaphorePermit) {
@@ -263,6 +271,21 @@ impl Pools {
         );
         pools.insert((addr.clone(), runtime, who), p.clone());
         p
+    }
+
+    /// A pool of `addr` for one session alone, logged in with `creds`: it shares the
+    /// node's slots with the role's pool (`node_as`) but keeps its own idle
+    /// connections, which nobody else takes and which close when the session drops
+    /// the pool. For a session whose statements may have left state on a connection
+    /// (`executor::session::isolation`).
+    pub fn own_pool(&self, addr: &NodeAddr, creds: &Arc<Credentials>) -> Arc<NodePool> {
+        let shared = self.node_as(addr, creds);
+        NodePool::sharing(
+            addr.clone(),
+            creds.clone(),
+            shared.slots.clone(),
+            self.application_name.clone(),
+        )
     }
 
     /// The application_name of pgshard's node connections.

@@ -430,8 +430,9 @@ pub(crate) async fn copy_all_roles(
 }
 
 /// A client's role statement: on the coordinator node as `caller` (so PostgreSQL
-/// checks CREATEROLE, ADMIN OPTION, ...), then the roles it changed on every worker,
-/// in one two-phase commit.
+/// checks CREATEROLE, ADMIN OPTION, ...), then the roles it changed on every worker
+/// (and, for per-role settings and REASSIGN / DROP OWNED, the statement itself as
+/// `caller`), in one two-phase commit.
 pub async fn propagate_role_statement(
     cache: &CatalogCache,
     caller: &str,
@@ -446,6 +447,19 @@ pub async fn propagate_role_statement(
         .map(|(old, new)| (old.resolve(caller), new.clone()));
     let participants =
         super::shards::open_participants(cache.config(), workers(cache).into_iter()).await?;
+    if plan.text_on_workers {
+        let results = join_all(participants.iter().map(|p| async move {
+            run_as_caller(&p.client, caller, &plan.text)
+                .await
+                .map_err(|e| e.in_context(&format!("{} on node {}", plan.tag, p.node())))
+        }))
+        .await;
+        if let Some(e) = results.into_iter().find_map(Result::err) {
+            let _ = coord.batch_execute("ROLLBACK").await;
+            twopc::abort(&participants).await;
+            return Err(e);
+        }
+    }
     sync_and_commit(
         &coord,
         participants,

@@ -265,7 +265,7 @@ impl Session {
     }
 
     /// What the coordinator node's functions of each name are (None: it has none);
-    /// cached per process.
+    /// cached per process for `FUNCTION_KINDS_TTL`.
     pub(super) async fn function_kinds(
         &mut self,
         names: &[String],
@@ -274,14 +274,19 @@ impl Session {
             let cache = self.shared.function_kinds.lock().unwrap();
             names
                 .iter()
-                .filter(|n| !cache.contains_key(*n))
+                .filter(|n| {
+                    !cache
+                        .get(*n)
+                        .is_some_and(|(_, at)| at.elapsed() < FUNCTION_KINDS_TTL)
+                })
                 .cloned()
                 .collect()
         };
         if !unknown.is_empty() {
             let list: Vec<String> = unknown.iter().map(|n| quote_literal(n)).collect();
             let sql = format!(
-                "SELECT proname::text || ' ' || bool_or(prokind IN ('a', 'w'))::text || ' ' || \
+                "SELECT proname::text || ' ' || bool_or(oid >= 16384)::text || ' ' || \
+                 bool_or(prokind IN ('a', 'w'))::text || ' ' || \
                  bool_and(provolatile = 'i')::text FROM pg_catalog.pg_proc \
                  WHERE proname IN ({}) GROUP BY proname",
                 list.join(", ")
@@ -290,23 +295,31 @@ impl Session {
             let mut conn = self.shared.pools.node(&coord).acquire().await?;
             // An error is returned, never cached.
             let rows = conn.simple_column(&sql).await?;
+            let now = std::time::Instant::now();
             let mut cache = self.shared.function_kinds.lock().unwrap();
+            for name in &unknown {
+                cache.insert(name.clone(), (None, now));
+            }
             for row in rows {
-                let mut it = row.rsplitn(3, ' ');
-                let (Some(immutable), Some(aggregate), Some(name)) =
-                    (it.next(), it.next(), it.next())
+                let mut it = row.rsplitn(4, ' ');
+                let (Some(immutable), Some(aggregate), Some(user_defined), Some(name)) =
+                    (it.next(), it.next(), it.next(), it.next())
                 else {
                     continue;
                 };
                 let kind = FunctionKind {
                     aggregate: aggregate == "true",
                     immutable: immutable == "true",
+                    user_defined: user_defined == "true",
                 };
-                cache.insert(name.to_string(), kind);
+                cache.insert(name.to_string(), (Some(kind), now));
             }
         }
         let cache = self.shared.function_kinds.lock().unwrap();
-        Ok(names.iter().map(|n| cache.get(n).copied()).collect())
+        Ok(names
+            .iter()
+            .map(|n| cache.get(n).and_then(|(k, _)| *k))
+            .collect())
     }
 
     /// A pooled connection to `addr` carrying this session's settings (outside the

@@ -11,7 +11,9 @@
 use super::combine;
 #[path = "multishard.rs"]
 mod multishard;
-use super::shared::{CancelTargets, FunctionKind, PipelinedBatch, RunningBackends, Shared};
+use super::shared::{
+    CancelTargets, FunctionKind, PipelinedBatch, RunningBackends, Shared, FUNCTION_KINDS_TTL,
+};
 use super::statements::{backend_name, is_backend_name, MAX_PREPARED_PER_CONNECTION};
 use crate::backend::{BackendConn, Credentials, NodeAddr, NodePool, PooledConn};
 use crate::catalog::{Catalog, ShardId, ShardInterval};
@@ -53,6 +55,8 @@ mod settings;
 mod via_coordinator;
 /// A client's own PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED.
 mod two_phase;
+/// No session state crosses between clients through shared node connections.
+mod isolation;
 /// Who the session is on the nodes: its role's connections, its own coordinator-node
 /// connection.
 pub mod identity;
@@ -206,6 +210,13 @@ pub struct Session {
     /// Temporary tables made for cursors over distributed tables (`cursor.rs`), for
     /// their names.
     cursor_tables: u64,
+    /// Once a statement may have left session state on a node connection: the
+    /// session's own pools per node, which no other session takes from
+    /// (`isolation.rs`).
+    own_pools: Mutex<Option<HashMap<NodeAddr, Arc<NodePool>>>>,
+    /// Roles a role statement of the current block changed: copied to the workers
+    /// once it commits.
+    roles_to_sync: Vec<String>,
 }
 
 /// A node connection's settings fingerprint when they are not known (a SET ran on
@@ -293,6 +304,8 @@ impl Session {
             shapes: ShapeCache::default(),
             implicit_block: false,
             catalog_changed: false,
+            own_pools: Mutex::new(None),
+            roles_to_sync: Vec::new(),
         }
     }
 
@@ -882,6 +895,7 @@ impl Session {
         if let Plan::Unsupported(e) = &plan {
             return Err(e.clone());
         }
+        self.isolate_if_stateful(&stmt, &plan).await?;
         let meta = match &plan {
             Plan::Local
             | Plan::Router(_)
@@ -918,6 +932,7 @@ impl Session {
             return Ok(p);
         }
         let plan = self.plan_statement(&p.stmt, &catalog)?;
+        self.isolate_if_stateful(&p.stmt, &plan).await?;
         let fresh = Arc::new(Prepared {
             sql: p.sql.clone(),
             stmt: p.stmt.clone(),
@@ -1312,7 +1327,26 @@ impl Session {
                 client_text::write_warning(&mut self.out, w);
             }
         }
-        if let (Some(sc), [stmt], [plan]) = (scanned, stmts.as_slice(), plans.as_slice()) {
+        let mut stateful = false;
+        for (stmt, plan) in stmts.iter().zip(&plans) {
+            match self.isolate_if_stateful(stmt, plan).await {
+                Ok(s) => stateful |= s,
+                Err(e) => {
+                    msg::write_error(&mut self.out, &e);
+                    self.fail();
+                    self.batch_error = false;
+                    return Ok(());
+                }
+            }
+        }
+        // A shape that may leave session state is checked again each time it runs, and
+        // a `set_config` on the coordinator node is followed each time.
+        let sets_config = stmts
+            .iter()
+            .any(|s| !isolation::set_config_calls(&s.text).is_empty());
+        if let (Some(sc), [stmt], [plan], false) =
+            (scanned, stmts.as_slice(), plans.as_slice(), stateful || sets_config)
+        {
             if let Some(node) = &stmt.node {
                 self.shapes
                     .remember(catalog.version, sc, node, plan, !is_read_only_local(stmt));
@@ -1321,6 +1355,7 @@ impl Session {
         if stmts.len() > 1
             && plans.iter().all(|p| matches!(p, Plan::Local))
             && self.txn != TxnState::Failed
+            && !sets_config
         {
             // Only the coordinator node: the string goes there whole, keeping
             // PostgreSQL's own multi-statement semantics.
@@ -1343,7 +1378,11 @@ impl Session {
             let current = (i > 0).then(|| self.shared.catalog.snapshot());
             let plan = if let Some(current) = current.filter(|c| c.version != planned_with) {
                 catalog = current;
-                match self.plan_statement(stmt, &catalog) {
+                let planned = match self.plan_statement(stmt, &catalog) {
+                    Ok(p) => self.isolate_if_stateful(stmt, &p).await.map(|_| p),
+                    Err(e) => Err(e),
+                };
+                match planned {
                     Ok(p) => {
                         replanned = p;
                         &replanned
@@ -1378,8 +1417,14 @@ impl Session {
                     // pg_stat_activity).
                     let text = if stmts.len() == 1 { sql } else { stmt.client_text() };
                     let coord = self.shared.coordinator.clone();
-                    self.simple_on_backend(&coord, text, !is_read_only_local(stmt))
-                        .await
+                    let r = self
+                        .simple_on_backend(&coord, text, !is_read_only_local(stmt))
+                        .await;
+                    if r.is_ok() && !self.batch_error {
+                        self.follow_set_config(stmt).await
+                    } else {
+                        r
+                    }
                 }
                 Plan::Router(r) => match route_bound(r, &[], &BindMsg::default_empty(), &catalog) {
                     Ok(shard) => match placement_addr(&catalog, shard) {
@@ -1744,14 +1789,14 @@ impl Session {
             }
             Plan::Propagate(p) => self.maintenance(p, params.bind.is_some(), sink).await,
             Plan::Role(p) => {
-                if self.txn != TxnState::Idle {
-                    return Err(PgError::not_supported(
-                        "pgshard does not support role statements inside a transaction block yet",
-                    ));
-                }
                 let caller = self.caller().await?;
-                commands::roles::propagate_role_statement(&self.shared.catalog, &caller, p)
-                    .await?;
+                self.refuse_drop_owned_of_distributed(p, &caller).await?;
+                if self.txn != TxnState::Idle {
+                    self.role_in_block(p, &caller).await?;
+                } else {
+                    commands::roles::propagate_role_statement(&self.shared.catalog, &caller, p)
+                        .await?;
+                }
                 sink.complete(p.tag);
                 Ok(())
             }
@@ -2071,9 +2116,19 @@ impl Session {
     /// commit where several did (unless the session chose 1PC), ROLLBACK otherwise.
     async fn finish_transaction(&mut self, commit: bool) -> PgResult<()> {
         let catalog_changed = std::mem::take(&mut self.catalog_changed);
+        let roles = std::mem::take(&mut self.roles_to_sync);
         let r = self.end_transaction(commit).await;
         if catalog_changed && commit && r.is_ok() {
             self.announce_catalog_change().await;
+        }
+        if commit && r.is_ok() {
+            // Role statements of the block: the workers' copies made exact (password
+            // verifiers), as outside blocks (`ddl_in_block::role_in_block`).
+            for role in roles {
+                if let Err(e) = commands::roles::sync_role(&self.shared.catalog, &role).await {
+                    tracing::warn!("copying role \"{role}\" to the workers after its block failed: {e}");
+                }
+            }
         }
         r
     }

@@ -32,9 +32,10 @@ pub struct Shared {
     pub cancel_keys: Mutex<HashMap<(i32, i32), CancelTargets>>,
     /// ParameterStatus values reported to clients at startup (the coordinator node's).
     pub server_params: Vec<(String, String)>,
-    /// Function name -> what the coordinator node's functions of that name are
-    /// (names it has no function of are not cached).
-    pub function_kinds: Mutex<HashMap<String, FunctionKind>>,
+    /// Function name -> what the coordinator node's functions of that name are (None:
+    /// it has none) and when that was read: entries older than `FUNCTION_KINDS_TTL`
+    /// are read again, and function DDL through pgshard clears them all.
+    pub function_kinds: Mutex<HashMap<String, (Option<FunctionKind>, std::time::Instant)>>,
     /// Random id of this pgshard process, part of its 2PC transaction names.
     pub instance_id: String,
     /// Numbers this process's distributed transactions (unique within the process).
@@ -52,7 +53,14 @@ pub struct FunctionKind {
     pub aggregate: bool,
     /// Every overload is IMMUTABLE (gives the same result on every node).
     pub immutable: bool,
+    /// Some overload is not built into PostgreSQL (its oid is at or above
+    /// FirstNormalObjectId): its body is opaque to pgshard.
+    pub user_defined: bool,
 }
+
+/// How long `Shared::function_kinds` trusts what it read (functions created or
+/// replaced outside pgshard are seen after this long at most).
+pub const FUNCTION_KINDS_TTL: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Shared {
     pub async fn new(

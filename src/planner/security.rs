@@ -52,6 +52,12 @@ pub struct RolePlan {
     pub roles: Vec<RoleRef>,
     /// `ALTER ROLE old RENAME TO new`: renamed on the workers first.
     pub renamed: Option<(RoleRef, String)>,
+    /// The statement itself also runs on every worker as the caller: what it changes
+    /// is each node's own (`ALTER ROLE ... SET`, `REASSIGN OWNED`, `DROP OWNED`).
+    pub text_on_workers: bool,
+    /// `DROP OWNED BY` these roles: refused while one of them owns a distributed or
+    /// reference table (its shell and shards would go without the catalog's rows).
+    pub drop_owned: Vec<RoleRef>,
     pub tag: &'static str,
 }
 
@@ -81,7 +87,14 @@ pub fn plan_role(node: &N, text: &str) -> Option<RolePlan> {
         text: text.to_string(),
         roles,
         renamed: None,
+        text_on_workers: false,
+        drop_owned: Vec::new(),
         tag,
+    };
+    let on_workers = |tag: &'static str, drop_owned: Vec<RoleRef>| RolePlan {
+        text_on_workers: true,
+        drop_owned,
+        ..plan(Vec::new(), tag)
     };
     match node {
         N::CreateRoleStmt(c) => Some(plan(vec![RoleRef::Name(c.role.clone())], "CREATE ROLE")),
@@ -98,6 +111,9 @@ pub fn plan_role(node: &N, text: &str) -> Option<RolePlan> {
                 "REVOKE ROLE"
             },
         )),
+        N::AlterRoleSetStmt(_) => Some(on_workers("ALTER ROLE", Vec::new())),
+        N::ReassignOwnedStmt(_) => Some(on_workers("REASSIGN OWNED", Vec::new())),
+        N::DropOwnedStmt(d) => Some(on_workers("DROP OWNED", role_refs(&d.roles))),
         N::RenameStmt(r) if r.rename_type == ObjectType::ObjectRole as i32 => {
             let mut p = plan(vec![RoleRef::Name(r.newname.clone())], "ALTER ROLE");
             p.renamed = Some((RoleRef::Name(r.subname.clone()), r.newname.clone()));
@@ -463,6 +479,12 @@ mod tests {
         assert_eq!(p.renamed, Some((RoleRef::Name("a".into()), "b".into())));
         assert_eq!(p.roles, vec![RoleRef::Name("b".into())]);
         assert!(plan_role(&node("ALTER TABLE t RENAME TO u"), "").is_none());
+        let p = plan_role(&node("ALTER ROLE a IN DATABASE d SET work_mem = '8MB'"), "").unwrap();
+        assert!(p.text_on_workers && p.roles.is_empty() && p.tag == "ALTER ROLE");
+        let p = plan_role(&node("REASSIGN OWNED BY a TO b"), "").unwrap();
+        assert!(p.text_on_workers && p.drop_owned.is_empty());
+        let p = plan_role(&node("DROP OWNED BY a, CURRENT_USER CASCADE"), "").unwrap();
+        assert_eq!(p.drop_owned, vec![RoleRef::Name("a".into()), RoleRef::Caller]);
         assert!(plan_role(&node("SELECT 1"), "").is_none());
     }
 

@@ -6,13 +6,14 @@
 //! The block's later statements are planned with the catalog as it was, so only DDL
 //! that changes nothing pgshard plans with runs here (`DdlPlan::not_in_block`); the
 //! catalog version is raised in the block, and every pgshard reloads after the commit.
-//! GRANT / REVOKE reaching shards and workers run here the same way.
+//! GRANT / REVOKE reaching shards and workers run here the same way, and so do role
+//! statements (`role_in_block`).
 
 use super::*;
 use crate::catalog::cache::{CHANNEL, RAISE_VERSION_AS_CLIENT};
 use crate::commands::ddl::{shard_context, work_per_node};
 use crate::planner::ddl::{shard_statement, DdlPlan};
-use crate::planner::security::GrantPlan;
+use crate::planner::security::{GrantPlan, RolePlan};
 use std::collections::BTreeMap;
 
 impl Session {
@@ -108,5 +109,73 @@ impl Session {
             }
         }
         self.shared.catalog.reload().await;
+    }
+
+    /// A role statement inside the client's block (`CREATE/ALTER/DROP ROLE`,
+    /// `GRANT/REVOKE role`, `ALTER ROLE ... SET`, `REASSIGN OWNED`, `DROP OWNED`): the
+    /// client's statement on its coordinator-node connection (PostgreSQL checks it as
+    /// the client), then the same statement on every active worker over the session's
+    /// connections there (logged in as the client: the same checks), committed or
+    /// rolled back with the block, 2PC included. The roles stay equal on every node
+    /// within the block, so its later statements (a GRANT to a role it created) work
+    /// on the workers too. The one difference: a password given in clear is hashed by
+    /// each node with its own salt, so after the commit the changed roles are copied
+    /// from the coordinator node (`finish_transaction`); until then a worker refusing
+    /// the role's login gets it copied then (`identity.rs`).
+    pub(super) async fn role_in_block(&mut self, plan: &RolePlan, caller: &str) -> PgResult<()> {
+        let coord = self.shared.coordinator.clone();
+        let idx = self.bulk_conn(&coord, true).await?;
+        self.held[idx].conn.simple(&plan.text).await?;
+        let catalog = self.shared.catalog.snapshot();
+        for w in catalog.workers.iter().filter(|w| w.is_active) {
+            let addr = NodeAddr {
+                host: w.host.clone(),
+                port: w.port,
+            };
+            let n = self.bulk_conn(&addr, true).await?;
+            // Never the statement in the message: it may carry a password.
+            self.held[n]
+                .conn
+                .simple(&plan.text)
+                .await
+                .map_err(|e| e.in_context(&format!("{} on node {addr}", plan.tag)))?;
+        }
+        self.roles_to_sync
+            .extend(plan.roles.iter().map(|r| r.resolve(caller)));
+        if let Some((_, new)) = &plan.renamed {
+            self.roles_to_sync.push(new.clone());
+        }
+        Ok(())
+    }
+
+    /// `DROP OWNED BY` a role owning a distributed or reference table is refused: its
+    /// shell and shards would go, the catalog's rows of it would stay.
+    pub(super) async fn refuse_drop_owned_of_distributed(
+        &mut self,
+        plan: &RolePlan,
+        caller: &str,
+    ) -> PgResult<()> {
+        if plan.drop_owned.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = plan
+            .drop_owned
+            .iter()
+            .map(|r| quote_literal(&r.resolve(caller)))
+            .collect();
+        let sql = format!(
+            "SELECT p.logicalrelid::regclass::text FROM pg_catalog.pg_dist_partition p \
+             JOIN pg_catalog.pg_class c ON c.oid = p.logicalrelid \
+             WHERE pg_catalog.pg_get_userbyid(c.relowner) IN ({}) LIMIT 1",
+            names.join(", ")
+        );
+        match self.home_column(&sql).await?.into_iter().next() {
+            Some(table) => Err(PgError::not_supported(format!(
+                "pgshard does not support DROP OWNED BY a role that owns a distributed or \
+                 reference table yet (table {table})"
+            ))
+            .with_hint("Drop the table, or REASSIGN OWNED, first.")),
+            None => Ok(()),
+        }
     }
 }

@@ -12,7 +12,9 @@
 //!   If that backend goes away (`pg_terminate_backend`), the session ends.
 //! - Worker connections (and pgshard's private coordinator connections for combine
 //!   steps) come from per-role pools: only sessions of the same role share them,
-//!   and each is brought to the session's settings, role included, before use.
+//!   and each is brought to the session's settings, role included, before use. A
+//!   session whose statement may leave other state on them (a function's
+//!   `set_config`, advisory locks...) gets pools of its own instead (`isolation.rs`).
 //! - A worker that does not know the role's verifier yet (a role created before it
 //!   was added, or a password changed directly on the coordinator node) refuses the
 //!   login; the role is then copied from the coordinator node
@@ -195,7 +197,10 @@ impl Session {
     /// connection): for work of the session's own beside its statements (combine
     /// steps, pipelined reads).
     pub(super) async fn pooled_client_conn(&self, addr: &NodeAddr) -> PgResult<PooledConn> {
-        let pool = self.shared.pools.node_as(addr, &self.creds);
+        let pool = match self.own_pool(addr) {
+            Some(own) => own,
+            None => self.shared.pools.node_as(addr, &self.creds),
+        };
         match pool.acquire().await {
             Err(e) if is_role_mismatch(&e) && !matches!(self.creds.secret, Secret::TrustedAs { .. }) => {
                 commands::roles::sync_role_on_node(&self.shared.cfg, &addr.host, addr.port, &self.creds.user)
@@ -284,23 +289,28 @@ impl Session {
     /// connections (Citus functions, DDL on shells): the client's `current_user`, as
     /// its own backend says (after its SET ROLE, in its block).
     pub(super) async fn caller(&mut self) -> PgResult<String> {
-        const SQL: &str = "SELECT current_user";
-        let coord = self.shared.coordinator.clone();
-        let rows = if let Some(i) = self.held_index(&coord) {
-            self.drain_all().await?;
-            self.held[i].conn.simple_column(SQL).await?
-        } else {
-            let mut conn = self.home.acquire().await?;
-            if conn.settings_fingerprint != self.settings_fp {
-                conn.simple(&settings_replay_sql(&self.creds, &self.settings, &[]))
-                    .await?;
-                conn.settings_fingerprint = self.settings_fp;
-            }
-            conn.simple_column(SQL).await?
-        };
-        rows.into_iter()
+        self.home_column("SELECT current_user")
+            .await?
+            .into_iter()
             .next()
             .ok_or_else(|| PgError::internal("current_user gave no row"))
+    }
+
+    /// The first column of `sql`'s rows on the client's own coordinator-node
+    /// connection, in its block if it is in one, with its settings.
+    pub(super) async fn home_column(&mut self, sql: &str) -> PgResult<Vec<String>> {
+        let coord = self.shared.coordinator.clone();
+        if let Some(i) = self.held_index(&coord) {
+            self.drain_all().await?;
+            return self.held[i].conn.simple_column(sql).await;
+        }
+        let mut conn = self.home.acquire().await?;
+        if conn.settings_fingerprint != self.settings_fp {
+            conn.simple(&settings_replay_sql(&self.creds, &self.settings, &[]))
+                .await?;
+            conn.settings_fingerprint = self.settings_fp;
+        }
+        conn.simple_column(sql).await
     }
 
     /// ReadyForQuery, after the reports no answer carried (PostgreSQL sends its

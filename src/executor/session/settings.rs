@@ -316,6 +316,8 @@ impl Session {
         self.record_setting(stmt, None);
         self.statements.clear();
         self.portals.clear();
+        // The state its statements left on its own node connections goes with them.
+        self.unpin();
         Ok(())
     }
 
@@ -405,6 +407,49 @@ impl Session {
                 .push((name.to_string(), value.map(str::to_string)));
         }
         sink.complete(verb);
+        Ok(())
+    }
+}
+
+impl Session {
+    /// After `stmt` ran on the client's own coordinator-node connection: the settings
+    /// its `set_config` calls made there (read back from it) reach the session's other
+    /// node connections as a SET or, in a block, a SET LOCAL would (row-level security
+    /// reading `current_setting` on a shard sees them). Only calls whose name and
+    /// `is_local` are constants are followed (`isolation::set_config_calls`).
+    pub(super) async fn follow_set_config(&mut self, stmt: &Statement) -> PgResult<()> {
+        for (name, local) in super::isolation::set_config_calls(&stmt.text) {
+            let in_block = self.txn != TxnState::Idle;
+            if local && !in_block {
+                // Its transaction already ended, and the value with it.
+                continue;
+            }
+            let read = format!("SELECT pg_catalog.current_setting({}, true)", quote_literal(&name));
+            let Some(value) = self.home_column(&read).await?.into_iter().next() else {
+                continue;
+            };
+            let variable = name.to_ascii_lowercase();
+            let quoted: Vec<String> = name.split('.').map(quote_ident).collect();
+            let scope = if local { "LOCAL " } else { "" };
+            let text = format!("SET {scope}{} TO {}", quoted.join("."), quote_literal(&value));
+            self.before_settings_change();
+            if local {
+                let coord = self.shared.coordinator.clone();
+                match self.held_index(&coord) {
+                    Some(home) => self.on_every_held_but(home, &text).await?,
+                    None => self.on_every_held(&text).await?,
+                }
+                self.local_settings.retain(|(v, _)| *v != variable);
+                self.local_settings.push((variable, text));
+            } else {
+                let set = Statement {
+                    text,
+                    node: None,
+                    form: Default::default(),
+                };
+                self.record_setting(&set, Some(&variable));
+            }
+        }
         Ok(())
     }
 }
