@@ -454,6 +454,92 @@ async fn commit_time_errors_and_old_settings() {
     c.simple_query("SELECT v FROM s_dist WHERE k = 3").await.unwrap();
 }
 
+/// Runs `script` through pgshard and on the plain server, statement by statement (each
+/// its own query string, as written), and compares rows and SQLSTATEs.
+async fn same_outcomes(script: &[&str]) {
+    let shard = cluster().client().await;
+    let plain = plain_postgres().client().await;
+    for sql in script {
+        let got = outcome(shard.simple_query(sql).await);
+        let want = outcome(plain.simple_query(sql).await);
+        assert_eq!(got, want, "{sql}");
+    }
+}
+
+/// A statement reaches the node as the client wrote it, `;` included: what
+/// pg_prepared_statements and pg_cursors show is PostgreSQL's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_keep_the_clients_text() {
+    setup().await;
+    same_outcomes(&[
+        "PREPARE s_q1 AS SELECT a FROM s_local WHERE a > $1;",
+        "PREPARE s_q2(int) AS SELECT $1 + 1 ;  ",
+        "SELECT name, statement FROM pg_prepared_statements ORDER BY name",
+        "BEGIN",
+        "DECLARE s_c1 CURSOR FOR SELECT a FROM s_local ORDER BY a;",
+        "/* c2 */ DECLARE s_c2 SCROLL CURSOR FOR SELECT 1",
+        "SELECT name, statement, is_scrollable FROM pg_cursors ORDER BY name",
+        "COMMIT",
+        "DEALLOCATE ALL",
+    ])
+    .await;
+}
+
+/// PREPARE TRANSACTION of a block that ran only on the coordinator node is
+/// PostgreSQL's own there (prepared, then COMMIT / ROLLBACK PREPARED; refused for
+/// temporary objects, the block rolled back); a block that ran on a worker is refused
+/// (0A000) and ends rolled back, as PostgreSQL ends a block whose PREPARE failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepare_transaction_of_coordinator_blocks() {
+    setup().await;
+    let ddl = "DROP TABLE IF EXISTS s_2pc; CREATE TABLE s_2pc (a int)";
+    cluster().client().await.batch_execute(ddl).await.unwrap();
+    plain_postgres().client().await.batch_execute(ddl).await.unwrap();
+    same_outcomes(&[
+        "PREPARE TRANSACTION 's_none'",
+        "BEGIN",
+        "INSERT INTO s_2pc VALUES (1)",
+        "SET work_mem = '7MB'",
+        "PREPARE TRANSACTION 's_gid1'",
+        "SHOW work_mem",
+        "SELECT count(*) FROM s_2pc",
+        "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 's\\_gid%'",
+        "COMMIT PREPARED 's_gid1'",
+        "SELECT count(*) FROM s_2pc",
+        "BEGIN",
+        "INSERT INTO s_2pc VALUES (2)",
+        "PREPARE TRANSACTION 's_gid2'",
+        "BEGIN",
+        "ROLLBACK PREPARED 's_gid2'",
+        "ROLLBACK",
+        "ROLLBACK PREPARED 's_gid2'",
+        "SELECT count(*) FROM s_2pc",
+        "BEGIN",
+        "CREATE TEMP TABLE s_tmp (a int)",
+        "INSERT INTO s_2pc VALUES (3)",
+        "PREPARE TRANSACTION 's_gid3'",
+        "SELECT count(*) FROM s_2pc",
+        "SELECT count(*) FROM pg_prepared_xacts WHERE gid = 's_gid3'",
+        "BEGIN",
+        "SELECT 1/0",
+        "PREPARE TRANSACTION 's_gid4'",
+        "SELECT count(*) FROM pg_prepared_xacts WHERE gid = 's_gid4'",
+    ])
+    .await;
+    // A block that read a distributed table: refused, and over.
+    let shard = cluster().client().await;
+    shard.batch_execute("BEGIN; INSERT INTO s_2pc VALUES (5)").await.unwrap();
+    shard.simple_query("SELECT v FROM s_dist WHERE k = 1").await.unwrap();
+    let e = shard.simple_query("PREPARE TRANSACTION 's_gid5'").await.unwrap_err();
+    assert_eq!(e.as_db_error().map(|d| d.code().code()), Some("0A000"), "{e}");
+    assert!(shard.is_closed() == false);
+    let n = outcome(shard.simple_query("SELECT count(*) FROM s_2pc WHERE a = 5").await);
+    assert_eq!(n, Ok(vec![vec![Some("0".to_string())]]));
+    let n = outcome(shard.simple_query("SELECT count(*) FROM pg_prepared_xacts WHERE gid = 's_gid5'").await);
+    assert_eq!(n, Ok(vec![vec![Some("0".to_string())]]));
+    common::assert_no_prepared_xacts().await;
+}
+
 /// Advisory locks of a key held on the worker nodes, as their own `pg_locks` shows
 /// them (pgshard's connections included).
 async fn worker_advisory_locks(classid: i64, objid: i64) -> i64 {

@@ -161,6 +161,17 @@ impl BackendConn {
         creds: &Credentials,
         application_name: &str,
     ) -> PgResult<BackendConn> {
+        Self::connect_with_parameters(addr, creds, &[("application_name", application_name)]).await
+    }
+
+    /// `connect` with more startup-packet parameters (`options`, `DateStyle`...: a
+    /// client's own, which become the connection's defaults, what RESET returns to).
+    /// `client_encoding` is UTF8 unless one of them says otherwise.
+    pub async fn connect_with_parameters(
+        addr: &NodeAddr,
+        creds: &Credentials,
+        parameters: &[(&str, &str)],
+    ) -> PgResult<BackendConn> {
         let fail = |e: std::io::Error| {
             PgError::new(
                 sqlstate::CONNECTION_FAILURE,
@@ -184,12 +195,14 @@ impl BackendConn {
             unforwarded_reports: Vec::new(),
             unforwarded_notifications: Vec::new(),
         };
-        let params = [
+        let mut params = vec![
             ("user", creds.login_user()),
             ("database", creds.database.as_str()),
-            ("application_name", application_name),
-            ("client_encoding", "UTF8"),
         ];
+        params.extend(parameters.iter().copied());
+        if !parameters.iter().any(|(k, _)| *k == "client_encoding") {
+            params.push(("client_encoding", "UTF8"));
+        }
         frontend::startup_message(params.iter().copied(), &mut conn.wbuf)
             .map_err(|e| PgError::internal(format!("startup message: {e}")))?;
         conn.flush().await?;

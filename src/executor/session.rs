@@ -53,6 +53,8 @@ mod pipelined;
 mod settings;
 /// INSERT ... SELECT into distributed tables through the coordinator node.
 mod via_coordinator;
+/// A client's own PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED.
+mod two_phase;
 /// No session state crosses between clients through shared node connections.
 mod isolation;
 /// Who the session is on the nodes: its role's connections, its own coordinator-node
@@ -179,6 +181,8 @@ pub struct Session {
     startup_settings: usize,
     /// `citus.*` settings given in the startup packet's `options`.
     startup_citus: Vec<(String, String)>,
+    /// The variables the startup packet set (lower case), `options` included.
+    startup_variables: Vec<String>,
     settings_fp: u64,
     citus: CitusSettings,
     commit_protocol: String,
@@ -294,6 +298,12 @@ impl Session {
             settings_fp: fingerprint(&settings),
             startup_settings: settings.len(),
             startup_citus: Vec::new(),
+            startup_variables: startup
+                .iter()
+                .map(|(k, _)| k.to_ascii_lowercase())
+                .filter(|k| !matches!(k.as_str(), "user" | "database" | "options" | "replication"))
+                .chain(std::iter::once("application_name".to_string()))
+                .collect(),
             settings,
             citus: CitusSettings {
                 shard_count: cfg.citus.shard_count,
@@ -1539,9 +1549,14 @@ impl Session {
             };
             let r = match plan {
                 Plan::Local => {
+                    // A query string of one statement goes as the client wrote it
+                    // (comments and `;` too): PostgreSQL keeps it whole as the
+                    // statement's text (pg_prepared_statements, pg_cursors,
+                    // pg_stat_activity).
+                    let text = if stmts.len() == 1 { sql } else { stmt.client_text() };
                     let coord = self.shared.coordinator.clone();
                     let r = self
-                        .simple_on_backend(&coord, stmt.client_text(), !is_read_only_local(stmt))
+                        .simple_on_backend(&coord, text, !is_read_only_local(stmt))
                         .await;
                     if r.is_ok() && !self.batch_error {
                         self.follow_set_config(stmt).await
@@ -1716,6 +1731,7 @@ impl Session {
                 self.set_citus(name, Some(value))?;
                 self.startup_citus.push((name.clone(), value.clone()));
             } else {
+                self.startup_variables.push(name.to_ascii_lowercase());
                 from_options.push(format!(
                     "SELECT pg_catalog.set_config({}, {}, false)",
                     quote_literal(name),
@@ -1724,7 +1740,11 @@ impl Session {
             }
         }
         let mut reported = Vec::new();
-        if !from_options.is_empty() {
+        // The client's own backend took them at its login, as pgshard's role for a
+        // trusted client: checked once more as the client's role (the replay on a
+        // private connection), so that it sets only what the client may.
+        let trusted = matches!(self.creds.secret, crate::backend::conn::Secret::TrustedAs { .. });
+        if !from_options.is_empty() || trusted {
             // Before the startup packet's own parameters: PostgreSQL applies `options`
             // first, so a parameter given both ways takes the packet's value.
             self.startup_settings += from_options.len();
@@ -2204,10 +2224,9 @@ impl Session {
                 sink.complete("ROLLBACK");
                 Ok(())
             }
-            TxnCommand::Other { .. } => Err(PgError::not_supported(
-                "pgshard does not take PREPARE TRANSACTION, COMMIT PREPARED or ROLLBACK PREPARED \
-                 from clients: it runs two-phase commit across nodes itself",
-            )),
+            TxnCommand::Other { text, kind, gid } => {
+                self.client_two_phase(text, *kind, gid, sink).await
+            }
         }
     }
 

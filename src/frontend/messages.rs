@@ -88,17 +88,24 @@ pub enum StartupPacket {
     Cancel { process_id: i32, secret_key: i32 },
 }
 
+/// The severity of a refused startup packet PostgreSQL only logs (COMMERROR): the
+/// client gets no answer, the connection is closed.
+pub const LOG_ONLY: &str = "LOG";
+
 /// Length-prefixed startup packet: `None` until complete.
 pub fn decode_startup(buf: &mut BytesMut) -> PgResult<Option<StartupPacket>> {
     if buf.len() < 4 {
         return Ok(None);
     }
     let len = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
-    if len < 8 || len as usize > MAX_STARTUP_LEN {
-        return Err(PgError::fatal(
-            sqlstate::PROTOCOL_VIOLATION,
-            "invalid length of startup packet",
-        ));
+    // PostgreSQL's limit is on the packet without its length word.
+    if len < 8 || len as usize - 4 > MAX_STARTUP_LEN {
+        // PostgreSQL only logs this one (COMMERROR): a client closing before its
+        // startup (node-postgres's Terminate) gets no answer.
+        return Err(PgError {
+            severity: LOG_ONLY,
+            ..PgError::new(sqlstate::PROTOCOL_VIOLATION, "invalid length of startup packet")
+        });
     }
     if buf.len() < len as usize {
         return Ok(None);
@@ -111,10 +118,10 @@ pub fn decode_startup(buf: &mut BytesMut) -> PgResult<Option<StartupPacket>> {
         GSSENC_REQUEST => Ok(Some(StartupPacket::GssEncRequest)),
         CANCEL_REQUEST => {
             if body.len() < 8 {
-                return Err(PgError::fatal(
-                    sqlstate::PROTOCOL_VIOLATION,
-                    "invalid cancel request",
-                ));
+                return Err(PgError {
+                    severity: LOG_ONLY,
+                    ..PgError::new(sqlstate::PROTOCOL_VIOLATION, "invalid cancel request")
+                });
             }
             Ok(Some(StartupPacket::Cancel {
                 process_id: body.get_i32(),
@@ -122,15 +129,32 @@ pub fn decode_startup(buf: &mut BytesMut) -> PgResult<Option<StartupPacket>> {
             }))
         }
         code if code >> 16 == PROTOCOL_V3 >> 16 => {
+            // Name and value pairs, then the terminator as the last byte (else
+            // PostgreSQL's FATAL, which it sends).
+            let layout = || {
+                PgError::fatal(
+                    sqlstate::PROTOCOL_VIOLATION,
+                    "invalid startup packet layout: expected terminator as last byte",
+                )
+            };
             let mut params = Vec::new();
             let mut protocol_options = Vec::new();
-            let mut rest: &[u8] = &body;
-            loop {
-                let key = read_cstr(&mut rest)?;
+            let Some((0, mut rest)) = body.split_last().map(|(last, rest)| (*last, rest)) else {
+                return Err(layout());
+            };
+            while !rest.is_empty() {
+                let unterminated = |e: PgError| {
+                    if e.code == sqlstate::PROTOCOL_VIOLATION {
+                        layout()
+                    } else {
+                        e
+                    }
+                };
+                let key = read_cstr(&mut rest).map_err(unterminated)?;
                 if key.is_empty() {
-                    break;
+                    return Err(layout());
                 }
-                let value = read_cstr(&mut rest)?;
+                let value = read_cstr(&mut rest).map_err(unterminated)?;
                 if key.starts_with("_pq_.") {
                     protocol_options.push(key);
                 } else {
@@ -600,7 +624,13 @@ pub fn write_parameter_description(buf: &mut BytesMut, types: &[u32]) {
 
 pub fn decode_parameter_description(body: &[u8]) -> PgResult<Vec<u32>> {
     let mut b = body;
-    let n = read_count(&mut b, "ParameterDescription")?;
+    let mut n = read_count(&mut b, "ParameterDescription")?;
+    // PostgreSQL writes the count in 16 bits and every type after it: with 65,536
+    // parameters or more the count wraps, the types are all there.
+    let sent = b.len() / 4;
+    if sent > n && sent % 65_536 == n {
+        n = sent;
+    }
     (0..n)
         .map(|_| read_i32(&mut b, "ParameterDescription").map(|v| v as u32))
         .collect()
@@ -907,6 +937,33 @@ mod tests {
         assert_eq!(startup_name(&"u".repeat(200)), "u".repeat(63));
         assert_eq!(startup_name(&"é".repeat(40)), "é".repeat(31));
         assert_eq!(startup_name("bob"), "bob");
+    }
+
+    #[test]
+    fn parameter_descriptions_of_65536_types_keep_them_all() {
+        // As PostgreSQL writes it: the count wrapped to 0, every type after it.
+        let types = vec![25u32; 65_536];
+        let mut b = BytesMut::new();
+        write_parameter_description(&mut b, &types);
+        let f = decode_frame(&mut b, MAX_MESSAGE_LEN).unwrap().unwrap();
+        assert_eq!(&f.body[..2], &[0, 0]);
+        assert_eq!(decode_parameter_description(&f.body).unwrap().len(), 65_536);
+    }
+
+    #[test]
+    fn startup_refusals_are_sent_or_only_logged_as_postgresql_does() {
+        let mut b = BytesMut::from(&b"X\0\0\0\x04"[..]);
+        let e = decode_startup(&mut b).unwrap_err();
+        assert_eq!(e.severity, LOG_ONLY);
+        for body in [&b"user\0u"[..], b"user\0u\0", b"user\0u\0database\0", b""] {
+            let mut b = BytesMut::new();
+            b.put_i32(8 + body.len() as i32);
+            b.put_i32(196608);
+            b.put_slice(body);
+            let e = decode_startup(&mut b).unwrap_err();
+            assert_eq!(e.severity, "FATAL");
+            assert_eq!(e.message, "invalid startup packet layout: expected terminator as last byte");
+        }
     }
 
     #[test]

@@ -405,8 +405,12 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
                     }
                 }
                 Err(e) => {
-                    // PostgreSQL only logs a bad length; pgshard also tells the client.
                     tracing::warn!(client = %client_address(peer), "refused startup packet: {}", e.message);
+                    // As PostgreSQL: a bad length is only logged, other refusals are
+                    // FATAL errors the client gets.
+                    if e.severity == msg::LOG_ONLY {
+                        return Err(e);
+                    }
                     let mut out = BytesMut::new();
                     let e = PgError { severity: "FATAL", raw: None, ..e };
                     msg::write_startup_error(&mut out, &e, major);
@@ -530,8 +534,13 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
     });
     // The client's own backend on the coordinator node, as the client: its pid and
     // key are the client's BackendKeyData, its reports the client's.
-    let application_name = get("application_name").unwrap_or_default();
-    let (identity, home) = match open_home(&shared, creds, &application_name).await {
+    // PostgreSQL applies `options` after authentication and fails the connection on a
+    // bad one, before ReadyForQuery.
+    let option_settings = match startup_options::settings(&get("options").unwrap_or_default()) {
+        Ok(settings) => settings,
+        Err(e) => return fatal(&mut wr, e).await,
+    };
+    let (identity, home) = match open_home(&shared, creds, &params, &option_settings).await {
         Ok(x) => x,
         Err(e) => return fatal(&mut wr, e).await,
     };
@@ -571,14 +580,7 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
         .cloned()
         .unwrap();
     let mut session = Session::new(shared.clone(), identity, wr, reader, &params, targets);
-    // PostgreSQL applies `options` after authentication and fails the connection on a
-    // bad one, before ReadyForQuery.
-    let options = get("options").unwrap_or_default();
-    let applied = match startup_options::settings(&options) {
-        Ok(settings) => session.apply_startup_options(&settings).await,
-        Err(e) => Err(e),
-    };
-    let reported = match applied {
+    let reported = match session.apply_startup_options(&option_settings).await {
         Ok(reported) => reported,
         Err(e) => {
             shared.cancel_keys.lock().unwrap().remove(&(pid, key));

@@ -34,6 +34,25 @@ pub fn split(options: &str) -> Vec<String> {
     }
 }
 
+/// `options` that gives `settings` (`-c name=value`, blanks and backslashes escaped as
+/// `split` reads them).
+pub fn join<'a>(settings: impl IntoIterator<Item = &'a (String, String)>) -> String {
+    let mut out = String::new();
+    for (name, value) in settings {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str("-c ");
+        for c in name.chars().chain(std::iter::once('=')).chain(value.chars()) {
+            if c.is_ascii_whitespace() || c == '\\' {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The settings `options` asks for, in order, as (name, value). Names are lower-cased
 /// and `-` becomes `_` in the `--name=value` form, as PostgreSQL does.
 pub fn settings(options: &str) -> Result<Vec<(String, String)>, PgError> {
@@ -113,6 +132,15 @@ mod tests {
             pairs(&[("datestyle", "ISO, DMY")])
         );
         assert_eq!(settings("").unwrap(), vec![]);
+    }
+
+    #[test]
+    fn joined_settings_split_back() {
+        let given = pairs(&[("datestyle", "ISO, DMY"), ("search_path", r"a\b")]);
+        let options = join(&given);
+        assert_eq!(options, r"-c datestyle=ISO,\ DMY -c search_path=a\\b");
+        assert_eq!(settings(&options).unwrap(), given);
+        assert_eq!(join(&[]), "");
     }
 
     #[test]

@@ -64,6 +64,7 @@ pub enum TxnCommand {
     Other {
         text: String,
         kind: i32,
+        gid: String,
     },
 }
 
@@ -189,6 +190,10 @@ impl Plan {
                     | TxnCommand::Rollback { .. }
                     | TxnCommand::RollbackTo { .. }
             )
+        ) || matches!(
+            self,
+            Plan::Transaction(TxnCommand::Other { kind, .. })
+                if *kind == TransactionStmtKind::TransStmtPrepare as i32
         )
     }
 }
@@ -575,6 +580,7 @@ fn txn_command(t: &protobuf::TransactionStmt, text: &str) -> TxnCommand {
         _ => TxnCommand::Other {
             text: text.trim().to_string(),
             kind: t.kind,
+            gid: t.gid.clone(),
         },
     }
 }

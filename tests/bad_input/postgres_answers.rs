@@ -268,3 +268,31 @@ async fn default_application_name_is_empty() {
         assert_eq!(got, "", "{sql}");
     }
 }
+
+/// A statement of 65,536 parameters: PostgreSQL describes it with the count wrapped to
+/// 0 in 16 bits and every parameter type after it (pgx then refuses it itself); one of
+/// 65,535 describes and runs. pgshard answers both as PostgreSQL does.
+#[tokio::test]
+async fn parameter_descriptions_of_65536_parameters() {
+    let mut both = Both::open().await;
+    for n in [65_535usize, 65_536] {
+        let list: Vec<String> = (1..=n).map(|i| format!("${i}::int")).collect();
+        let sql = format!("select array_length(array[{}], 1)", list.join(","));
+        let mut answers = Vec::new();
+        for r in [&mut both.pgshard, &mut both.plain] {
+            let mut out = BytesMut::new();
+            frontend::parse("", &sql, std::iter::empty(), &mut out).unwrap();
+            frontend::describe(b'S', "", &mut out).unwrap();
+            frontend::sync(&mut out);
+            r.send(&out).await;
+            let msgs = r.until_ready().await;
+            let description = msgs
+                .iter()
+                .find(|m| m.tag == b't')
+                .map(|m| (u16::from_be_bytes([m.body[0], m.body[1]]), (m.body.len() - 2) / 4));
+            answers.push((description, msgs.iter().map(comparable).collect::<Vec<_>>()));
+        }
+        assert_eq!(answers[0], answers[1], "{n} parameters");
+        assert_eq!(answers[0].0, Some(((n % 65_536) as u16, n)), "{n} parameters");
+    }
+}

@@ -40,14 +40,33 @@ pub struct HomeBackend {
     pub parameters: Vec<(String, String)>,
 }
 
-/// Opens the client's own coordinator-node connection, as the client, with its
-/// `application_name`.
+/// Opens the client's own coordinator-node connection, as the client, with the
+/// parameters of its startup packet (`application_name`, `DateStyle`, `TimeZone`...,
+/// and `options` as given in `option_settings` without pgshard's own `citus.*`): they
+/// are that backend's startup values, so `RESET x` / `RESET ALL` there return to them,
+/// as on PostgreSQL. `user`, `database` and `replication` are pgshard's to give.
 pub async fn open_home(
     shared: &Shared,
     creds: Arc<Credentials>,
-    application_name: &str,
+    startup: &[(String, String)],
+    option_settings: &[(String, String)],
 ) -> PgResult<(ClientIdentity, HomeBackend)> {
-    let conn = BackendConn::connect(&shared.coordinator, &creds, application_name)
+    let options = crate::frontend::startup_options::join(
+        option_settings.iter().filter(|(name, _)| !name.starts_with("citus.")),
+    );
+    let mut parameters: Vec<(&str, &str)> = startup
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "user" | "database" | "options" | "replication"))
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    if !parameters.iter().any(|(k, _)| *k == "application_name") {
+        // Not pgshard's: a client that gave none has an empty one, as on PostgreSQL.
+        parameters.push(("application_name", ""));
+    }
+    if !options.is_empty() {
+        parameters.push(("options", &options));
+    }
+    let conn = BackendConn::connect_with_parameters(&shared.coordinator, &creds, &parameters)
         .await
         .map_err(|mut e| {
             // The node's own words (permission denied for database, too many
@@ -128,6 +147,23 @@ fn setting_variable(text: &str) -> Option<String> {
     tree.protobuf.stmts.iter().find_map(|s| match s.stmt.as_ref()?.node.as_ref()? {
         pg_query::NodeEnum::VariableSetStmt(v) => Some(v.name.to_ascii_lowercase()),
         _ => None,
+    })
+}
+
+/// Whether a SET / RESET statement sets its variable back to the session's startup
+/// value (`RESET x`, `SET x TO DEFAULT`): in a replay the startup settings before it
+/// already do that, where the statement itself would go to the node's own default.
+pub(super) fn resets_to_startup(text: &str) -> bool {
+    use pg_query::protobuf::VariableSetKind as K;
+    let Ok(tree) = pg_query::parse(text, 0) else {
+        return false;
+    };
+    tree.protobuf.stmts.iter().any(|s| {
+        matches!(
+            s.stmt.as_ref().and_then(|n| n.node.as_ref()),
+            Some(pg_query::NodeEnum::VariableSetStmt(v))
+                if v.kind == K::VarReset as i32 || v.kind == K::VarSetDefault as i32
+        )
     })
 }
 
@@ -388,6 +424,16 @@ mod tests {
         assert!(is_identity_setting("RESET SESSION AUTHORIZATION"));
         assert!(!is_identity_setting("SET search_path = app"));
         assert!(!is_identity_setting("SET datestyle TO 'German'"));
+    }
+
+    #[test]
+    fn resets_are_recognised() {
+        assert!(resets_to_startup("RESET datestyle"));
+        assert!(resets_to_startup("set TimeZone to default"));
+        assert!(resets_to_startup("SET SESSION AUTHORIZATION DEFAULT"));
+        assert!(resets_to_startup("RESET ROLE"));
+        assert!(!resets_to_startup("SET datestyle = 'ISO'"));
+        assert!(!resets_to_startup("SET ROLE NONE"));
     }
 
     #[test]

@@ -27,6 +27,9 @@ pub(super) struct CitusValues {
 pub(super) struct SettingsSnapshot {
     settings: Vec<String>,
     local_settings: Vec<(String, String)>,
+    /// The followed reports as the settings had them: a rollback's own reports (the
+    /// session authorization back to what it was) then change nothing.
+    reported: HashMap<String, String>,
     citus: CitusValues,
     citus_local: Option<CitusLocal>,
 }
@@ -58,10 +61,59 @@ pub(super) fn settings_replay_sql(
     let mut sql = identity::reset_identity_sql(creds);
     sql.push_str("RESET ALL;");
     for x in settings.iter().chain(locals.iter().map(|(_, text)| text)) {
-        sql.push_str(x);
+        match placeholder_replay(x) {
+            Some(guarded) => sql.push_str(&guarded),
+            None => sql.push_str(x),
+        }
         sql.push(';');
     }
     sql
+}
+
+/// A session-level `SET prefix.name = value` of a custom variable, replayed only where
+/// PostgreSQL would take it: a placeholder is refused once a loaded module reserved its
+/// prefix (`LOAD 'plpgsql'` drops `plpgsql.x` with a WARNING and refuses it from then
+/// on), which another node connection may have done where the client's own backend has
+/// not, or the other way round. So the value is set unless the prefix has variables of
+/// a loaded module and the name is not one of them (placeholders are not in
+/// `pg_settings`). None: not such a statement (replayed as it is).
+fn placeholder_replay(text: &str) -> Option<String> {
+    use pg_query::protobuf::VariableSetKind;
+    use VariableSetKind as K;
+    if !text.contains('.') {
+        return None;
+    }
+    let tree = pg_query::parse(text, 0).ok()?;
+    let [stmt] = tree.protobuf.stmts.as_slice() else {
+        return None;
+    };
+    let pg_query::NodeEnum::VariableSetStmt(v) = stmt.stmt.as_ref()?.node.as_ref()? else {
+        return None;
+    };
+    if v.is_local {
+        return None;
+    }
+    let name = v.name.to_ascii_lowercase();
+    let (prefix, _) = name.split_once('.')?;
+    let value = match (VariableSetKind::try_from(v.kind), v.args.as_slice()) {
+        // A module's variable goes back to its reset value, a placeholder to empty.
+        (Ok(K::VarReset | K::VarSetDefault), _) => format!(
+            "coalesce((SELECT reset_val FROM pg_catalog.pg_settings WHERE name = {}), '')",
+            quote_literal(&name)
+        ),
+        (Ok(K::VarSetValue), [arg]) => match arg.node.as_ref()? {
+            pg_query::NodeEnum::AConst(_) => quote_literal(&crate::planner::const_text(Some(arg))?),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some(format!(
+        "SELECT pg_catalog.set_config({name}, {value}, false) WHERE NOT EXISTS \
+         (SELECT FROM pg_catalog.pg_settings WHERE pg_catalog.starts_with(name, {prefix})) \
+         OR EXISTS (SELECT FROM pg_catalog.pg_settings WHERE name = {name})",
+        name = quote_literal(&name),
+        prefix = quote_literal(&format!("{prefix}.")),
+    ))
 }
 
 /// What starts the block on a node joining it: BEGIN, the active savepoints, then the
@@ -105,6 +157,7 @@ impl Session {
         Box::new(SettingsSnapshot {
             settings: self.settings.clone(),
             local_settings: self.local_settings.clone(),
+            reported: self.reported.clone(),
             citus: self.citus_values(),
             citus_local: self.citus_local.clone(),
         })
@@ -114,6 +167,7 @@ impl Session {
         self.settings = s.settings;
         self.settings_fp = fingerprint(&self.settings);
         self.local_settings = s.local_settings;
+        self.reported = s.reported;
         self.restore_citus(s.citus);
         self.citus_local = s.citus_local;
     }
@@ -308,7 +362,14 @@ impl Session {
                     at += 1;
                     at <= start || !identity::overridden_by(text, v)
                 });
-                self.settings.push(stmt.text.trim().to_string());
+                // RESET goes back to the startup value, which the replay sets first
+                // (RESET ALL first, or the startup packet's value). A custom variable
+                // the startup packet did not set is reset as the client did: the
+                // placeholder stays, empty, as in PostgreSQL.
+                let custom = v.contains('.') && !self.startup_variables.iter().any(|s| s.eq_ignore_ascii_case(v));
+                if custom || !identity::resets_to_startup(&stmt.text) {
+                    self.settings.push(stmt.text.trim().to_string());
+                }
             }
         }
         self.settings_fp = fingerprint(&self.settings);
@@ -412,6 +473,30 @@ mod tests {
         assert_eq!(
             settings_replay_sql(&creds, &settings, &locals),
             "RESET SESSION AUTHORIZATION;RESET ROLE;RESET ALL;SET datestyle TO 'German';SET LOCAL search_path = a;"
+        );
+    }
+
+    #[test]
+    fn custom_variables_are_replayed_where_valid() {
+        let creds = Credentials::with_password("u", "p", "db");
+        let settings = vec![
+            "SET plpgsql.Extra_Foo = true".to_string(),
+            "SET app.list = a, b".to_string(),
+            "RESET app.x".to_string(),
+            "SET search_path = a".to_string(),
+        ];
+        assert_eq!(
+            settings_replay_sql(&creds, &settings, &[]),
+            "RESET SESSION AUTHORIZATION;RESET ROLE;RESET ALL;\
+             SELECT pg_catalog.set_config('plpgsql.extra_foo', 'true', false) WHERE NOT EXISTS \
+             (SELECT FROM pg_catalog.pg_settings WHERE pg_catalog.starts_with(name, 'plpgsql.')) \
+             OR EXISTS (SELECT FROM pg_catalog.pg_settings WHERE name = 'plpgsql.extra_foo');\
+             SET app.list = a, b;\
+             SELECT pg_catalog.set_config('app.x', coalesce((SELECT reset_val FROM pg_catalog.pg_settings \
+             WHERE name = 'app.x'), ''), false) WHERE NOT EXISTS \
+             (SELECT FROM pg_catalog.pg_settings WHERE pg_catalog.starts_with(name, 'app.')) \
+             OR EXISTS (SELECT FROM pg_catalog.pg_settings WHERE name = 'app.x');\
+             SET search_path = a;"
         );
     }
 
