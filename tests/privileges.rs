@@ -756,3 +756,54 @@ async fn role_settings_owned_objects_and_role_statements_in_blocks() {
     run(&c, "DROP TABLE ro_t; DROP ROLE ro_c; DROP ROLE ro_a; DROP ROLE ro_b").await;
     assert_roles_everywhere("ro_", "DROP ROLE").await;
 }
+
+/// psql's whole output (stdout, then stderr: the NOTICEs and errors) of `script`.
+fn psql_output(env: &[(String, String)], script: &str) -> String {
+    let out = std::process::Command::new("psql")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .args(["-X", "-q", "-c", script])
+        .output()
+        .expect("running psql");
+    format!(
+        "{}\n--- stderr\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Role and privilege statements run on the client's own backend, in its session: its
+/// NOTICEs reach the client, its settings apply (`password_encryption`, `search_path`
+/// finding a function to GRANT on), PostgreSQL's own `pg_*` roles are never copied
+/// (pg_regress `create_role`, `drop_if_exists`, `password`, `rowsecurity`,
+/// `privileges`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn role_statements_run_in_the_clients_session() {
+    let _serial = SERIAL.lock().await;
+    let cl = cluster();
+    let plain = plain_postgres();
+    let script = "SET client_min_messages = notice; \
+        DROP ROLE IF EXISTS rsess_md5, rsess_nosuch; \
+        CREATE ROLE rsess_sysid SYSID 12345; \
+        SET password_encryption = 'md5'; \
+        CREATE ROLE rsess_md5 PASSWORD 'secret'; \
+        SELECT rolname, left(rolpassword, 3) FROM pg_authid WHERE rolname = 'rsess_md5'; \
+        ALTER ROLE rsess_md5 RENAME TO rsess_md5_new; \
+        ALTER ROLE rsess_md5_new RENAME TO rsess_md5; \
+        ALTER GROUP rsess_sysid ADD USER rsess_md5; \
+        ALTER GROUP rsess_sysid ADD USER rsess_md5; \
+        DROP SCHEMA IF EXISTS rsess_s CASCADE; CREATE SCHEMA rsess_s; SET search_path = rsess_s; \
+        CREATE FUNCTION rsess_f(int) RETURNS int LANGUAGE sql AS 'SELECT $1'; \
+        GRANT EXECUTE ON FUNCTION rsess_f(int) TO rsess_md5; \
+        ALTER DEFAULT PRIVILEGES FOR ROLE pg_signal_backend REVOKE USAGE ON TYPES FROM pg_signal_backend; \
+        ALTER DEFAULT PRIVILEGES FOR ROLE pg_signal_backend GRANT USAGE ON TYPES TO pg_signal_backend; \
+        RESET search_path; DROP SCHEMA rsess_s CASCADE; \
+        DROP ROLE rsess_md5, rsess_sysid";
+    let through = pgshard::cluster::pg_env(&cl.host, cl.port, &cl.user, &cl.password, &cl.database);
+    let got = psql_output(&through, script);
+    let want = psql_output(&plain.pg_env(), script);
+    assert_eq!(got, want);
+    assert!(want.contains("SYSID can no longer be specified"), "{want}");
+    assert!(want.contains("md5"), "{want}");
+}

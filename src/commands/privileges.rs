@@ -9,20 +9,15 @@
 //!   coordinator node and [`secure_shard`] gives them to a new shard; schemas made on
 //!   a worker get their owner and ACL the same way ([`read_schema_acl`],
 //!   [`secure_schema`]).
-//! - [`propagate_grant`]: `GRANT/REVOKE` and `ALTER DEFAULT PRIVILEGES`: the client's
-//!   statement on the coordinator node as the caller, then every shard's and worker's
-//!   statement, in one two-phase commit.
+//! - The statements a client's `GRANT/REVOKE` and `ALTER DEFAULT PRIVILEGES` need on
+//!   shards and workers; the session runs them in its block after the client's own
+//!   statement (`executor/session/ddl_in_block.rs`, one two-phase commit).
 
-use super::ddl::run_as_caller;
-use super::twopc;
-use super::{abbreviate, begin_catalog_change, db_err};
+use super::db_err;
 use crate::catalog::cache::CatalogCache;
 use crate::catalog::Oid;
 use crate::error::{sqlstate, PgError};
-use crate::planner::security::GrantPlan;
 use crate::sql::quote::quote_ident;
-use futures_util::future::join_all;
-use std::collections::BTreeMap;
 use tokio_postgres::Client;
 
 /// Functions only a superuser may call (Citus revokes them from PUBLIC).
@@ -468,109 +463,6 @@ const MISSING_OBJECT: &[&str] = &[
 /// Whether SQLSTATE `code` says a statement's object does not exist (see `MISSING_OBJECT`).
 pub fn is_missing_object(code: &str) -> bool {
     MISSING_OBJECT.contains(&code)
-}
-
-/// Runs `sql` in a savepoint of the worker's open transaction; an error saying its
-/// object does not exist there is ignored.
-async fn run_unless_missing(client: &Client, node: &str, sql: &str) -> Result<(), PgError> {
-    let context = || format!("node {node}, statement \"{}\"", abbreviate(sql));
-    client
-        .batch_execute("SAVEPOINT pgshard_grant")
-        .await
-        .map_err(|e| PgError::from_client_error(&context(), &e))?;
-    match client.batch_execute(sql).await {
-        Ok(()) => {}
-        Err(e)
-            if e.as_db_error()
-                .is_some_and(|d| MISSING_OBJECT.contains(&d.code().code())) =>
-        {
-            client
-                .batch_execute("ROLLBACK TO SAVEPOINT pgshard_grant")
-                .await
-                .map_err(|e| PgError::from_client_error(&context(), &e))?;
-        }
-        Err(e) => return Err(PgError::from_client_error(&context(), &e)),
-    }
-    client
-        .batch_execute("RELEASE SAVEPOINT pgshard_grant")
-        .await
-        .map_err(|e| PgError::from_client_error(&context(), &e))
-}
-
-/// `GRANT` / `REVOKE` / `ALTER DEFAULT PRIVILEGES`: the client's statement on the
-/// coordinator node as `caller`, then on every node the statements naming its shards
-/// and those for every worker, one 2PC. Those run as `caller` too (made to exist there
-/// first, with the grantees): what a grant does depends on who grants it (the grantor
-/// recorded, grant options, a non-owner's grant that grants nothing), and shards have
-/// their table's owner and ACL, so each node decides as the coordinator node did.
-pub async fn propagate_grant(
-    cache: &CatalogCache,
-    caller: &str,
-    plan: &GrantPlan,
-) -> Result<(), PgError> {
-    let plan = plan.for_caller(caller)?;
-    // The catalog lock: no table is distributed (its shards given the old ACL) meanwhile.
-    let coord = begin_catalog_change(cache).await?;
-    run_as_caller(&coord, caller, &plan.text).await?;
-    let catalog = cache.snapshot();
-    let mut per_node: BTreeMap<(i32, String, u16), Vec<String>> = BTreeMap::new();
-    for table in &plan.tables {
-        let table = catalog.current(table);
-        for (node, shards) in catalog.placements_by_node(&table)? {
-            per_node
-                .entry((node.group_id, node.host.clone(), node.port))
-                .or_default()
-                .push(plan.shard_statement(&table, &shards)?);
-        }
-    }
-    if !plan.worker_statements.is_empty() {
-        for w in catalog.workers.iter().filter(|w| w.is_active) {
-            per_node
-                .entry((w.group_id, w.host.clone(), w.port))
-                .or_default();
-        }
-    }
-    let mut roles: Vec<String> = plan.grantees.iter().map(|r| r.resolve(caller)).collect();
-    roles.push(caller.to_string());
-    let set_role = format!("SET LOCAL ROLE {}", quote_ident(caller));
-    let mut participants =
-        super::shards::open_participants(cache.config(), per_node.keys().cloned()).await?;
-    let results = join_all(participants.iter().map(|p| {
-        let stmts = &per_node[&(p.group_id, p.host.clone(), p.port)];
-        let (coord, roles, plan, set_role) = (&coord, &roles, &plan, &set_role);
-        async move {
-            let node = p.node();
-            super::roles::sync_roles_on(coord, &p.client, &node, Some(roles), None).await?;
-            p.client
-                .batch_execute(set_role)
-                .await
-                .map_err(db_err(&format!(
-                    "cannot take the role \"{caller}\" on node {node}"
-                )))?;
-            for sql in stmts {
-                p.client.batch_execute(sql).await.map_err(|e| {
-                    PgError::from_client_error(
-                        &format!("node {node}, statement \"{}\"", abbreviate(sql)),
-                        &e,
-                    )
-                })?;
-            }
-            for sql in &plan.worker_statements {
-                run_unless_missing(&p.client, &node, sql).await?;
-            }
-            p.client
-                .batch_execute("RESET ROLE")
-                .await
-                .map_err(db_err(&format!("cannot reset the role on node {node}")))
-        }
-    }))
-    .await;
-    if let Some(e) = results.into_iter().find_map(Result::err) {
-        let _ = coord.batch_execute("ROLLBACK").await;
-        twopc::abort(&participants).await;
-        return Err(e);
-    }
-    twopc::commit_distributed(&coord, &mut participants, "grant", || async { Ok(()) }).await
 }
 
 #[cfg(test)]

@@ -7,23 +7,21 @@
 //! - [`sync_role`]: one role on every worker (2PC), e.g. after a pass-through login
 //!   to a worker failed; [`sync_role_on_node`]: on one node.
 //! - [`copy_all_roles`]: every role and membership onto a node `citus_add_node` adds.
-//! - [`propagate_role_statement`]: a client's `CREATE/ALTER/DROP ROLE`, `GRANT/REVOKE
-//!   role`: run on the coordinator node as the caller, then the roles it changed made
-//!   equal on every worker, all in one two-phase commit.
+//! - A client's `CREATE/ALTER/DROP ROLE`, `GRANT/REVOKE role` runs in the session's
+//!   block on its own backend, then on every worker; after the commit the roles it
+//!   changed are made equal here ([`sync_role`]; `executor/session/ddl_in_block.rs`).
 //!
 //! Predefined `pg_*` roles exist on every node already and are never copied. Neither
 //! passwords nor verifiers appear in errors or logs: a failed statement is reported by
-//! the role and node it was for, never by its text. Not copied: per-role settings
-//! (`ALTER ROLE ... SET`), which stay on the coordinator node.
+//! the role and node it was for, never by its text. Per-role settings (`ALTER ROLE
+//! ... SET`) are not copied: the statement itself runs on every worker.
 
 use super::db_err;
-use super::ddl::run_as_caller;
 use super::twopc::{self, Participant};
 use crate::backend::control;
 use crate::catalog::cache::CatalogCache;
 use crate::config::Config;
 use crate::error::PgError;
-use crate::planner::security::RolePlan;
 use crate::sql::quote::{quote_ident, quote_literal};
 use futures_util::future::join_all;
 use std::collections::{BTreeMap, BTreeSet};
@@ -199,8 +197,11 @@ fn plan_sync(
     let key = |m: &Membership| (m.role.clone(), m.member.clone());
     let have: BTreeMap<_, &Membership> = target_members.iter().map(|m| (key(m), m)).collect();
     let want: BTreeMap<_, &Membership> = source_members.iter().map(|m| (key(m), m)).collect();
+    // Roles named pg_* are PostgreSQL's own (a client cannot create one): never
+    // copied, never dropped.
     let gone = |name: &str| {
-        wanted.is_some_and(|w| w.iter().any(|x| x == name))
+        !name.starts_with("pg_")
+            && wanted.is_some_and(|w| w.iter().any(|x| x == name))
             && !source_roles.iter().any(|r| r.name == name)
     };
     for (k, m) in &have {
@@ -429,46 +430,6 @@ pub(crate) async fn copy_all_roles(
         .map_err(db_err(&format!("cannot commit the roles on node {node}")))
 }
 
-/// A client's role statement: on the coordinator node as `caller` (so PostgreSQL
-/// checks CREATEROLE, ADMIN OPTION, ...), then the roles it changed on every worker
-/// (and, for per-role settings and REASSIGN / DROP OWNED, the statement itself as
-/// `caller`), in one two-phase commit.
-pub async fn propagate_role_statement(
-    cache: &CatalogCache,
-    caller: &str,
-    plan: &RolePlan,
-) -> Result<(), PgError> {
-    let coord = begin_coordinator(cache.config()).await?;
-    run_as_caller(&coord, caller, &plan.text).await?;
-    let roles: Vec<String> = plan.roles.iter().map(|r| r.resolve(caller)).collect();
-    let renamed = plan
-        .renamed
-        .as_ref()
-        .map(|(old, new)| (old.resolve(caller), new.clone()));
-    let participants =
-        super::shards::open_participants(cache.config(), workers(cache).into_iter()).await?;
-    if plan.text_on_workers {
-        let results = join_all(participants.iter().map(|p| async move {
-            run_as_caller(&p.client, caller, &plan.text)
-                .await
-                .map_err(|e| e.in_context(&format!("{} on node {}", plan.tag, p.node())))
-        }))
-        .await;
-        if let Some(e) = results.into_iter().find_map(Result::err) {
-            let _ = coord.batch_execute("ROLLBACK").await;
-            twopc::abort(&participants).await;
-            return Err(e);
-        }
-    }
-    sync_and_commit(
-        &coord,
-        participants,
-        &roles,
-        renamed.as_ref().map(|(o, n)| (o.as_str(), n.as_str())),
-    )
-    .await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -553,6 +514,14 @@ mod tests {
                 "GRANT \"a\" TO \"c\"",
             ]
         );
+    }
+
+    #[test]
+    fn postgresql_own_roles_are_never_dropped() {
+        let names: BTreeSet<String> = ["pg_signal_backend".to_string()].into_iter().collect();
+        let wanted = ["pg_signal_backend".to_string()];
+        let s = sqls(plan_sync(Some(&wanted), &[], &[], &[], &names, &[]));
+        assert!(s.is_empty(), "{s:?}");
     }
 
     #[test]

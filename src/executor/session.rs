@@ -1935,28 +1935,27 @@ impl Session {
                 Ok(())
             }
             Plan::Propagate(p) => self.maintenance(p, params.bind.is_some(), sink).await,
+            // Role and privilege statements run in the session's block (pgshard's own
+            // one in autocommit): on the client's own backend first, with its settings
+            // (search_path, password_encryption) and NOTICEs, then on the workers; one
+            // commit (2PC) for all.
             Plan::Role(p) => {
                 let caller = self.caller().await?;
                 self.refuse_drop_owned_of_distributed(p, &caller).await?;
-                if self.txn != TxnState::Idle {
-                    self.role_in_block(p, &caller).await?;
-                } else {
-                    commands::roles::propagate_role_statement(&self.shared.catalog, &caller, p)
-                        .await?;
-                }
-                sink.complete(p.tag);
-                Ok(())
+                let own = self.begin_own_block().await?;
+                let done = self.role_in_block(p, &caller, sink).await;
+                self.end_own_block(own, done.is_ok(), params.bind.is_some())
+                    .await?;
+                done
             }
             Plan::Grant(p) => {
                 let caller = self.caller().await?;
-                if self.txn != TxnState::Idle {
-                    self.grant_in_block(&p.for_caller(&caller)?).await?;
-                } else {
-                    commands::privileges::propagate_grant(&self.shared.catalog, &caller, p)
-                        .await?;
-                }
-                sink.complete(p.tag);
-                Ok(())
+                let p = p.for_caller(&caller)?;
+                let own = self.begin_own_block().await?;
+                let done = self.grant_in_block(&p, sink).await;
+                self.end_own_block(own, done.is_ok(), params.bind.is_some())
+                    .await?;
+                done
             }
             Plan::DeclareCursor(p) => self.declare_cursor(p, params, sink).await,
             Plan::Local | Plan::Router(_) => Err(PgError::internal("plan runs on a backend")),

@@ -51,10 +51,24 @@ impl Session {
     /// where its object does not exist) on the session's worker connections, committed
     /// with the block. Grantees are expected on the workers already (role statements
     /// propagate outside blocks).
-    pub(super) async fn grant_in_block(&mut self, plan: &GrantPlan) -> PgResult<()> {
+    pub(super) async fn grant_in_block(
+        &mut self,
+        plan: &GrantPlan,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
         let coord = self.shared.coordinator.clone();
+        // The catalog lock until the block ends: no table is distributed meanwhile
+        // (its shards would get the old ACL).
         let idx = self.bulk_conn(&coord, true).await?;
-        self.held[idx].conn.simple(&plan.text).await?;
+        self.held[idx]
+            .conn
+            .simple(&format!(
+                "SELECT pg_catalog.pg_advisory_xact_lock({})",
+                crate::catalog::schema::CATALOG_LOCK_KEY
+            ))
+            .await?;
+        self.simple_on_backend_into(&coord, &plan.text, true, Some(sink))
+            .await?;
         let catalog = self.shared.catalog.snapshot();
         let mut per_node: BTreeMap<(String, u16), Vec<String>> = BTreeMap::new();
         for table in &plan.tables {
@@ -122,10 +136,16 @@ impl Session {
     /// each node with its own salt, so after the commit the changed roles are copied
     /// from the coordinator node (`finish_transaction`); until then a worker refusing
     /// the role's login gets it copied then (`identity.rs`).
-    pub(super) async fn role_in_block(&mut self, plan: &RolePlan, caller: &str) -> PgResult<()> {
+    pub(super) async fn role_in_block(
+        &mut self,
+        plan: &RolePlan,
+        caller: &str,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
         let coord = self.shared.coordinator.clone();
-        let idx = self.bulk_conn(&coord, true).await?;
-        self.held[idx].conn.simple(&plan.text).await?;
+        self.bulk_conn(&coord, true).await?;
+        self.simple_on_backend_into(&coord, &plan.text, true, Some(sink))
+            .await?;
         let catalog = self.shared.catalog.snapshot();
         for w in catalog.workers.iter().filter(|w| w.is_active) {
             let addr = NodeAddr {

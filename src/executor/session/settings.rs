@@ -136,6 +136,74 @@ pub(super) fn begin_sequence(
     sql
 }
 
+/// DateStyle's style and order, as `SET datestyle` statements leave them: each gives
+/// a style, an order or both and keeps the other part (PostgreSQL's
+/// `check_datestyle`; `German` alone also sets DMY). The earlier SETs and the new one
+/// folded into one SET giving the parts they gave (the startup value supplies the
+/// rest in a replay, as on the client's own backend); None when the new statement is
+/// not a plain SET of known keywords (it then replaces the earlier ones, as any SET).
+pub(super) fn fold_datestyle(earlier: &[&str], new: &str) -> Option<String> {
+    let mut style: Option<&'static str> = None;
+    let mut order: Option<&'static str> = None;
+    for text in earlier.iter().chain(std::iter::once(&new)) {
+        let words = datestyle_words(text)?;
+        let mut have_order = false;
+        let mut german = false;
+        for w in words {
+            match w.to_ascii_lowercase().as_str() {
+                "iso" => style = Some("ISO"),
+                "sql" => style = Some("SQL"),
+                "postgres" => style = Some("Postgres"),
+                "german" => {
+                    style = Some("German");
+                    german = true;
+                }
+                "ymd" => (order, have_order) = (Some("YMD"), true),
+                "dmy" | "euro" | "european" => (order, have_order) = (Some("DMY"), true),
+                "mdy" | "us" | "noneuropean" => (order, have_order) = (Some("MDY"), true),
+                _ => return None,
+            }
+        }
+        if german && !have_order {
+            order = Some("DMY");
+        }
+    }
+    let parts: Vec<&str> = style.into_iter().chain(order).collect();
+    (!parts.is_empty()).then(|| format!("SET datestyle TO {}", quote_literal(&parts.join(", "))))
+}
+
+/// The keywords of a `SET [SESSION] datestyle TO ...` statement (None for anything
+/// else: RESET, DEFAULT, SET LOCAL).
+fn datestyle_words(text: &str) -> Option<Vec<String>> {
+    use pg_query::protobuf::VariableSetKind as K;
+    let tree = pg_query::parse(text, 0).ok()?;
+    let [raw] = tree.protobuf.stmts.as_slice() else {
+        return None;
+    };
+    let Some(pg_query::NodeEnum::VariableSetStmt(v)) = raw.stmt.as_ref()?.node.as_ref() else {
+        return None;
+    };
+    if v.kind != K::VarSetValue as i32 || v.is_local || !v.name.eq_ignore_ascii_case("datestyle") {
+        return None;
+    }
+    let mut words = Vec::new();
+    for arg in &v.args {
+        let Some(pg_query::NodeEnum::AConst(c)) = arg.node.as_ref() else {
+            return None;
+        };
+        let Some(pg_query::protobuf::a_const::Val::Sval(s)) = c.val.as_ref() else {
+            return None;
+        };
+        words.extend(
+            s.sval
+                .split(|ch: char| ch == ',' || ch.is_whitespace())
+                .filter(|w| !w.is_empty())
+                .map(str::to_string),
+        );
+    }
+    Some(words)
+}
+
 impl Session {
     fn citus_values(&self) -> CitusValues {
         CitusValues {
@@ -357,11 +425,25 @@ impl Session {
                 // (a `SET ROLE x` replayed after x was dropped would fail). Setting the
                 // session authorization resets the role too.
                 let start = self.startup_settings;
+                // DateStyle keeps the part a SET does not give: its SETs fold into one.
+                let folded = v.eq_ignore_ascii_case("datestyle").then(|| {
+                    let earlier: Vec<&str> = self.settings[start..]
+                        .iter()
+                        .filter(|text| identity::overridden_by(text, v))
+                        .map(String::as_str)
+                        .collect();
+                    fold_datestyle(&earlier, &stmt.text)
+                });
                 let mut at = 0;
                 self.settings.retain(|text| {
                     at += 1;
                     at <= start || !identity::overridden_by(text, v)
                 });
+                if let Some(Some(folded)) = folded {
+                    self.settings.push(folded);
+                    self.settings_fp = fingerprint(&self.settings);
+                    return;
+                }
                 // RESET goes back to the startup value, which the replay sets first
                 // (RESET ALL first, or the startup packet's value). A custom variable
                 // the startup packet did not set is reset as the client did: the
@@ -457,6 +539,18 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn datestyle_sets_fold_keeping_the_part_not_given() {
+        let f = |earlier: &[&str], new: &str| fold_datestyle(earlier, new);
+        assert_eq!(f(&["SET datestyle TO iso"], "SET datestyle TO ymd").as_deref(), Some("SET datestyle TO 'ISO, YMD'"));
+        assert_eq!(f(&[], "SET datestyle = 'MDY'").as_deref(), Some("SET datestyle TO 'MDY'"));
+        assert_eq!(f(&["SET datestyle TO 'ISO, MDY'"], "SET datestyle TO German").as_deref(), Some("SET datestyle TO 'German, DMY'"));
+        assert_eq!(f(&["SET datestyle TO ymd"], "SET datestyle TO German, US").as_deref(), Some("SET datestyle TO 'German, MDY'"));
+        assert_eq!(f(&["SET datestyle TO DEFAULT"], "SET datestyle TO ymd"), None);
+        assert_eq!(f(&[], "RESET datestyle"), None);
+        assert_eq!(f(&[], "SET datestyle TO nonsense"), None);
+    }
 
     #[test]
     fn replay_resets_then_sets_the_session_then_the_block() {
