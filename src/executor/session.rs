@@ -1697,7 +1697,10 @@ impl Session {
             Plan::MultiShard(m) => self.multi_shard(m, params, formats, describe, sink).await,
             Plan::InsertRows(p) => self.insert_rows(p, params, formats, describe, sink).await,
             Plan::InsertSelect(p) => self.insert_select(p, params, sink).await,
-            Plan::InsertViaCoordinator(p) => self.insert_via_coordinator(p, params, sink).await,
+            Plan::InsertViaCoordinator(p) => {
+                self.insert_via_coordinator(p, params, formats, describe, sink)
+                    .await
+            }
             Plan::InsertIntoLocal(p) => {
                 self.insert_into_local(p, params, formats, describe, sink)
                     .await
