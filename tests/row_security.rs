@@ -3,7 +3,8 @@
 //! (`current_setting('app.tenant')`) and `current_user`, on a distributed and a
 //! reference table, for two roles whose setting comes from SET, SET LOCAL and
 //! `set_config`, over routed and multi-shard SELECT / UPDATE / DELETE / INSERT (WITH
-//! CHECK). Every statement's rows or SQLSTATE are compared with the plain PostgreSQL
+//! CHECK), INSERT ... SELECT (rows as INSERTs on the shards, WITH CHECK, RETURNING),
+//! `set_config` as a prepared statement. Every statement's rows or SQLSTATE are compared with the plain PostgreSQL
 //! oracle, where the same statements run in the same order.
 
 mod common;
@@ -209,6 +210,19 @@ async fn policies_filter_and_check_as_on_postgres() {
         assert_eq!(copy_in(&shard_copy, sql, &rows).await, copy_in(&plain_copy, sql, &rows).await, "{what}: {sql}");
         // What every role's policies leave visible, and the whole table as stored.
         both(&shard, &plain, "SELECT k, tenant, v FROM rs_docs", &format!("{what}, after")).await;
+    }
+    // set_config as a prepared statement (extended protocol) is followed like a SET.
+    let shard = connect(&cl.host, cl.port, "rs_u1", "rs pw", &cl.database).await;
+    let plain = connect(&pg.host, pg.port, "rs_u1", "rs pw", &pg.database).await;
+    for tenant in ["t1", "t0"] {
+        let set = "SELECT set_config('app.tenant', $1, false)";
+        let value = |r: Result<tokio_postgres::Row, tokio_postgres::Error>| r.map(|r| r.get::<_, String>(0)).map_err(|e| e.to_string());
+        assert_eq!(value(shard.query_one(set, &[&tenant]).await), value(plain.query_one(set, &[&tenant]).await));
+        let what = format!("rs_u1 after a prepared set_config to {tenant}");
+        both(&shard, &plain, "SELECT k, tenant, v FROM rs_docs", &what).await;
+        both(&shard, &plain, "SELECT k, tenant FROM rs_docs WHERE k = 5", &what).await;
+        let sql = format!("INSERT INTO rs_docs SELECT 8000 + 10 * {} + g, '{tenant}', 'x', g FROM generate_series(1, 3) g RETURNING k", &tenant[1..]);
+        both(&shard, &plain, &sql, &what).await;
     }
     both(&admin, &admin_plain, "SELECT * FROM rs_docs", "stored rows").await;
     both(&admin, &admin_plain, "SELECT * FROM rs_ref", "stored rows").await;
