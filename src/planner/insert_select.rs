@@ -353,3 +353,23 @@ pub fn plan_insert_select(
         functions,
     })))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_returning_list_is_deparsed_on_its_own() {
+        let parsed = pg_query::parse(
+            "INSERT INTO t AS d SELECT * FROM s RETURNING d.k, v * 2 AS w, 'it''s'",
+            0,
+        )
+        .unwrap();
+        let node = parsed.protobuf.stmts[0].stmt.as_ref().unwrap().node.clone();
+        let Some(N::InsertStmt(i)) = node else {
+            panic!("not an INSERT")
+        };
+        let list = returning_list(&i.returning_clause.unwrap().exprs).unwrap();
+        assert_eq!(list, "d.k, v * 2 AS w, 'it''s'");
+    }
+}
