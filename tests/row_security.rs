@@ -3,7 +3,8 @@
 //! (`current_setting('app.tenant')`) and `current_user`, on a distributed and a
 //! reference table, for two roles whose setting comes from SET, SET LOCAL and
 //! `set_config`, over routed and multi-shard SELECT / UPDATE / DELETE / INSERT (WITH
-//! CHECK). Every statement's rows or SQLSTATE are compared with the plain PostgreSQL
+//! CHECK), INSERT ... SELECT (rows as INSERTs on the shards, WITH CHECK, RETURNING),
+//! `set_config` as a prepared statement. Every statement's rows or SQLSTATE are compared with the plain PostgreSQL
 //! oracle, where the same statements run in the same order.
 
 mod common;
@@ -70,6 +71,28 @@ const SCRIPT: &[&str] = &[
     "INSERT INTO rs_ref VALUES (400 + {n}, 't0', 'x', 0)",
     "DELETE FROM rs_ref WHERE k = {n} RETURNING k",
 ];
+
+/// INSERT ... SELECT into the table with row-level security, run by each role in
+/// autocommit: rows from `generate_series` (the SELECT on the coordinator node) and
+/// from the distributed table itself with its key changed (the SELECT through
+/// pgshard), allowed or refused by the policies' WITH CHECK (42501).
+const INSERT_SELECT: &[&str] = &[
+    "INSERT INTO rs_docs SELECT 600 + {n} * 10 + g, current_setting('app.tenant', true), 'x', g FROM generate_series(1, 3) g",
+    "INSERT INTO rs_docs SELECT 700 + {n} * 10 + g, 't9', 'x', g FROM generate_series(1, 3) g",
+    "INSERT INTO rs_docs (k, tenant, owner, v) SELECT k + 800 + {n} * 100, tenant, 'x', v FROM rs_docs WHERE k < 10 AND tenant = current_setting('app.tenant', true)",
+    "INSERT INTO rs_docs SELECT k + 2000 + {n} * 100, tenant, owner, v FROM rs_docs WHERE k < 10",
+    "INSERT INTO rs_docs (k, tenant) SELECT k + 3000 + {n} * 100, 't0' FROM rs_docs WHERE k < 10 AND owner = current_user",
+    "INSERT INTO rs_docs SELECT 5000 + {n} * 10 + g, current_setting('app.tenant', true), 'x', g FROM generate_series(1, 3) g RETURNING k, v * 2 AS w, rs_docs.tenant",
+    "INSERT INTO rs_docs AS d (k, tenant, owner, v) SELECT k + 6000 + {n} * 100, tenant, 'x', v FROM rs_docs WHERE k < 10 AND tenant = current_setting('app.tenant', true) RETURNING d.k, d.owner",
+    "INSERT INTO rs_docs SELECT 6500 + {n} * 10 + g, 't9', 'x', g FROM generate_series(1, 2) g RETURNING k",
+];
+
+/// The error of a statement expected to fail: SQLSTATE and message.
+async fn failure(c: &Client, sql: &str) -> Option<(String, String)> {
+    let e = c.simple_query(sql).await.err()?;
+    let d = e.as_db_error()?;
+    Some((d.code().code().to_string(), d.message().to_string()))
+}
 
 /// COPY ... TO STDOUT: its lines sorted, or SQLSTATE.
 async fn copy_out(c: &Client, sql: &str) -> Result<Vec<String>, String> {
@@ -151,6 +174,32 @@ async fn policies_filter_and_check_as_on_postgres() {
         if *block {
             both(&shard, &plain, "COMMIT", &what).await;
         }
+        for sql in INSERT_SELECT {
+            let sql = sql.replace("{n}", &n.to_string());
+            both(&shard, &plain, &sql, &format!("{what}, in autocommit")).await;
+        }
+        // The same through the extended protocol, a parameter in the SELECT.
+        let sql = "INSERT INTO rs_docs SELECT 7000 + $1::int * 10 + g, current_setting('app.tenant', true), 'x', g \
+                   FROM generate_series(1, 3) g RETURNING k, tenant";
+        let rows = |r: Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>| -> Result<Vec<(i32, Option<String>)>, String> {
+            let mut v: Vec<(i32, Option<String>)> = r
+                .map_err(|e| e.as_db_error().map(|d| d.code().code().to_string()).unwrap_or(e.to_string()))?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect();
+            v.sort();
+            Ok(v)
+        };
+        assert_eq!(
+            rows(shard.query(sql, &[&(n as i32)]).await),
+            rows(plain.query(sql, &[&(n as i32)]).await),
+            "{what}: {sql}"
+        );
+        // A WITH CHECK violation reads as PostgreSQL's (42501, naming the table).
+        let sql = format!("INSERT INTO rs_docs SELECT 4000 + {n} + g, 't9', 'x', g FROM generate_series(1, 2) g");
+        let refused = failure(&shard, &sql).await;
+        assert!(refused.is_some(), "{what}: {sql}");
+        assert_eq!(refused, failure(&plain, &sql).await, "{what}: {sql}");
         // COPY FROM into a table with row-level security: PostgreSQL refuses it (0A000).
         // (COPY of reference tables is not supported by pgshard yet, RLS or not.)
         let rows = format!("{}\tt0\tx\t0\n", 500 + n);
@@ -161,6 +210,19 @@ async fn policies_filter_and_check_as_on_postgres() {
         assert_eq!(copy_in(&shard_copy, sql, &rows).await, copy_in(&plain_copy, sql, &rows).await, "{what}: {sql}");
         // What every role's policies leave visible, and the whole table as stored.
         both(&shard, &plain, "SELECT k, tenant, v FROM rs_docs", &format!("{what}, after")).await;
+    }
+    // set_config as a prepared statement (extended protocol) is followed like a SET.
+    let shard = connect(&cl.host, cl.port, "rs_u1", "rs pw", &cl.database).await;
+    let plain = connect(&pg.host, pg.port, "rs_u1", "rs pw", &pg.database).await;
+    for tenant in ["t1", "t0"] {
+        let set = "SELECT set_config('app.tenant', $1, false)";
+        let value = |r: Result<tokio_postgres::Row, tokio_postgres::Error>| r.map(|r| r.get::<_, String>(0)).map_err(|e| e.to_string());
+        assert_eq!(value(shard.query_one(set, &[&tenant]).await), value(plain.query_one(set, &[&tenant]).await));
+        let what = format!("rs_u1 after a prepared set_config to {tenant}");
+        both(&shard, &plain, "SELECT k, tenant, v FROM rs_docs", &what).await;
+        both(&shard, &plain, "SELECT k, tenant FROM rs_docs WHERE k = 5", &what).await;
+        let sql = format!("INSERT INTO rs_docs SELECT 8000 + 10 * {} + g, '{tenant}', 'x', g FROM generate_series(1, 3) g RETURNING k", &tenant[1..]);
+        both(&shard, &plain, &sql, &what).await;
     }
     both(&admin, &admin_plain, "SELECT * FROM rs_docs", "stored rows").await;
     both(&admin, &admin_plain, "SELECT * FROM rs_ref", "stored rows").await;

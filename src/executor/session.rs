@@ -200,6 +200,9 @@ pub struct Session {
     /// The block's `SET LOCAL`s (variable, statement), oldest first: run on every node
     /// of the block, also on one that joins it later.
     local_settings: Vec<(String, String)>,
+    /// Local statements calling `set_config` executed in the extended protocol since
+    /// the last Sync: followed on the other node connections once the batch is done.
+    set_config_to_follow: Vec<Statement>,
     /// The session's settings as the block found them, taken at the block's first
     /// change of them: what a rollback of the block restores.
     block_settings: Option<Box<SettingsSnapshot>>,
@@ -317,6 +320,7 @@ impl Session {
             begin_statement: None,
             savepoints: Vec::new(),
             local_settings: Vec::new(),
+            set_config_to_follow: Vec::new(),
             block_settings: None,
             implicit_txn: false,
             implicit_settings: None,
@@ -1239,6 +1243,11 @@ impl Session {
         match &mut portal.target {
             PortalTarget::Backend(addr) => {
                 let addr = addr.clone();
+                if matches!(portal.stmt.plan, Plan::Local)
+                    && !isolation::set_config_calls(&portal.stmt.stmt.text).is_empty()
+                {
+                    self.set_config_to_follow.push(portal.stmt.stmt.clone());
+                }
                 let idx = self.join(&addr, false).await?;
                 let h = &mut self.held[idx];
                 msg::write_execute(&mut h.conn.wbuf, name, max_rows);
@@ -1322,6 +1331,20 @@ impl Session {
     }
 
     async fn sync_message(&mut self) {
+        let follow = std::mem::take(&mut self.set_config_to_follow);
+        self.sync_batch().await;
+        // `set_config` calls of the batch, now that they ran on the coordinator node.
+        if self.txn != TxnState::Failed {
+            for stmt in &follow {
+                if let Err(e) = self.follow_set_config(stmt).await {
+                    msg::write_error(&mut self.out, &e);
+                    break;
+                }
+            }
+        }
+    }
+
+    async fn sync_batch(&mut self) {
         if self.implicit_block {
             // A batch that wrote on several nodes: committed as a whole, or not at all.
             self.implicit_block = false;
@@ -1864,7 +1887,10 @@ impl Session {
             Plan::MultiShard(m) => self.multi_shard(m, params, formats, describe, sink).await,
             Plan::InsertRows(p) => self.insert_rows(p, params, formats, describe, sink).await,
             Plan::InsertSelect(p) => self.insert_select(p, params, sink).await,
-            Plan::InsertViaCoordinator(p) => self.insert_via_coordinator(p, params, sink).await,
+            Plan::InsertViaCoordinator(p) => {
+                self.insert_via_coordinator(p, params, formats, describe, sink)
+                    .await
+            }
             Plan::InsertIntoLocal(p) => {
                 self.insert_into_local(p, params, formats, describe, sink)
                     .await

@@ -38,6 +38,19 @@ pub struct InsertViaCoordinatorPlan {
     /// The target columns as written (empty: the table's columns in order).
     pub columns: Vec<String>,
     pub source: ViaSource,
+    /// The client's RETURNING, run by the shards' INSERTs; only on the INSERT path
+    /// (row-level security applies), refused otherwise when the statement runs.
+    pub returning: Option<ViaReturning>,
+}
+
+/// A RETURNING list over the rows the shards insert.
+#[derive(Debug)]
+pub struct ViaReturning {
+    /// What the target is called in the list: the client's alias, or the table's name
+    /// (the shard's INSERT names its shard `AS` this).
+    pub alias: String,
+    /// The list, deparsed (`k, v * 2 AS w`).
+    pub list: String,
 }
 
 #[derive(Debug)]
@@ -124,12 +137,21 @@ pub fn plan_via_coordinator(
     if i.on_conflict_clause.is_some() {
         return refuse("ON CONFLICT when the rows cannot be inserted shard by shard");
     }
-    if i.returning_clause
-        .as_ref()
-        .is_some_and(|r| !r.exprs.is_empty())
-    {
-        return refuse("RETURNING when the rows cannot be inserted shard by shard");
-    }
+    let returning = match i.returning_clause.as_ref().filter(|r| !r.exprs.is_empty()) {
+        Some(r) => match returning_list(&r.exprs) {
+            Some(list) => Some(ViaReturning {
+                alias: i
+                    .relation
+                    .as_ref()
+                    .and_then(|r| r.alias.as_ref())
+                    .map(|a| a.aliasname.clone())
+                    .unwrap_or_else(|| table.name.clone()),
+                list,
+            }),
+            None => return refuse("pgshard could not isolate the RETURNING list"),
+        },
+        None => None,
+    };
     let mut columns = Vec::new();
     for c in &i.cols {
         match c.node.as_ref() {
@@ -149,6 +171,14 @@ pub fn plan_via_coordinator(
             Ok(select) => ViaSource::Distributed { select },
             Err(_) => return refuse("pgshard could not isolate the SELECT"),
         }
+    } else if returning.is_some() {
+        // The shell's INSERT returns the target's rows itself, not the client's list.
+        let mut without = i.clone();
+        without.returning_clause = None;
+        match N::InsertStmt(Box::new(without)).deparse(Default::default()) {
+            Ok(text) => ViaSource::Coordinator { text },
+            Err(_) => return refuse("pgshard could not isolate the RETURNING list"),
+        }
     } else {
         ViaSource::Coordinator {
             text: text.to_string(),
@@ -159,8 +189,21 @@ pub fn plan_via_coordinator(
             table,
             columns,
             source,
+            returning,
         },
     )))
+}
+
+/// A RETURNING list's targets deparsed on their own (`SELECT <list>` without `SELECT`).
+fn returning_list(targets: &[protobuf::Node]) -> Option<String> {
+    let select = protobuf::SelectStmt {
+        target_list: targets.to_vec(),
+        limit_option: protobuf::LimitOption::Default as i32,
+        op: protobuf::SetOperation::SetopNone as i32,
+        ..Default::default()
+    };
+    let text = N::SelectStmt(Box::new(select)).deparse(Default::default()).ok()?;
+    text.strip_prefix("SELECT ").map(str::to_string)
 }
 
 /// Plans an INSERT into a local table whose SELECT reads distributed tables.
@@ -309,4 +352,24 @@ pub fn plan_insert_select(
         pieces,
         functions,
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_returning_list_is_deparsed_on_its_own() {
+        let parsed = pg_query::parse(
+            "INSERT INTO t AS d SELECT * FROM s RETURNING d.k, v * 2 AS w, 'it''s'",
+            0,
+        )
+        .unwrap();
+        let node = parsed.protobuf.stmts[0].stmt.as_ref().unwrap().node.clone();
+        let Some(N::InsertStmt(i)) = node else {
+            panic!("not an INSERT")
+        };
+        let list = returning_list(&i.returning_clause.unwrap().exprs).unwrap();
+        assert_eq!(list, "d.k, v * 2 AS w, 'it''s'");
+    }
 }

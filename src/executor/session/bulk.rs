@@ -1219,7 +1219,10 @@ impl Session {
         Ok(None)
     }
 
-    async fn insert_on_nodes(
+    /// Runs each node's statements pipelined on the session's connection to it (all
+    /// nodes at once), RETURNING rows into `sink`; returns the rows the statements
+    /// report. Errors name the node and statement.
+    pub(super) async fn insert_on_nodes(
         &mut self,
         by_node: &[(NodeAddr, Vec<String>)],
         params: &BoundParams<'_>,

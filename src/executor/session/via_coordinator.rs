@@ -9,6 +9,9 @@
 //!    savepoint rolled back at once, so the shell stays empty;
 //! 3. the rows are copied into the shards as by `COPY FROM STDIN` (`bulk.rs`), in the
 //!    session's block or pgshard's own, committed with 2PC where several nodes wrote.
+//!    When row-level security applies to the client on the table, PostgreSQL refuses
+//!    COPY FROM: the rows then reach the shards as multi-row INSERTs of typed VALUES
+//!    instead (the shards check the policies again, as the client).
 //!
 //! Also INSERT into a local table of a SELECT reading distributed tables
 //! (`InsertIntoLocalPlan`): the SELECT through pgshard, then the client's INSERT on the
@@ -19,8 +22,10 @@ use super::bulk::{
 };
 use super::*;
 use crate::backend::BackendConn;
+use crate::catalog::DistTable;
 use crate::planner::insert_select::{InsertIntoLocalPlan, InsertViaCoordinatorPlan, ViaSource};
 use crate::sql::copy_format::{self as cf, CopyOptions, KeySpec};
+use crate::sharding::hash;
 use crate::sql::quote::quote_qualified;
 
 /// Rows of a distributed SELECT sent to the shell in one INSERT.
@@ -38,6 +43,26 @@ struct Router {
     utf8: bool,
     pending: BytesMut,
     rows: u64,
+    /// Row-level security applies: the rows go as INSERTs, not COPY.
+    inserts: Option<InsertRows>,
+}
+
+/// The target's rows waiting to be sent to the shards as multi-row INSERTs.
+struct InsertRows {
+    table: Arc<DistTable>,
+    /// The quoted columns and their SQL types (`format_type`), in the shell's order.
+    columns: String,
+    types: Vec<String>,
+    rows: Vec<Vec<Option<Bytes>>>,
+    /// Rows the shards reported inserted.
+    inserted: u64,
+    /// ` AS alias` and ` RETURNING list` of the client's RETURNING, if any.
+    returning: Option<(String, String)>,
+    /// The RETURNING rows' formats, and whether their RowDescription is still to send.
+    formats: Vec<i16>,
+    describe: bool,
+    /// RETURNING rows, for the client once every row is in.
+    returned: ResultSink,
 }
 
 impl Session {
@@ -45,6 +70,8 @@ impl Session {
         &mut self,
         plan: &InsertViaCoordinatorPlan,
         params: &BoundParams<'_>,
+        formats: &[i16],
+        describe: bool,
         sink: &mut ResultSink,
     ) -> PgResult<()> {
         let catalog = self.shared.catalog.snapshot();
@@ -87,7 +114,37 @@ impl Session {
             utf8: encoding_is_utf8(&enc),
             pending: BytesMut::new(),
             rows: 0,
+            inserts: None,
         };
+        if self.row_security_active(&table).await? {
+            router.inserts = Some(InsertRows {
+                table: table.clone(),
+                columns: columns
+                    .iter()
+                    .map(|c| quote_ident(c))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                types: self.column_types(&table).await?,
+                rows: Vec::new(),
+                inserted: 0,
+                returning: plan.returning.as_ref().map(|r| {
+                    (
+                        format!(" AS {}", quote_ident(&r.alias)),
+                        format!(" RETURNING {}", r.list),
+                    )
+                }),
+                formats: formats.to_vec(),
+                describe,
+                returned: ResultSink::capturing(),
+            });
+        } else if plan.returning.is_some() {
+            // COPY into the shards returns no rows.
+            return Err(PgError::not_supported(format!(
+                "pgshard does not support this INSERT ... SELECT into the distributed table \"{}\" yet: \
+                 RETURNING when the rows cannot be inserted shard by shard",
+                table.name
+            )));
+        }
         let returning: Vec<String> = columns.iter().map(|c| quote_ident(c)).collect();
         let returning = format!("\nRETURNING {}", returning.join(", "));
         let extended = params.bind.is_some();
@@ -110,7 +167,16 @@ impl Session {
         match r {
             Ok(()) => {
                 self.end_own_block(own, true, extended).await?;
-                sink.complete(&format!("INSERT 0 {}", router.st.copied));
+                let inserted = match router.inserts.as_mut() {
+                    Some(i) => {
+                        for f in std::mem::take(&mut i.returned.frames) {
+                            sink.push_frame(f.tag, f.body);
+                        }
+                        i.inserted
+                    }
+                    None => 0,
+                };
+                sink.complete(&format!("INSERT 0 {}", router.st.copied + inserted));
                 Ok(())
             }
             Err(e) => {
@@ -122,6 +188,9 @@ impl Session {
 
     /// Routes the complete rows gathered so far (all of them at `eof`).
     async fn route_pending(&mut self, r: &mut Router, eof: bool) -> PgResult<()> {
+        if r.inserts.is_some() {
+            return self.insert_pending(r).await;
+        }
         let (mut header, mut binary_header, mut ended) = (false, false, false);
         self.route_rows(
             &mut r.st,
@@ -169,6 +238,12 @@ impl Session {
         loop {
             let f = self.held[idx].conn.read().await?;
             match f.tag {
+                b'D' if failure.is_none() && router.inserts.is_some() => {
+                    let row = msg::decode_data_row(&f.body)?;
+                    if let Some(i) = router.inserts.as_mut() {
+                        i.rows.push(row);
+                    }
+                }
                 b'D' if failure.is_none() => {
                     let row = msg::decode_data_row(&f.body)?;
                     let values: Vec<Option<&[u8]>> = row.iter().map(|v| v.as_deref()).collect();
@@ -196,8 +271,118 @@ impl Session {
             .await?;
         match failure {
             Some(e) => Err(e),
+            // Rows held for INSERTs go now, the coordinator's answer read.
+            None if router.inserts.is_some() => self.insert_pending(router).await,
             None => Ok(()),
         }
+    }
+
+    /// Whether row-level security applies to the client on `table` (PostgreSQL's own
+    /// `row_security_active`, on the client's connection to the coordinator node,
+    /// whose shell carries the table's policies and flags).
+    async fn row_security_active(&mut self, table: &DistTable) -> PgResult<bool> {
+        let coord = self.shared.coordinator.clone();
+        let idx = self.bulk_conn(&coord, false).await?;
+        let active = self.held[idx]
+            .conn
+            .simple_column(&format!(
+                "SELECT pg_catalog.row_security_active({}::pg_catalog.oid)",
+                table.relid
+            ))
+            .await?;
+        Ok(active.first().is_some_and(|v| v == "t"))
+    }
+
+    /// The SQL types of the columns [`Session::copy_columns`] lists, in its order.
+    async fn column_types(&mut self, table: &DistTable) -> PgResult<Vec<String>> {
+        let coord = self.shared.coordinator.clone();
+        let mut conn = self.shared.pools.node(&coord).acquire().await?;
+        let sql = format!(
+            "SELECT pg_catalog.format_type(atttypid, atttypmod) FROM pg_catalog.pg_attribute \
+             WHERE attrelid = {} AND attnum > 0 AND NOT attisdropped AND attgenerated = '' \
+             ORDER BY attnum",
+            table.relid
+        );
+        conn.simple_column(&sql).await
+    }
+
+    /// Sends the rows held for INSERTs: per shard, `INSERT INTO shard (columns) VALUES`
+    /// of typed literals, [`ROWS_PER_INSERT`] rows a statement, every node's
+    /// statements pipelined as a multi-row INSERT's are.
+    async fn insert_pending(&mut self, r: &mut Router) -> PgResult<()> {
+        let Some(ins) = r.inserts.as_mut() else {
+            return Ok(());
+        };
+        if ins.rows.is_empty() {
+            return Ok(());
+        }
+        let rows = std::mem::take(&mut ins.rows);
+        let table = ins.table.clone();
+        let col = table.dist_column.as_ref().expect("planned with a column");
+        let key = r.key.index;
+        let catalog = self.shared.catalog.snapshot();
+        // Row indexes per shard, in the order the shards first appear.
+        let mut groups: Vec<(&ShardInterval, Vec<usize>)> = Vec::new();
+        for (n, row) in rows.iter().enumerate() {
+            let Some(Some(value)) = row.get(key) else {
+                return Err(null_key_error(&table));
+            };
+            if !r.utf8 && !value.is_ascii() {
+                return Err(PgError::not_supported(
+                    "pgshard routes INSERT ... SELECT rows under row-level security with non-ASCII values only in UTF8",
+                ));
+            }
+            let h = std::str::from_utf8(value)
+                .ok()
+                .and_then(|v| hash::hash_text_value(col.type_oid, v))
+                .ok_or_else(|| {
+                    PgError::not_supported(format!(
+                        "pgshard cannot compute the shard of the value \"{}\"",
+                        String::from_utf8_lossy(value)
+                    ))
+                })?;
+            let shard = table
+                .shard_for_hash(h)
+                .ok_or_else(|| PgError::internal(format!("no shard covers hash {h}")))?;
+            match groups.iter_mut().find(|(g, _)| g.shard_id == shard.shard_id) {
+                Some((_, v)) => v.push(n),
+                None => groups.push((shard, vec![n])),
+            }
+        }
+        let mut by_node: Vec<(NodeAddr, Vec<String>)> = Vec::new();
+        for (shard, members) in &groups {
+            let addr = placement_addr(&catalog, shard)?;
+            let target = quote_qualified(&table.schema, &table.shard_name(shard.shard_id));
+            for chunk in members.chunks(ROWS_PER_INSERT) {
+                let chunk: Vec<Vec<Option<Bytes>>> =
+                    chunk.iter().map(|&n| rows[n].clone()).collect();
+                let (alias, returning) = match &ins.returning {
+                    Some((a, r)) => (a.as_str(), r.as_str()),
+                    None => ("", ""),
+                };
+                let mut sql = format!("INSERT INTO {target}{alias} ({}) VALUES ", ins.columns);
+                write_typed_rows(&mut sql, &chunk, &ins.types);
+                sql.push_str(returning);
+                match by_node.iter_mut().find(|(a, _)| *a == addr) {
+                    Some((_, v)) => v.push(sql),
+                    None => by_node.push((addr.clone(), vec![sql])),
+                }
+            }
+        }
+        let no_params = BoundParams {
+            types: &[],
+            bind: None,
+        };
+        let mut returned = std::mem::replace(&mut ins.returned, ResultSink::capturing());
+        let (formats, describe) = (ins.formats.clone(), ins.describe && ins.returning.is_some());
+        let n = self
+            .insert_on_nodes(&by_node, &no_params, &formats, describe, &mut returned)
+            .await;
+        let ins = r.inserts.as_mut().expect("held above");
+        ins.returned = returned;
+        ins.inserted += n?;
+        ins.describe = false;
+        Ok(())
     }
 
     /// The SELECT through pgshard, then its rows into the shell as typed VALUES, a
