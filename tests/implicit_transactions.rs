@@ -227,6 +227,16 @@ async fn multi_statement_strings_are_one_transaction() {
             vec![format!("insert into it_d values ({a}, 1); vacuum it_d")],
         ),
         (
+            "vacuum after commit is still refused in a multi-statement string",
+            vec![format!("insert into it_d values ({a}, 1); commit; vacuum it_d")],
+        ),
+        (
+            "create index concurrently is refused in a multi-statement string",
+            vec![format!(
+                "insert into it_d values ({a}, 1); commit; create index concurrently it_d_v on it_d (v)"
+            )],
+        ),
+        (
             "a statement after commit that fails keeps the commit",
             vec![format!(
                 "insert into it_d values ({a}, 1); commit; insert into it_d values ({a}, 2)"
@@ -262,6 +272,30 @@ async fn what_cannot_run_in_a_block_is_refused_in_a_string() {
     c.batch_execute("select create_distributed_table('it_cdt', 'k')")
         .await
         .unwrap();
+    // Alone in its implicit transaction (a COMMIT after it), it runs as on its own,
+    // and the statements after it are planned with the new catalog.
+    c.batch_execute("DROP TABLE it_cdt").await.unwrap();
+    let r = outcome(
+        &c,
+        "create table it_cdt (k int); commit; select create_distributed_table('it_cdt', 'k'); \
+         commit; insert into it_cdt values (1), (2); select count(*) from it_cdt",
+    )
+    .await;
+    assert_eq!(r, "ok 0 ok 0 () ok 1 ok 0 ok 2 (2) ok 1");
+    let shards = outcome(
+        &c,
+        "SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = 'it_cdt'::regclass",
+    )
+    .await;
+    assert_ne!(shards, "(0) ok 1");
+    // Not when something else is in its implicit transaction.
+    let e = c
+        .simple_query("insert into it_cdt values (3); drop table it_cdt; commit")
+        .await
+        .expect_err("refused");
+    assert_eq!(e.code().map(|c| c.code()), Some("0A000"), "{e:?}");
+    let n = outcome(&c, "SELECT count(*) FROM it_cdt").await;
+    assert_eq!(n, "(2) ok 1");
     // A read-only Citus function may share a string.
     let r = outcome(
         &c,

@@ -381,7 +381,7 @@ async fn set_config_reaches_every_node() {
     let plain = pg.client().await;
     shard
         .batch_execute(
-            "DROP TABLE IF EXISTS s_tz; CREATE TABLE s_tz (k int PRIMARY KEY, ts timestamptz); \
+            "DROP TABLE IF EXISTS s_tz; CREATE TABLE s_tz (k int PRIMARY KEY, ts timestamptz); COMMIT; \
              SELECT create_distributed_table('s_tz', 'k')",
         )
         .await

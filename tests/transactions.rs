@@ -212,7 +212,7 @@ async fn sets_in_failed_implicit_transactions_are_undone_as_in_postgres() {
     let pg = cl.client().await;
     let plain = plain_postgres().client().await;
     pg.batch_execute(
-        "CREATE TABLE imps (id int PRIMARY KEY, v int); SELECT create_distributed_table('imps', 'id'); \
+        "CREATE TABLE imps (id int PRIMARY KEY, v int); COMMIT; SELECT create_distributed_table('imps', 'id'); COMMIT; \
          INSERT INTO imps VALUES (1, 1)",
     )
     .await
@@ -267,8 +267,8 @@ async fn deallocate_drops_protocol_statements_as_in_postgres() {
     let pg = cl.client().await;
     let plain = plain_postgres().client().await;
     pg.batch_execute(
-        "CREATE TABLE dealloc (id int PRIMARY KEY, v int); \
-         SELECT create_distributed_table('dealloc', 'id'); INSERT INTO dealloc VALUES (1, 10)",
+        "CREATE TABLE dealloc (id int PRIMARY KEY, v int); COMMIT; \
+         SELECT create_distributed_table('dealloc', 'id'); COMMIT; INSERT INTO dealloc VALUES (1, 10)",
     )
     .await
     .unwrap();
@@ -346,7 +346,7 @@ async fn settings_in_blocks_behave_as_in_postgres() {
     let mut pg = cl.client().await;
     let plain = plain_postgres().client().await;
     pg.batch_execute(
-        "CREATE TABLE st (id int PRIMARY KEY, v int); SELECT create_distributed_table('st', 'id')",
+        "CREATE TABLE st (id int PRIMARY KEY, v int); COMMIT; SELECT create_distributed_table('st', 'id')",
     )
     .await
     .unwrap();
@@ -1230,7 +1230,7 @@ async fn chained_blocks_and_lock_table_behave_as_in_postgres() {
     let pg = cl.client().await;
     let plain = plain_postgres().client().await;
     pg.batch_execute(
-        "CREATE TABLE ch (id int PRIMARY KEY, v int); SELECT create_distributed_table('ch', 'id')",
+        "CREATE TABLE ch (id int PRIMARY KEY, v int); COMMIT; SELECT create_distributed_table('ch', 'id')",
     )
     .await
     .unwrap();

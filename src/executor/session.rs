@@ -1547,7 +1547,12 @@ impl Session {
                 failed = true;
                 break;
             }
-            if stmts.len() > 1 && self.txn == TxnState::Idle && !matches!(plan, Plan::Transaction(_)) {
+            if stmts.len() > 1
+                && self.txn == TxnState::Idle
+                && !matches!(plan, Plan::Transaction(_))
+                && !(implicit::needs_own_transaction(plan)
+                    && implicit::alone_in_implicit_transaction(&plans[i + 1..]))
+            {
                 self.begin_string_block();
             }
             let mut sink = ResultSink::default();
@@ -1914,9 +1919,12 @@ impl Session {
                 if self.txn != TxnState::Idle {
                     if let Some(why) = d.not_in_block() {
                         if self.string_block {
-                            return Err(implicit::refused_in_string(&format!(
-                                "{why} on a distributed table"
-                            )));
+                            return Err(if d.concurrent {
+                                // PostgreSQL's own refusal in an implicit transaction.
+                                PgError::new(sqlstate::ACTIVE_SQL_TRANSACTION, why)
+                            } else {
+                                implicit::refused_in_string(&format!("{why} on a distributed table"))
+                            });
                         }
                         return Err(PgError::not_supported(format!(
                             "pgshard does not support {why} on a distributed table inside a transaction block yet"

@@ -21,6 +21,9 @@
 //!   DROP TABLE of a distributed table, ...) are refused there with 0A000 rather than
 //!   committed on their own; PostgreSQL's own refusals inside a block (VACUUM, CREATE
 //!   DATABASE: 25001) come from the nodes, as in PostgreSQL's implicit transaction.
+//!   Such a statement alone in its implicit transaction (first after the string's start or a
+//!   COMMIT, and followed by a COMMIT or the string's end) runs as a single-statement
+//!   string does, so those refusals do not apply to it.
 //!   Single-statement strings never take this path.
 
 use super::*;
@@ -52,12 +55,41 @@ pub(super) fn local_with_transaction_control(plans: &[Plan]) -> Option<Option<St
     (control && !(savepoints && begin.is_some())).then_some(begin)
 }
 
+/// Whether pgshard runs `plan` only outside a transaction block, where PostgreSQL
+/// would run it inside one (Citus functions that write, DROP TABLE / DROP INDEX of a
+/// distributed table, DDL `ddl_in_block` does not cover).
+pub(super) fn needs_own_transaction(plan: &Plan) -> bool {
+    match plan {
+        Plan::Utility { name, .. } => !commands::utility_reads_only(name),
+        Plan::UtilityInline { calls } => {
+            calls.iter().any(|c| !commands::utility_reads_only(&c.name))
+        }
+        Plan::DropTables { .. } | Plan::DropIndexes { .. } => true,
+        // CREATE INDEX CONCURRENTLY: PostgreSQL refuses it in any multi-statement string.
+        Plan::Ddl(d) => !d.concurrent && d.not_in_block().is_some(),
+        _ => false,
+    }
+}
+
+/// Whether a statement that begins an implicit transaction is also its only one: the
+/// string ends after it, or a COMMIT follows (`rest`: the plans after it). It then runs
+/// as a query string of its own would, with nothing else to commit or undo with it, so
+/// `create table t ...; commit; select create_distributed_table('t', 'k'); commit; ...`
+/// works.
+pub(super) fn alone_in_implicit_transaction(rest: &[Plan]) -> bool {
+    matches!(
+        rest.first(),
+        None | Some(Plan::Transaction(TxnCommand::Commit { chain: false }))
+    )
+}
+
 /// The refusal of a statement pgshard cannot run inside a transaction block, in the
 /// implicit transaction of a query string of several statements.
 pub(super) fn refused_in_string(what: &str) -> PgError {
     PgError::not_supported(format!(
         "pgshard cannot run {what} inside a query string of several statements, which \
-         runs as one transaction: send it as a query string of its own"
+         runs as one transaction: send it as a query string of its own, or end the \
+         transaction before it and after it with COMMIT"
     ))
 }
 
