@@ -522,7 +522,7 @@ async fn reference_writes_in_blocks_with_parameters_and_returning() {
     exec(
         &pgs,
         "DROP TABLE IF EXISTS ref_d; \
-         CREATE TABLE ref_d (id int PRIMARY KEY, seq int DEFAULT 7, at timestamptz DEFAULT now()); \
+         CREATE TABLE ref_d (id int PRIMARY KEY, seq int DEFAULT 7, at timestamptz DEFAULT now()); COMMIT; \
          SELECT create_reference_table('ref_d')",
     )
     .await;

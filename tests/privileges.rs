@@ -404,7 +404,7 @@ async fn table_privileges_and_policies_reach_every_shard() {
     run(
         &c,
         "CREATE SCHEMA tp_s AUTHORIZATION tp_owner; GRANT USAGE ON SCHEMA tp_s TO tp_reader; \
-         CREATE TABLE tp_s.t2 (k int); ALTER TABLE tp_s.t2 OWNER TO tp_owner; \
+         CREATE TABLE tp_s.t2 (k int); ALTER TABLE tp_s.t2 OWNER TO tp_owner; COMMIT; \
          SELECT create_distributed_table('tp_s.t2', 'k')",
     )
     .await;
@@ -644,7 +644,7 @@ async fn grants_made_before_a_new_node_hold_on_its_shards() {
     assert_roles_everywhere("nn_", "citus_add_node").await;
     run(
         &c,
-        "SET citus.shard_count = 6; SELECT create_distributed_table('nn_t', 'k')",
+        "SET citus.shard_count = 6; COMMIT; SELECT create_distributed_table('nn_t', 'k')",
     )
     .await;
     let coord = cl.direct(cl.coordinator_port).await;

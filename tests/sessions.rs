@@ -340,8 +340,8 @@ async fn prepared_statements_follow_ddl_and_stay_private() {
     let c = cl.client().await;
     c.batch_execute(
         "DROP TABLE IF EXISTS s_ddl_dist, s_ddl_local; \
-         CREATE TABLE s_ddl_dist (k int PRIMARY KEY, v int); \
-         SELECT create_distributed_table('s_ddl_dist', 'k'); \
+         CREATE TABLE s_ddl_dist (k int PRIMARY KEY, v int); COMMIT; \
+         SELECT create_distributed_table('s_ddl_dist', 'k'); COMMIT; \
          INSERT INTO s_ddl_dist VALUES (1, 10); \
          CREATE TABLE s_ddl_local (k int, v int); INSERT INTO s_ddl_local VALUES (1, 10)",
     )

@@ -516,7 +516,7 @@ async fn distributed_deadlock_is_broken() {
     let setup = cl.client().await;
     setup
         .batch_execute(
-            "CREATE TABLE dl (id int PRIMARY KEY, v int); \
+            "CREATE TABLE dl (id int PRIMARY KEY, v int); COMMIT; \
              SELECT create_distributed_table('dl', 'id')",
         )
         .await
@@ -578,7 +578,7 @@ async fn vanished_client_leaves_no_open_transaction() {
     let setup = cl.client().await;
     setup
         .batch_execute(
-            "CREATE TABLE vanish (id int PRIMARY KEY); \
+            "CREATE TABLE vanish (id int PRIMARY KEY); COMMIT; \
              SELECT create_distributed_table('vanish', 'id')",
         )
         .await
@@ -628,7 +628,7 @@ async fn one_phase_commit_mode() {
     let cl = cluster();
     let c = cl.client().await;
     c.batch_execute(
-        "CREATE TABLE onepc (id int PRIMARY KEY); \
+        "CREATE TABLE onepc (id int PRIMARY KEY); COMMIT; \
          SELECT create_distributed_table('onepc', 'id')",
     )
     .await
@@ -667,7 +667,7 @@ async fn extended_protocol_statements_join_the_block() {
     let cl = cluster();
     let c = cl.client().await;
     c.batch_execute(
-        "CREATE TABLE extblock (id int PRIMARY KEY, v int); \
+        "CREATE TABLE extblock (id int PRIMARY KEY, v int); COMMIT; \
          SELECT create_distributed_table('extblock', 'id')",
     )
     .await
@@ -1353,7 +1353,7 @@ async fn cursors_over_distributed_tables_behave_as_in_postgres() {
     let plain_pg = plain_postgres();
     let plain = plain_pg.client().await;
     pg.batch_execute(
-        "CREATE TABLE cur (id int PRIMARY KEY, v text, n numeric(8,2)); \
+        "CREATE TABLE cur (id int PRIMARY KEY, v text, n numeric(8,2)); COMMIT; \
          SELECT create_distributed_table('cur', 'id')",
     )
     .await
