@@ -203,6 +203,20 @@ mod tests {
     }
 
     #[test]
+    fn a_statement_alone_in_its_implicit_transaction() {
+        let commit = Plan::Transaction(TxnCommand::Commit { chain: false });
+        let rollback = Plan::Transaction(TxnCommand::Rollback { chain: false });
+        let chain = Plan::Transaction(TxnCommand::Commit { chain: true });
+        assert!(alone_in_implicit_transaction(&[]));
+        assert!(alone_in_implicit_transaction(&[commit, Plan::Local]));
+        // A ROLLBACK after it would have to undo it.
+        assert!(!alone_in_implicit_transaction(&[rollback]));
+        assert!(!alone_in_implicit_transaction(&[chain]));
+        assert!(!alone_in_implicit_transaction(&[Plan::Local]));
+        assert!(!needs_own_transaction(&Plan::Local));
+    }
+
+    #[test]
     fn strings_that_run_whole_on_the_coordinator_node() {
         let commit = || Plan::Transaction(TxnCommand::Commit { chain: false });
         let savepoint = || Plan::Transaction(TxnCommand::Savepoint { name: "sp".into() });
