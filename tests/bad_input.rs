@@ -921,8 +921,8 @@ async fn set_in_a_failed_extended_batch_is_undone() {
     c.client()
         .await
         .batch_execute(
-            "DROP TABLE IF EXISTS xset; CREATE TABLE xset (id int); \
-             SELECT create_distributed_table('xset', 'id'); INSERT INTO xset VALUES (1)",
+            "DROP TABLE IF EXISTS xset; CREATE TABLE xset (id int); COMMIT; \
+             SELECT create_distributed_table('xset', 'id'); COMMIT; INSERT INTO xset VALUES (1)",
         )
         .await
         .unwrap();

@@ -64,7 +64,7 @@ async fn distributed(c: &Client, name: &str, def: &str) {
     simple(
         c,
         &format!(
-            "drop table if exists {name}; create table {name} {def}; select create_distributed_table('{name}', 'id')"
+            "drop table if exists {name}; create table {name} {def}; commit; select create_distributed_table('{name}', 'id')"
         ),
     )
     .await;
@@ -606,7 +606,7 @@ async fn large_loads_report_progress_to_the_client() {
     let c = cluster().client().await;
     simple(
         &c,
-        "drop table if exists progress_t; create table progress_t (id int, v int); \
+        "drop table if exists progress_t; create table progress_t (id int, v int); commit; \
          select create_distributed_table('progress_t', 'id')",
     )
     .await;

@@ -152,12 +152,12 @@ async fn ddl_reaches_every_shard_and_the_shell() {
                  INSERT INTO ddl_t SELECT i, i * 10, 'w' || i FROM generate_series(1, 50) i";
     exec(
         &pgs,
-        "DROP TABLE IF EXISTS ddl_t; DROP TABLE IF EXISTS ddl_u",
+        "DROP TABLE IF EXISTS ddl_t; COMMIT; DROP TABLE IF EXISTS ddl_u",
     )
     .await;
     exec(
         &plain,
-        "DROP TABLE IF EXISTS ddl_t; DROP TABLE IF EXISTS ddl_u",
+        "DROP TABLE IF EXISTS ddl_t; COMMIT; DROP TABLE IF EXISTS ddl_u",
     )
     .await;
     exec(&pgs, setup).await;
@@ -522,7 +522,7 @@ async fn reference_writes_in_blocks_with_parameters_and_returning() {
     exec(
         &pgs,
         "DROP TABLE IF EXISTS ref_d; \
-         CREATE TABLE ref_d (id int PRIMARY KEY, seq int DEFAULT 7, at timestamptz DEFAULT now()); \
+         CREATE TABLE ref_d (id int PRIMARY KEY, seq int DEFAULT 7, at timestamptz DEFAULT now()); COMMIT; \
          SELECT create_reference_table('ref_d')",
     )
     .await;
@@ -559,8 +559,8 @@ async fn truncate_vacuum_and_analyze_reach_every_shard() {
     let pgs = cl.client().await;
     exec(
         &pgs,
-        "DROP TABLE IF EXISTS tva; CREATE TABLE tva (k int, v text); \
-         SELECT create_distributed_table('tva', 'k'); \
+        "DROP TABLE IF EXISTS tva; CREATE TABLE tva (k int, v text); COMMIT; \
+         SELECT create_distributed_table('tva', 'k'); COMMIT; \
          INSERT INTO tva SELECT i, 'v' || i FROM generate_series(1, 500) i",
     )
     .await;
@@ -605,7 +605,7 @@ async fn ddl_inside_a_transaction_block_commits_or_rolls_back_with_it() {
     exec(
         &pgs,
         "DROP TABLE IF EXISTS ddl_b; CREATE TABLE ddl_b (k int, v int); \
-         SET citus.shard_count = 4; SELECT create_distributed_table('ddl_b', 'k'); \
+         SET citus.shard_count = 4; COMMIT; SELECT create_distributed_table('ddl_b', 'k'); COMMIT; \
          INSERT INTO ddl_b SELECT i, i FROM generate_series(1, 20) i",
     )
     .await;
@@ -689,8 +689,8 @@ async fn statements_after_create_distributed_table_in_one_string_see_it() {
     let pgs = cl.client().await;
     let rows = pgs
         .simple_query(
-            "DROP TABLE IF EXISTS one_str; CREATE TABLE one_str (k int, v text); \
-             SELECT create_distributed_table('one_str', 'k'); \
+            "DROP TABLE IF EXISTS one_str; CREATE TABLE one_str (k int, v text); COMMIT; \
+             SELECT create_distributed_table('one_str', 'k'); COMMIT; \
              INSERT INTO one_str SELECT i, 'v' || i FROM generate_series(1, 50) i; \
              SELECT count(*) FROM one_str",
         )
@@ -737,8 +737,8 @@ async fn truncate_in_blocks_and_maintenance_options_behave_as_in_postgres() {
     exec(
         &pgs,
         &format!(
-            "{setup}; SET citus.shard_count = 4; SELECT create_distributed_table('trb', 'k'); \
-             SELECT create_reference_table('trr')"
+            "{setup}; SET citus.shard_count = 4; COMMIT; SELECT create_distributed_table('trb', 'k'); \
+             COMMIT; SELECT create_reference_table('trr')"
         ),
     )
     .await;

@@ -60,7 +60,7 @@ async fn setup(table: &str, sql: &str) -> (Client, Client) {
     plain.batch_execute(sql).await.unwrap();
     shard
         .batch_execute(&format!(
-            "SET citus.shard_count = 32; SELECT create_distributed_table('{table}', 'id')"
+            "SET citus.shard_count = 32; COMMIT; SELECT create_distributed_table('{table}', 'id')"
         ))
         .await
         .unwrap();
@@ -349,7 +349,7 @@ async fn explain_shows_the_distributed_plan() {
     shard
         .batch_execute(
             "DROP TABLE IF EXISTS ex; CREATE TABLE ex (id int, c1 int); \
-             SET citus.shard_count = 8; SELECT create_distributed_table('ex', 'id'); \
+             SET citus.shard_count = 8; COMMIT; SELECT create_distributed_table('ex', 'id'); COMMIT; \
              INSERT INTO ex VALUES (1, 2), (2, 3), (3, 3);",
         )
         .await

@@ -207,8 +207,8 @@ async fn pooled_connections_terminated_while_idle_are_not_used() {
     let admin = cl.client().await;
     admin
         .batch_execute(
-            "DROP TABLE IF EXISTS nm_pool; CREATE TABLE nm_pool (k int PRIMARY KEY, v int); \
-             SELECT create_distributed_table('nm_pool', 'k'); \
+            "DROP TABLE IF EXISTS nm_pool; CREATE TABLE nm_pool (k int PRIMARY KEY, v int); COMMIT; \
+             SELECT create_distributed_table('nm_pool', 'k'); COMMIT; \
              INSERT INTO nm_pool SELECT g, g FROM generate_series(1, 50) g; \
              DROP ROLE IF EXISTS nm_pool_user; CREATE ROLE nm_pool_user LOGIN PASSWORD 'pool pw'; \
              GRANT ALL ON nm_pool TO nm_pool_user",

@@ -24,6 +24,7 @@ async fn create_table() {
         "DROP TABLE IF EXISTS pl_kv;
          CREATE TABLE pl_kv (k int PRIMARY KEY, v int NOT NULL);
          SET citus.shard_count = 8;
+         COMMIT;
          SELECT create_distributed_table('pl_kv', 'k');",
     )
     .await

@@ -404,7 +404,7 @@ async fn table_privileges_and_policies_reach_every_shard() {
     run(
         &c,
         "CREATE SCHEMA tp_s AUTHORIZATION tp_owner; GRANT USAGE ON SCHEMA tp_s TO tp_reader; \
-         CREATE TABLE tp_s.t2 (k int); ALTER TABLE tp_s.t2 OWNER TO tp_owner; \
+         CREATE TABLE tp_s.t2 (k int); ALTER TABLE tp_s.t2 OWNER TO tp_owner; COMMIT; \
          SELECT create_distributed_table('tp_s.t2', 'k')",
     )
     .await;
@@ -447,7 +447,7 @@ async fn table_privileges_and_policies_reach_every_shard() {
 
     run(
         &c,
-        "DROP TABLE tp_t; DROP TABLE tp_r; DROP TABLE tp_s.t2; DROP SEQUENCE tp_seq; \
+        "DROP TABLE tp_t; COMMIT; DROP TABLE tp_r; COMMIT; DROP TABLE tp_s.t2; COMMIT; DROP SEQUENCE tp_seq; \
          ALTER DEFAULT PRIVILEGES FOR ROLE tp_owner IN SCHEMA tp_s REVOKE SELECT ON TABLES FROM tp_reader; \
          ALTER DEFAULT PRIVILEGES FOR ROLE tp_owner GRANT EXECUTE ON FUNCTIONS TO PUBLIC; \
          REVOKE ALL ON SCHEMA tp_s FROM tp_granter CASCADE; DROP SCHEMA tp_s",
@@ -478,7 +478,7 @@ async fn non_owners_get_postgres_errors() {
     run(&plain, setup).await;
     run(
         &c,
-        "SELECT create_distributed_table('no_t', 'k'); SELECT create_reference_table('no_ref')",
+        "SELECT create_distributed_table('no_t', 'k'); COMMIT; SELECT create_reference_table('no_ref')",
     )
     .await;
     let app = client_as("no_app", "no pw").await;
@@ -588,7 +588,7 @@ async fn non_owners_get_postgres_errors() {
     run(&app, "DROP TABLE no_t").await;
     run(
         &c,
-        "DROP TABLE no_local; DROP TABLE no_ref; DROP ROLE no_app",
+        "DROP TABLE no_local; COMMIT; DROP TABLE no_ref; COMMIT; DROP ROLE no_app",
     )
     .await;
     run(
@@ -644,7 +644,7 @@ async fn grants_made_before_a_new_node_hold_on_its_shards() {
     assert_roles_everywhere("nn_", "citus_add_node").await;
     run(
         &c,
-        "SET citus.shard_count = 6; SELECT create_distributed_table('nn_t', 'k')",
+        "SET citus.shard_count = 6; COMMIT; SELECT create_distributed_table('nn_t', 'k')",
     )
     .await;
     let coord = cl.direct(cl.coordinator_port).await;
@@ -713,7 +713,7 @@ async fn role_settings_owned_objects_and_role_statements_in_blocks() {
          CREATE TABLE ro_t (k int, v int); ALTER TABLE ro_t OWNER TO ro_a"
     );
     run(&c, &setup).await;
-    run(&c, "SELECT create_distributed_table('ro_t', 'k'); INSERT INTO ro_t VALUES (1, 1), (2, 2)").await;
+    run(&c, "SELECT create_distributed_table('ro_t', 'k'); COMMIT; INSERT INTO ro_t VALUES (1, 1), (2, 2)").await;
     let coord = cl.direct(cl.coordinator_port).await;
     let want = role_settings(&coord, "ro_").await;
     assert_eq!(want.len(), 2, "{want:?}");
@@ -753,7 +753,7 @@ async fn role_settings_owned_objects_and_role_statements_in_blocks() {
     run(&c, "BEGIN").await;
     assert_eq!(error(&c, "CREATE ROLE ro_c").await.0, "42710");
     run(&c, "ROLLBACK").await;
-    run(&c, "DROP TABLE ro_t; DROP ROLE ro_c; DROP ROLE ro_a; DROP ROLE ro_b").await;
+    run(&c, "DROP TABLE ro_t; COMMIT; DROP ROLE ro_c; DROP ROLE ro_a; DROP ROLE ro_b").await;
     assert_roles_everywhere("ro_", "DROP ROLE").await;
 }
 

@@ -340,8 +340,8 @@ async fn prepared_statements_follow_ddl_and_stay_private() {
     let c = cl.client().await;
     c.batch_execute(
         "DROP TABLE IF EXISTS s_ddl_dist, s_ddl_local; \
-         CREATE TABLE s_ddl_dist (k int PRIMARY KEY, v int); \
-         SELECT create_distributed_table('s_ddl_dist', 'k'); \
+         CREATE TABLE s_ddl_dist (k int PRIMARY KEY, v int); COMMIT; \
+         SELECT create_distributed_table('s_ddl_dist', 'k'); COMMIT; \
          INSERT INTO s_ddl_dist VALUES (1, 10); \
          CREATE TABLE s_ddl_local (k int, v int); INSERT INTO s_ddl_local VALUES (1, 10)",
     )
@@ -381,7 +381,7 @@ async fn set_config_reaches_every_node() {
     let plain = pg.client().await;
     shard
         .batch_execute(
-            "DROP TABLE IF EXISTS s_tz; CREATE TABLE s_tz (k int PRIMARY KEY, ts timestamptz); \
+            "DROP TABLE IF EXISTS s_tz; CREATE TABLE s_tz (k int PRIMARY KEY, ts timestamptz); COMMIT; \
              SELECT create_distributed_table('s_tz', 'k')",
         )
         .await

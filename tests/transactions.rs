@@ -212,7 +212,7 @@ async fn sets_in_failed_implicit_transactions_are_undone_as_in_postgres() {
     let pg = cl.client().await;
     let plain = plain_postgres().client().await;
     pg.batch_execute(
-        "CREATE TABLE imps (id int PRIMARY KEY, v int); SELECT create_distributed_table('imps', 'id'); \
+        "CREATE TABLE imps (id int PRIMARY KEY, v int); COMMIT; SELECT create_distributed_table('imps', 'id'); COMMIT; \
          INSERT INTO imps VALUES (1, 1)",
     )
     .await
@@ -267,8 +267,8 @@ async fn deallocate_drops_protocol_statements_as_in_postgres() {
     let pg = cl.client().await;
     let plain = plain_postgres().client().await;
     pg.batch_execute(
-        "CREATE TABLE dealloc (id int PRIMARY KEY, v int); \
-         SELECT create_distributed_table('dealloc', 'id'); INSERT INTO dealloc VALUES (1, 10)",
+        "CREATE TABLE dealloc (id int PRIMARY KEY, v int); COMMIT; \
+         SELECT create_distributed_table('dealloc', 'id'); COMMIT; INSERT INTO dealloc VALUES (1, 10)",
     )
     .await
     .unwrap();
@@ -346,7 +346,7 @@ async fn settings_in_blocks_behave_as_in_postgres() {
     let mut pg = cl.client().await;
     let plain = plain_postgres().client().await;
     pg.batch_execute(
-        "CREATE TABLE st (id int PRIMARY KEY, v int); SELECT create_distributed_table('st', 'id')",
+        "CREATE TABLE st (id int PRIMARY KEY, v int); COMMIT; SELECT create_distributed_table('st', 'id')",
     )
     .await
     .unwrap();
@@ -516,7 +516,7 @@ async fn distributed_deadlock_is_broken() {
     let setup = cl.client().await;
     setup
         .batch_execute(
-            "CREATE TABLE dl (id int PRIMARY KEY, v int); \
+            "CREATE TABLE dl (id int PRIMARY KEY, v int); COMMIT; \
              SELECT create_distributed_table('dl', 'id')",
         )
         .await
@@ -578,7 +578,7 @@ async fn vanished_client_leaves_no_open_transaction() {
     let setup = cl.client().await;
     setup
         .batch_execute(
-            "CREATE TABLE vanish (id int PRIMARY KEY); \
+            "CREATE TABLE vanish (id int PRIMARY KEY); COMMIT; \
              SELECT create_distributed_table('vanish', 'id')",
         )
         .await
@@ -628,7 +628,7 @@ async fn one_phase_commit_mode() {
     let cl = cluster();
     let c = cl.client().await;
     c.batch_execute(
-        "CREATE TABLE onepc (id int PRIMARY KEY); \
+        "CREATE TABLE onepc (id int PRIMARY KEY); COMMIT; \
          SELECT create_distributed_table('onepc', 'id')",
     )
     .await
@@ -667,7 +667,7 @@ async fn extended_protocol_statements_join_the_block() {
     let cl = cluster();
     let c = cl.client().await;
     c.batch_execute(
-        "CREATE TABLE extblock (id int PRIMARY KEY, v int); \
+        "CREATE TABLE extblock (id int PRIMARY KEY, v int); COMMIT; \
          SELECT create_distributed_table('extblock', 'id')",
     )
     .await
@@ -1230,7 +1230,7 @@ async fn chained_blocks_and_lock_table_behave_as_in_postgres() {
     let pg = cl.client().await;
     let plain = plain_postgres().client().await;
     pg.batch_execute(
-        "CREATE TABLE ch (id int PRIMARY KEY, v int); SELECT create_distributed_table('ch', 'id')",
+        "CREATE TABLE ch (id int PRIMARY KEY, v int); COMMIT; SELECT create_distributed_table('ch', 'id')",
     )
     .await
     .unwrap();
@@ -1353,7 +1353,7 @@ async fn cursors_over_distributed_tables_behave_as_in_postgres() {
     let plain_pg = plain_postgres();
     let plain = plain_pg.client().await;
     pg.batch_execute(
-        "CREATE TABLE cur (id int PRIMARY KEY, v text, n numeric(8,2)); \
+        "CREATE TABLE cur (id int PRIMARY KEY, v text, n numeric(8,2)); COMMIT; \
          SELECT create_distributed_table('cur', 'id')",
     )
     .await

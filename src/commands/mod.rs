@@ -130,6 +130,20 @@ pub fn is_utility_function(name: &str) -> bool {
     FUNCTIONS.iter().any(|(f, _)| *f == name)
 }
 
+/// Whether utility function `name` only reads (the catalog, sizes): it may run in a
+/// transaction's midst, since it has nothing of its own to commit.
+pub fn utility_reads_only(name: &str) -> bool {
+    matches!(
+        normalize(name).as_str(),
+        "citus_get_active_worker_nodes"
+            | "master_get_active_worker_nodes"
+            | "get_shard_id_for_distribution_column"
+            | "citus_relation_size"
+            | "citus_table_size"
+            | "citus_total_relation_size"
+    )
+}
+
 /// Argument names of a utility function, in order (empty if unknown).
 pub fn utility_arg_names(name: &str) -> &'static [&'static str] {
     let name = normalize(name);

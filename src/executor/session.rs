@@ -230,6 +230,10 @@ pub struct Session {
     /// The current transaction block was started by pgshard for a Sync batch that
     /// wrote on several nodes; it ends at that Sync.
     implicit_block: bool,
+    /// The current transaction block is the implicit transaction of a simple query
+    /// string of several statements (`implicit.rs`): it ends with the string, or at a
+    /// COMMIT / ROLLBACK in it, and a BEGIN in it makes it the client's block.
+    string_block: bool,
     /// DDL ran inside the current block: after its commit every pgshard reloads the
     /// catalog.
     catalog_changed: bool,
@@ -339,6 +343,7 @@ impl Session {
             batch_clock: timeout::BatchClock::default(),
             shapes: ShapeCache::default(),
             implicit_block: false,
+            string_block: false,
             catalog_changed: false,
             own_pools: Mutex::new(None),
             roles_to_sync: Vec::new(),
@@ -1565,6 +1570,14 @@ impl Session {
                 failed = true;
                 break;
             }
+            if stmts.len() > 1
+                && self.txn == TxnState::Idle
+                && !matches!(plan, Plan::Transaction(_))
+                && !(implicit::needs_own_transaction(plan)
+                    && implicit::alone_in_implicit_transaction(&plans[i + 1..]))
+            {
+                self.begin_string_block();
+            }
             let mut sink = ResultSink::default();
             let params = BoundParams {
                 types: &[],
@@ -1610,6 +1623,9 @@ impl Session {
             if failed {
                 break;
             }
+        }
+        if self.string_block {
+            failed = self.end_string_block(failed).await;
         }
         self.end_implicit_settings(failed);
         self.implicit_txn = false;
@@ -1903,6 +1919,9 @@ impl Session {
             }
             Plan::Explain(e) => self.explain(e, params, formats, describe, sink).await,
             Plan::DropTables { tables } => {
+                if self.string_block {
+                    return Err(implicit::refused_in_string("DROP TABLE of a distributed table"));
+                }
                 if self.txn != TxnState::Idle {
                     return Err(PgError::not_supported("DROP TABLE of a distributed table inside a transaction block is not supported yet"));
                 }
@@ -1925,6 +1944,14 @@ impl Session {
                 let caller = self.caller().await?;
                 if self.txn != TxnState::Idle {
                     if let Some(why) = d.not_in_block() {
+                        if self.string_block {
+                            return Err(if d.concurrent {
+                                // PostgreSQL's own refusal in an implicit transaction.
+                                PgError::new(sqlstate::ACTIVE_SQL_TRANSACTION, why)
+                            } else {
+                                implicit::refused_in_string(&format!("{why} on a distributed table"))
+                            });
+                        }
                         return Err(PgError::not_supported(format!(
                             "pgshard does not support {why} on a distributed table inside a transaction block yet"
                         )));
@@ -1950,6 +1977,9 @@ impl Session {
                 .await
             }
             Plan::DropIndexes { stmt: d, indexes } => {
+                if self.string_block {
+                    return Err(implicit::refused_in_string("DROP INDEX of a distributed table"));
+                }
                 if self.txn != TxnState::Idle {
                     return Err(PgError::not_supported("DROP INDEX of a distributed table inside a transaction block is not supported by pgshard yet"));
                 }
@@ -2087,7 +2117,10 @@ impl Session {
         describe: bool,
         sink: &mut ResultSink,
     ) -> PgResult<()> {
-        if self.txn != TxnState::Idle {
+        if self.string_block && !commands::utility_reads_only(name) {
+            return Err(implicit::refused_in_string(&format!("{name}()")));
+        }
+        if self.txn != TxnState::Idle && !self.string_block {
             return Err(PgError::not_supported(format!(
                 "{name}() cannot run inside a transaction block in pgshard yet"
             )));
@@ -2161,6 +2194,11 @@ impl Session {
     // ---- transactions ----------------------------------------------------
 
     async fn transaction(&mut self, cmd: &TxnCommand, sink: &mut ResultSink) -> PgResult<()> {
+        if self.string_block {
+            if let Some(r) = self.control_in_string(cmd, sink).await {
+                return r;
+            }
+        }
         match cmd {
             TxnCommand::Begin { text } => {
                 if self.txn != TxnState::Idle {

@@ -1,15 +1,30 @@
-//! PostgreSQL's implicit transaction of a query string of several statements, for a
-//! string of statements on local tables with transaction control among them
-//! (`insert ...; commit; insert ...; select 1/0`, `select 1; begin; insert ...`).
+//! PostgreSQL's implicit transaction of a simple query string of several statements
+//! (`insert ...; insert ...; select 1/0` commits nothing; `insert ...; commit; insert
+//! ...; select 1/0` keeps the first insert).
 //!
 //! In PostgreSQL the statements of one Query message run as one implicit transaction:
 //! a COMMIT or ROLLBACK among them ends it (with a WARNING) and the statements after it
 //! start the next one; an error rolls back the current one; a BEGIN turns it into a
-//! block that outlives the string. Such a string goes whole to the client's own
-//! coordinator-node backend, so all of this is PostgreSQL's own; a block it leaves
-//! open becomes the session's block. Strings that also open a block and use
-//! savepoints in it, `AND CHAIN` and two-phase commands keep the statement-by-statement
-//! path (pgshard would not know the block's savepoints or characteristics).
+//! block that outlives the string; SAVEPOINT and `AND CHAIN` are refused (25P01).
+//!
+//! Two paths:
+//! - a string of only local statements and transaction control goes whole to the
+//!   client's own coordinator-node backend, so all of this is PostgreSQL's own; a block
+//!   it leaves open becomes the session's block. Strings that also open a block and use
+//!   savepoints in it, `AND CHAIN` and two-phase commands keep the statement-by-statement
+//!   path (pgshard would not know the block's savepoints or characteristics);
+//! - any other string runs statement by statement inside a transaction block of the
+//!   session's own (`Session::string_block`), begun before its first statement that is
+//!   not transaction control: nodes join it as they join a client's block, and it
+//!   commits at the string's end (2PC where several nodes wrote) or rolls back at its
+//!   first error. Statements pgshard cannot run inside a block (`create_distributed_table`,
+//!   DROP TABLE of a distributed table, ...) are refused there with 0A000 rather than
+//!   committed on their own; PostgreSQL's own refusals inside a block (VACUUM, CREATE
+//!   DATABASE: 25001) come from the nodes, as in PostgreSQL's implicit transaction.
+//!   Such a statement alone in its implicit transaction (first after the string's start or a
+//!   COMMIT, and followed by a COMMIT or the string's end) runs as a single-statement
+//!   string does, so those refusals do not apply to it.
+//!   Single-statement strings never take this path.
 
 use super::*;
 
@@ -40,7 +55,121 @@ pub(super) fn local_with_transaction_control(plans: &[Plan]) -> Option<Option<St
     (control && !(savepoints && begin.is_some())).then_some(begin)
 }
 
+/// Whether pgshard runs `plan` only outside a transaction block, where PostgreSQL
+/// would run it inside one (Citus functions that write, DROP TABLE / DROP INDEX of a
+/// distributed table, DDL `ddl_in_block` does not cover).
+pub(super) fn needs_own_transaction(plan: &Plan) -> bool {
+    match plan {
+        Plan::Utility { name, .. } => !commands::utility_reads_only(name),
+        Plan::UtilityInline { calls } => {
+            calls.iter().any(|c| !commands::utility_reads_only(&c.name))
+        }
+        Plan::DropTables { .. } | Plan::DropIndexes { .. } => true,
+        // CREATE INDEX CONCURRENTLY: PostgreSQL refuses it in any multi-statement string.
+        Plan::Ddl(d) => !d.concurrent && d.not_in_block().is_some(),
+        _ => false,
+    }
+}
+
+/// Whether a statement that begins an implicit transaction is also its only one: the
+/// string ends after it, or a COMMIT follows (`rest`: the plans after it). It then runs
+/// as a query string of its own would, with nothing else to commit or undo with it, so
+/// `create table t ...; commit; select create_distributed_table('t', 'k'); commit; ...`
+/// works.
+pub(super) fn alone_in_implicit_transaction(rest: &[Plan]) -> bool {
+    matches!(
+        rest.first(),
+        None | Some(Plan::Transaction(TxnCommand::Commit { chain: false }))
+    )
+}
+
+/// The refusal of a statement pgshard cannot run inside a transaction block, in the
+/// implicit transaction of a query string of several statements.
+pub(super) fn refused_in_string(what: &str) -> PgError {
+    PgError::not_supported(format!(
+        "pgshard cannot run {what} inside a query string of several statements, which \
+         runs as one transaction: send it as a query string of its own, or end the \
+         transaction before it and after it with COMMIT"
+    ))
+}
+
 impl Session {
+    /// Before a statement of a multi-statement string outside any block: the string's
+    /// implicit transaction begins (nodes join it with BEGIN when first used).
+    pub(super) fn begin_string_block(&mut self) {
+        self.start_block("BEGIN".to_string());
+        self.string_block = true;
+    }
+
+    /// At the end of the string: its implicit transaction commits, or rolls back after
+    /// an error. Returns whether it failed (the commit included).
+    pub(super) async fn end_string_block(&mut self, failed: bool) -> bool {
+        self.string_block = false;
+        if failed || self.txn == TxnState::Failed {
+            let _ = self.finish_transaction(false).await;
+            self.take_end_messages();
+            return true;
+        }
+        let r = self.finish_transaction(true).await;
+        for f in self.take_end_messages() {
+            msg::write_raw(&mut self.out, f.tag, &f.body);
+        }
+        match r {
+            Ok(()) => false,
+            Err(e) => {
+                self.write_client_error(&e);
+                true
+            }
+        }
+    }
+
+    /// Transaction control inside the string's implicit transaction, as PostgreSQL
+    /// treats it there; `None` for the commands that run as in a block (two-phase).
+    pub(super) async fn control_in_string(
+        &mut self,
+        cmd: &TxnCommand,
+        sink: &mut ResultSink,
+    ) -> Option<PgResult<()>> {
+        let outside = |what: &str| {
+            PgError::new(
+                sqlstate::NO_ACTIVE_SQL_TRANSACTION,
+                format!("{what} can only be used in transaction blocks"),
+            )
+        };
+        Some(match cmd {
+            TxnCommand::Begin { text } => {
+                // The implicit transaction becomes the client's block, earlier
+                // statements included. Nodes that joined already began with plain BEGIN.
+                self.string_block = false;
+                if self.held.is_empty() {
+                    self.begin_text = text.clone();
+                }
+                sink.complete("BEGIN");
+                Ok(())
+            }
+            TxnCommand::Commit { chain: true } => Err(outside("COMMIT AND CHAIN")),
+            TxnCommand::Rollback { chain: true } => Err(outside("ROLLBACK AND CHAIN")),
+            TxnCommand::Commit { chain: false } => {
+                sink.notice_warning("there is no transaction in progress");
+                self.string_block = false;
+                let r = self.finish_transaction(true).await;
+                self.end_messages_into(sink);
+                r.map(|()| sink.complete("COMMIT"))
+            }
+            TxnCommand::Rollback { chain: false } => {
+                sink.notice_warning("there is no transaction in progress");
+                self.string_block = false;
+                let r = self.finish_transaction(false).await;
+                self.take_end_messages();
+                r.map(|()| sink.complete("ROLLBACK"))
+            }
+            TxnCommand::Savepoint { .. } => Err(outside("SAVEPOINT")),
+            TxnCommand::Release { .. } => Err(outside("RELEASE SAVEPOINT")),
+            TxnCommand::RollbackTo { .. } => Err(outside("ROLLBACK TO SAVEPOINT")),
+            TxnCommand::Other { .. } => return None,
+        })
+    }
+
     /// Runs such a string on the client's own coordinator-node backend; a block it
     /// leaves open (its last BEGIN's) is the session's from here on.
     pub(super) async fn local_with_transaction_control(
@@ -71,6 +200,20 @@ mod tests {
 
     fn begin(text: &str) -> Plan {
         Plan::Transaction(TxnCommand::Begin { text: text.into() })
+    }
+
+    #[test]
+    fn a_statement_alone_in_its_implicit_transaction() {
+        let commit = Plan::Transaction(TxnCommand::Commit { chain: false });
+        let rollback = Plan::Transaction(TxnCommand::Rollback { chain: false });
+        let chain = Plan::Transaction(TxnCommand::Commit { chain: true });
+        assert!(alone_in_implicit_transaction(&[]));
+        assert!(alone_in_implicit_transaction(&[commit, Plan::Local]));
+        // A ROLLBACK after it would have to undo it.
+        assert!(!alone_in_implicit_transaction(&[rollback]));
+        assert!(!alone_in_implicit_transaction(&[chain]));
+        assert!(!alone_in_implicit_transaction(&[Plan::Local]));
+        assert!(!needs_own_transaction(&Plan::Local));
     }
 
     #[test]
