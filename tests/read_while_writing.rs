@@ -6,7 +6,8 @@
 //! - a NOTICE per row of a COPY FROM STDIN (10 MB of data) and debug5 messages during a
 //!   Bind of 65,535 parameters reach the client meanwhile instead of hanging for good;
 //! - an error raised by a row mid-COPY reaches the client at once, with ReadyForQuery,
-//!   though the client has not ended the COPY; its remaining COPY messages are ignored.
+//!   though the client has not ended the COPY; its remaining COPY messages are ignored
+//!   (into a distributed table too, for a row pgshard itself refuses).
 //!
 //! Each case runs through pgshard and on a plain PostgreSQL, with a raw client that
 //! writes from one task while it reads from another, and under a time limit so that a
@@ -144,18 +145,18 @@ async fn raw_targets() -> [Raw; 2] {
     ]
 }
 
-/// Runs `case` on both targets, each under a time limit (a hang fails the test).
+/// Runs `case` on both targets (told whether through pgshard), each under a time limit (a hang fails the test).
 async fn on_both<F, Fut>(case: F) -> [Vec<String>; 2]
 where
-    F: Fn(Raw) -> Fut,
+    F: Fn(Raw, bool) -> Fut,
     Fut: std::future::Future<Output = Vec<String>>,
 {
     let [shard, plain] = raw_targets().await;
     let limit = Duration::from_secs(60);
-    let through_pgshard = tokio::time::timeout(limit, case(shard))
+    let through_pgshard = tokio::time::timeout(limit, case(shard, true))
         .await
         .expect("through pgshard: done within 60 s (no hang)");
-    let on_postgres = tokio::time::timeout(limit, case(plain))
+    let on_postgres = tokio::time::timeout(limit, case(plain, false))
         .await
         .expect("on PostgreSQL: done within 60 s");
     [through_pgshard, on_postgres]
@@ -163,7 +164,7 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notice_per_copy_row_reaches_the_client_meanwhile() {
-    let [through_pgshard, on_postgres] = on_both(|mut r| async move {
+    let [through_pgshard, on_postgres] = on_both(|mut r, _| async move {
         r.simple("CREATE TEMP TABLE rw_sentences (t text, ts tsvector)").await;
         r.simple(
             "CREATE FUNCTION pg_temp.rw_sentences_trigger() RETURNS trigger AS $$
@@ -201,7 +202,7 @@ async fn a_notice_per_copy_row_reaches_the_client_meanwhile() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debug_messages_during_a_huge_bind_reach_the_client_meanwhile() {
-    let [through_pgshard, on_postgres] = on_both(|mut r| async move {
+    let [through_pgshard, on_postgres] = on_both(|mut r, _| async move {
         r.simple("SET client_min_messages = debug5").await;
         let count = u16::MAX as usize;
         let sql = (1..=count)
@@ -244,7 +245,7 @@ async fn debug_messages_during_a_huge_bind_reach_the_client_meanwhile() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_error_mid_copy_reaches_the_client_at_once() {
-    let [through_pgshard, on_postgres] = on_both(|mut r| async move {
+    let [through_pgshard, on_postgres] = on_both(|mut r, _| async move {
         r.simple("CREATE TEMP TABLE rw_copy_fail (a text NOT NULL)").await;
         let mut out = BytesMut::new();
         frontend::query("COPY rw_copy_fail(a) FROM STDIN", &mut out).unwrap();
@@ -270,6 +271,38 @@ async fn an_error_mid_copy_reaches_the_client_at_once() {
         frontend::copy_done(&mut data);
         r.send(&data).await;
         answer.extend(r.simple("SELECT count(*) FROM rw_copy_fail").await);
+        answer
+    })
+    .await;
+    assert!(through_pgshard.contains(&"E 23502".to_string()), "{through_pgshard:?}");
+    assert_eq!(through_pgshard, on_postgres);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_row_mid_copy_into_a_distributed_table_fails_at_once() {
+    let [through_pgshard, on_postgres] = on_both(|mut r, through_pgshard| async move {
+        r.simple("DROP TABLE IF EXISTS rw_dist_fail").await;
+        r.simple("CREATE TABLE rw_dist_fail (k int NOT NULL, v text)").await;
+        if through_pgshard {
+            r.simple("SELECT create_distributed_table('rw_dist_fail', 'k')").await;
+        }
+        let mut out = BytesMut::new();
+        frontend::query("COPY rw_dist_fail(k, v) FROM STDIN", &mut out).unwrap();
+        r.send(&out).await;
+        assert_eq!(r.next().await.0, b'G');
+        let mut data = BytesMut::new();
+        copy_data(b"1\tone\n2\ttwo\n", &mut data);
+        copy_data(b"\\N\tnull key\n", &mut data);
+        r.send(&data).await;
+        let answer = tokio::time::timeout(Duration::from_secs(5), r.until_ready())
+            .await
+            .expect("the error and ReadyForQuery before the client ends the COPY");
+        let mut answer = summary(&answer);
+        data.clear();
+        copy_data(b"3\tthree\n", &mut data);
+        frontend::copy_done(&mut data);
+        r.send(&data).await;
+        answer.extend(r.simple("SELECT count(*) FROM rw_dist_fail").await);
         answer
     })
     .await;
