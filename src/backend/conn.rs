@@ -9,7 +9,10 @@ use super::scram_keys::{ClientKeys, KeyClient};
 use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256};
 use postgres_protocol::message::frontend;
 use std::collections::HashSet;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use bytes::Buf;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 use tokio_util::either::Either;
 
@@ -153,7 +156,18 @@ pub struct BackendConn {
     /// On a client's own connection (`reports` is Some), the notifications read by
     /// those methods: the client gets them before its next ReadyForQuery.
     pub unforwarded_notifications: Vec<Frame>,
+    /// Bytes of `wbuf` written but not yet flushed through the stream (TLS).
+    unflushed: bool,
+    /// The server closed its side: nothing more to read.
+    read_closed: bool,
 }
+
+/// How much a write waiting on the server reads ahead of the caller: while the server
+/// sends (NOTICEs per COPY row, debug messages during a huge Bind) and does not read,
+/// pgshard reads what it sends so that neither side blocks for good. Past this, `flush`
+/// returns with bytes still unsent and `read` sends them while the caller forwards what
+/// arrived (memory stays bounded; the client's reading paces the server).
+const READ_AHEAD_WHILE_WRITING: usize = 1024 * 1024;
 
 impl BackendConn {
     pub async fn connect(
@@ -194,6 +208,8 @@ impl BackendConn {
             reports: None,
             unforwarded_reports: Vec::new(),
             unforwarded_notifications: Vec::new(),
+            unflushed: false,
+            read_closed: false,
         };
         let mut params = vec![
             ("user", creds.login_user()),
@@ -362,17 +378,138 @@ impl BackendConn {
         e
     }
 
-    /// Sends everything buffered in `wbuf`.
+    /// Sends what is buffered in `wbuf`, reading what the server sends meanwhile (see
+    /// `READ_AHEAD_WHILE_WRITING`): returns once everything is sent, or once that much
+    /// has been read ahead with the rest still unsent; `read` then sends the rest.
+    /// When the server reads as fast as pgshard writes, this is a plain write.
     pub async fn flush(&mut self) -> PgResult<()> {
-        if self.wbuf.is_empty() {
+        if self.wbuf.is_empty() && !self.unflushed {
             return Ok(());
         }
-        let r = match self.stream.write_all(&self.wbuf).await {
-            Ok(()) => self.stream.flush().await,
-            Err(e) => Err(e),
-        };
-        self.wbuf.clear();
-        r.map_err(|e| self.io_error(e))
+        let r = std::future::poll_fn(|cx| loop {
+            match self.poll_send(cx) {
+                Poll::Ready(r) => return Poll::Ready(r),
+                Poll::Pending => {}
+            }
+            // Stop reading ahead only with a whole message to hand over, so that
+            // callers forwarding what arrived always make progress.
+            if self.read_closed
+                || (self.rbuf.len() >= READ_AHEAD_WHILE_WRITING && self.buffered_tag().is_some())
+            {
+                return Poll::Ready(Ok(()));
+            }
+            match self.poll_receive(cx) {
+                Poll::Ready(Ok(())) => continue,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        })
+        .await;
+        r.map_err(|e| {
+            self.wbuf.clear();
+            self.io_error(e)
+        })
+    }
+
+    /// Whether bytes of `wbuf` are still to be sent (a `flush` that read ahead).
+    pub fn has_unsent(&self) -> bool {
+        !self.wbuf.is_empty() || self.unflushed
+    }
+
+    /// Writes `wbuf` (then flushes the stream) as far as the socket takes it.
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        while !self.wbuf.is_empty() {
+            match Pin::new(&mut self.stream).poll_write(cx, &self.wbuf) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()))
+                }
+                Poll::Ready(Ok(n)) => {
+                    self.wbuf.advance(n);
+                    self.unflushed = true;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        if self.unflushed {
+            match Pin::new(&mut self.stream).poll_flush(cx) {
+                Poll::Ready(Ok(())) => self.unflushed = false,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Reads what the server sent into `rbuf` (end of stream: `read_closed`).
+    fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let mut chunk = [0u8; 16 * 1024];
+        let mut rb = ReadBuf::new(&mut chunk);
+        match Pin::new(&mut self.stream).poll_read(cx, &mut rb) {
+            Poll::Ready(Ok(())) => {
+                if rb.filled().is_empty() {
+                    self.read_closed = true;
+                } else {
+                    self.rbuf.extend_from_slice(rb.filled());
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Waits until the server sends something (or closes), sending what `wbuf` still
+    /// holds meanwhile. Cancel-safe: for `select!` against the client's next message.
+    pub async fn receive(&mut self) -> PgResult<()> {
+        if self.read_closed {
+            return Err(self.closed_error());
+        }
+        if !self.has_unsent() {
+            if self.rbuf.capacity() - self.rbuf.len() < 4096 {
+                self.rbuf.reserve(16 * 1024);
+            }
+            return match self.stream.read_buf(&mut self.rbuf).await {
+                Ok(0) => {
+                    self.read_closed = true;
+                    Err(self.closed_error())
+                }
+                Ok(_) => Ok(()),
+                Err(e) => Err(self.io_error(e)),
+            };
+        }
+        let r = std::future::poll_fn(|cx| {
+            if self.has_unsent() {
+                if let Poll::Ready(Err(_)) = self.poll_send(cx) {
+                    // The server went away: what it sent before (a FATAL) is still to
+                    // be read; the unsent rest is dropped.
+                    self.broken = true;
+                    self.wbuf.clear();
+                    self.unflushed = false;
+                }
+            }
+            self.poll_receive(cx)
+        })
+        .await;
+        match r {
+            Ok(()) if self.read_closed => Err(self.closed_error()),
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.io_error(e)),
+        }
+    }
+
+    fn closed_error(&mut self) -> PgError {
+        self.broken = true;
+        PgError::new(
+            sqlstate::CONNECTION_FAILURE,
+            format!("connection to node {} closed unexpectedly", self.addr),
+        )
+    }
+
+    /// The type of the next message when it has arrived whole (no I/O).
+    pub fn buffered_tag(&self) -> Option<u8> {
+        let len = u32::from_be_bytes(self.rbuf.get(1..5)?.try_into().ok()?) as usize;
+        (self.rbuf.len() > len).then(|| self.rbuf[0])
     }
 
     fn io_error(&mut self, e: std::io::Error) -> PgError {
@@ -413,20 +550,7 @@ impl BackendConn {
                     return Err(e);
                 }
             }
-            if self.rbuf.capacity() - self.rbuf.len() < 4096 {
-                self.rbuf.reserve(16 * 1024);
-            }
-            match self.stream.read_buf(&mut self.rbuf).await {
-                Ok(0) => {
-                    self.broken = true;
-                    return Err(PgError::new(
-                        sqlstate::CONNECTION_FAILURE,
-                        format!("connection to node {} closed unexpectedly", self.addr),
-                    ));
-                }
-                Ok(_) => {}
-                Err(e) => return Err(self.io_error(e)),
-            }
+            self.receive().await?;
         }
     }
 
@@ -605,7 +729,7 @@ impl BackendConn {
 
     /// Usable by another client: not broken and outside any transaction.
     pub fn is_reusable(&self) -> bool {
-        !self.broken && self.txn_status == b'I' && self.wbuf.is_empty() && self.rbuf.is_empty()
+        !self.broken && self.txn_status == b'I' && !self.has_unsent() && self.rbuf.is_empty()
     }
 
     /// Sends a CancelRequest for whatever this connection's backend is running.

@@ -727,7 +727,10 @@ impl Session {
                     // reached the client then.
                     b'N' if kind == 0 => {}
                     b'N' | b'A' | b'S' if kind != 3 => {
-                        msg::write_raw(&mut self.out, f.tag, &f.body)
+                        msg::write_raw(&mut self.out, f.tag, &f.body);
+                        if self.out.len() >= CLIENT_FLUSH_AT {
+                            self.flush_client().await?;
+                        }
                     }
                     b'A' if kind == 3 => msg::write_raw(&mut self.out, f.tag, &f.body),
                     b'Z' if kind == 3 => break,
@@ -1712,10 +1715,47 @@ impl Session {
         Ok(idx)
     }
 
-    /// Relays CopyData from the client to a backend until CopyDone or CopyFail.
+    /// Relays CopyData from the client to a backend until CopyDone or CopyFail. What
+    /// the backend sends meanwhile (NOTICEs raised per row) reaches the client at once,
+    /// and writes to the backend never wait without reading it (both sides' buffers
+    /// full would hang for good). An ErrorResponse ends the relay at once: the caller
+    /// forwards it and ReadyForQuery, as PostgreSQL sends them without waiting for the
+    /// rest of the data, and the client's remaining COPY messages are ignored.
     async fn relay_copy_in(&mut self, idx: usize) -> PgResult<()> {
         loop {
-            let Some(f) = self.reader.frame().await? else {
+            while let Some(tag) = self.held[idx].conn.buffered_tag() {
+                if !matches!(tag, b'N' | b'A' | b'S') {
+                    return Ok(());
+                }
+                let f = self.held[idx].conn.read().await?;
+                msg::write_raw(&mut self.out, f.tag, &f.body);
+            }
+            if !self.out.is_empty() {
+                self.flush_client().await?;
+            }
+            let conn = &mut self.held[idx].conn;
+            // Small messages are batched while the client's next one is already here.
+            if !conn.wbuf.is_empty()
+                && (conn.wbuf.len() >= CLIENT_FLUSH_AT || !self.reader.has_frame())
+            {
+                conn.flush().await?;
+                if conn.buffered_tag().is_some() {
+                    continue;
+                }
+            }
+            let f = if self.reader.has_frame() {
+                self.reader.frame().await?
+            } else {
+                let reader = &mut self.reader;
+                tokio::select! {
+                    r = conn.receive() => {
+                        r?;
+                        continue;
+                    }
+                    f = reader.frame() => f?,
+                }
+            };
+            let Some(f) = f else {
                 let h = &mut self.held[idx];
                 msg::write_raw(&mut h.conn.wbuf, b'f', b"client connection lost\0");
                 h.conn.flush().await?;
@@ -1726,12 +1766,7 @@ impl Session {
             };
             let h = &mut self.held[idx];
             match f.tag {
-                b'd' => {
-                    msg::write_raw(&mut h.conn.wbuf, b'd', &f.body);
-                    if h.conn.wbuf.len() >= CLIENT_FLUSH_AT {
-                        h.conn.flush().await?;
-                    }
-                }
+                b'd' => msg::write_raw(&mut h.conn.wbuf, b'd', &f.body),
                 b'c' | b'f' => {
                     msg::write_raw(&mut h.conn.wbuf, f.tag, &f.body);
                     h.conn.flush().await?;

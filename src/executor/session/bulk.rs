@@ -406,7 +406,7 @@ impl Session {
                     break;
                 }
             };
-            if failure.is_some() || ended || st.error.is_some() {
+            if ended {
                 if eof {
                     break;
                 }
@@ -429,6 +429,11 @@ impl Session {
                 .await;
             if let Err(e) = r {
                 failure = Some(e);
+            }
+            if failure.is_some() || st.error.is_some() {
+                // As PostgreSQL: the error goes to the client at once, without waiting
+                // for the rest of the data (its remaining COPY messages are ignored).
+                break;
             }
             if eof {
                 if failure.is_none() && st.error.is_none() && binary_header && !pending.is_empty() {
