@@ -1554,18 +1554,23 @@ async fn pgbench_init(opts: &Options, env: &Env, name: &str) -> Result<()> {
 }
 
 /// `SET citus.shard_count` and the four `create_distributed_table` calls of W1, in one
-/// psql session through pgshard, then `vacuum analyze` of each table (pgbench -i's last
+/// psql session through pgshard (one `-c` each: pgshard runs a Citus function that
+/// writes only as a query string of its own), then `vacuum analyze` of each table (pgbench -i's last
 /// step, which ran on the local tables before they moved into new shard tables; without
 /// it autovacuum and autoanalyze of the shards run during the first measurements).
 async fn distribute(opts: &Options, env: &Env) -> Result<()> {
-    let mut sql = format!("SET citus.shard_count = {SHARD_COUNT};\n");
+    let mut statements = vec![format!("SET citus.shard_count = {SHARD_COUNT}")];
     for (table, column) in W1_TABLES {
-        sql.push_str(&format!(
-            "SELECT create_distributed_table('{table}', '{column}');\n"
+        statements.push(format!(
+            "SELECT create_distributed_table('{table}', '{column}')"
         ));
     }
+    let sql = statements.join(";\n");
     let mut cmd = pgbench::command("psql", env);
-    cmd.args(["-X", "-v", "ON_ERROR_STOP=1", "-c", &sql]);
+    cmd.args(["-X", "-v", "ON_ERROR_STOP=1"]);
+    for statement in &statements {
+        cmd.args(["-c", statement]);
+    }
     let out = pgbench::run(cmd, None).await?;
     let file = opts.runs_dir().join("distribute-output.txt");
     fs::write(&file, format!("{sql}\n{}", out.text()))?;
