@@ -924,6 +924,11 @@ impl Session {
         let coord = self.shared.coordinator.clone();
         if let Some(i) = self.held_index(&coord) {
             self.drain_all().await?;
+            // A statement of the batch failed meanwhile: the node skips to Sync and
+            // would answer nothing (the client is told once, already).
+            if self.batch_error {
+                return Err(aborted_error());
+            }
             let in_batch = self.held[i].in_batch;
             let r = describe_on(&mut self.held[i].conn, name, sql, types, in_batch).await;
             self.absorb_held_reports(i);
