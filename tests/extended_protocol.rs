@@ -237,25 +237,30 @@ impl Raw {
     async fn batch(&mut self, statements: &[&str]) -> Vec<String> {
         let mut out = BytesMut::new();
         for sql in statements {
-            frontend::parse("", sql, std::iter::empty(), &mut out).unwrap();
-            frontend::bind(
-                "",
-                "",
-                [0i16; 0],
-                std::iter::empty::<()>(),
-                |_, _| Ok(postgres_protocol::IsNull::No),
-                [0i16; 0],
-                &mut out,
-            )
-            .map_err(|_| "bind")
-            .unwrap();
-            frontend::describe(b'P', "", &mut out).unwrap();
-            frontend::execute("", 0, &mut out).unwrap();
+            write_statement(&mut out, sql);
         }
         frontend::sync(&mut out);
         self.s.write_all(&out).await.unwrap();
         self.until_ready().await.iter().map(comparable).collect()
     }
+}
+
+/// Parse / Bind / Describe / Execute of `sql` (unnamed, no parameters).
+fn write_statement(out: &mut BytesMut, sql: &str) {
+    frontend::parse("", sql, std::iter::empty(), out).unwrap();
+    frontend::bind(
+        "",
+        "",
+        [0i16; 0],
+        std::iter::empty::<()>(),
+        |_, _| Ok(postgres_protocol::IsNull::No),
+        [0i16; 0],
+        out,
+    )
+    .map_err(|_| "bind")
+    .unwrap();
+    frontend::describe(b'P', "", out).unwrap();
+    frontend::execute("", 0, out).unwrap();
 }
 
 fn comparable((tag, body): &Msg) -> String {
@@ -417,4 +422,33 @@ async fn statement_timeout_runs_between_parse_and_describe() {
     }
     assert_eq!(seen[0], seen[1]);
     assert_eq!(seen[1][0], ["1", "E 57014", "Z I"]);
+}
+
+/// A pipeline flushed before its Sync, with an error in the middle (pgx's
+/// TestPipelineFlushWithError): the results up to the error arrive at the Flush, the
+/// statements after it are skipped (pgshard once waited for the Describe of the next
+/// one on a node that skips to Sync, and hung), and the Sync ends the batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_pipeline_with_an_error_answers_as_postgresql() {
+    let mut seen = vec![];
+    for mut r in raw_targets().await {
+        r.send(|b| {
+            write_statement(b, "select 1");
+            write_statement(b, "select 1/(3-n) from generate_series(1,5) n");
+            write_statement(b, "select 2");
+            frontend::flush(b);
+        })
+        .await;
+        let mut o = vec![r.drain_for(Duration::from_millis(1500)).await];
+        r.send(|b| {
+            write_statement(b, "select 3");
+            frontend::sync(b);
+        })
+        .await;
+        o.push(r.until_ready().await.iter().map(comparable).collect());
+        o.push(r.batch(&["select 4"]).await);
+        seen.push(o);
+    }
+    assert_eq!(seen[0], seen[1]);
+    assert!(seen[1][0].contains(&"E 22012".to_string()), "{:?}", seen[1]);
 }
