@@ -139,7 +139,10 @@ pub fn tokens(text: &str, from: usize) -> Option<Vec<Token>> {
     Some(out)
 }
 
-fn string_end(b: &[u8], start: usize, quote: u8, escapes: bool) -> Option<usize> {
+/// The end of a quoted string or name opened at `start` by `quote` (a doubled quote is
+/// one character; with `escapes`, a backslash escapes the next byte); None when
+/// unterminated.
+pub(crate) fn string_end(b: &[u8], start: usize, quote: u8, escapes: bool) -> Option<usize> {
     let mut i = start + 1;
     while i < b.len() {
         if escapes && b[i] == b'\\' {

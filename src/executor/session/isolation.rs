@@ -44,25 +44,9 @@ fn is_ident_byte(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80
 }
 
-/// The end of a quoted string or name opened at `at` by `quote` (a doubled quote is
-/// one character; with `backslash`, a backslash escapes the next byte).
+/// The end of a quoted string or name opened at `at` (the text's end if unterminated).
 fn quoted_end(b: &[u8], at: usize, quote: u8, backslash: bool) -> usize {
-    let mut i = at + 1;
-    while i < b.len() {
-        if backslash && b[i] == b'\\' {
-            i += 2;
-            continue;
-        }
-        if b[i] == quote {
-            if b.get(i + 1) == Some(&quote) {
-                i += 2;
-                continue;
-            }
-            return i + 1;
-        }
-        i += 1;
-    }
-    b.len()
+    crate::sql::clauses::string_end(b, at, quote, backslash).unwrap_or(b.len())
 }
 
 /// The statement's tokens, comments and whitespace left out.
@@ -148,9 +132,9 @@ fn tokens(text: &str) -> Vec<Token> {
 
 /// Words followed by `(` that are never function names.
 const NOT_CALLS: &[&str] = &[
-    "all", "and", "any", "array", "as", "between", "by", "exists", "filter", "from", "in",
-    "is", "not", "on", "or", "over", "row", "select", "some", "using", "values", "when",
-    "where", "with", "within", "then", "else", "conflict", "lateral", "join",
+    "all", "and", "any", "array", "as", "between", "by", "exists", "filter", "from", "in", "is",
+    "not", "on", "or", "over", "row", "select", "some", "using", "values", "when", "where", "with",
+    "within", "then", "else", "conflict", "lateral", "join",
 ];
 
 /// Whether a call of built-in function `name` (its arguments' tokens, split at their
@@ -223,7 +207,9 @@ fn arguments(rest: &[Token]) -> Vec<Vec<Token>> {
             }
             _ => {}
         }
-        args.last_mut().expect("one argument at least").push(t.clone());
+        args.last_mut()
+            .expect("one argument at least")
+            .push(t.clone());
     }
     args
 }
@@ -241,9 +227,10 @@ pub(super) fn set_config_calls(text: &str) -> Vec<(String, bool)> {
             continue;
         }
         let args = arguments(&toks[k + 2..]);
-        let (Some([Token::Str(name)]), Some([Token::Word(local)])) =
-            (args.first().map(Vec::as_slice), args.get(2).map(Vec::as_slice))
-        else {
+        let (Some([Token::Str(name)]), Some([Token::Word(local)])) = (
+            args.first().map(Vec::as_slice),
+            args.get(2).map(Vec::as_slice),
+        ) else {
             continue;
         };
         if local == "true" || local == "false" {
@@ -422,7 +409,9 @@ mod tests {
     #[test]
     fn set_config_calls_with_constant_names() {
         assert_eq!(
-            set_config_calls("SELECT set_config('app.tenant', 't''1', false), SET_CONFIG('a.b', $1, TRUE)"),
+            set_config_calls(
+                "SELECT set_config('app.tenant', 't''1', false), SET_CONFIG('a.b', $1, TRUE)"
+            ),
             vec![("app.tenant".to_string(), false), ("a.b".to_string(), true)]
         );
         assert!(set_config_calls("SELECT set_config(name, 'x', false) FROM t").is_empty());
@@ -433,7 +422,9 @@ mod tests {
     #[test]
     fn session_state_of_built_in_functions() {
         let state = |t: &str| calls_in(t).leave_state;
-        assert!(state("select set_config('x.y', '1', false) from d where k = 1"));
+        assert!(state(
+            "select set_config('x.y', '1', false) from d where k = 1"
+        ));
         assert!(state("select set_config('x.y', '1', $1) from d"));
         assert!(state("select set_config('x.y', '1', is_local) from d"));
         assert!(!state("select set_config('x.y', f('a', 'b'), true) from d"));
@@ -445,6 +436,8 @@ mod tests {
         assert!(!state("select pg_try_advisory_xact_lock(1) from d"));
         assert!(state("select nextval('s') from d"));
         assert!(state("select * from dblink('c', 'select 1') as t(a int)"));
-        assert!(!state("select lower(v), current_setting('x.y', true) from d"));
+        assert!(!state(
+            "select lower(v), current_setting('x.y', true) from d"
+        ));
     }
 }
