@@ -2,7 +2,7 @@
 # Real drivers' own test suites against one plain PostgreSQL 15 and through pgshard, in the
 # same run (see tests/driver_suites/main.rs):
 #
-#   sudo bash scripts/driver-suites.sh [pgx] [node-postgres]     (default: both)
+#   bash scripts/driver-suites.sh [pgx] [node-postgres]     (default: both)
 #
 # Installs what is missing (as root: Go and Node.js from Debian when absent, pgx's Go
 # modules and node-postgres's npm dependencies), copies the read-only suites of

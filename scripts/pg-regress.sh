@@ -4,7 +4,7 @@
 # pgshard on another fresh cluster; prints the tests that pass directly and fail through
 # pgshard (see tests/driver_suites/main.rs and ../shared/pg-regress.md):
 #
-#   sudo bash scripts/pg-regress.sh
+#   bash scripts/pg-regress.sh
 #
 # Installs (as root) postgresql-server-dev-15 at the installed server's version, adds a
 # Debian source entry and fetches the postgresql-15 source package for src/test/regress,
