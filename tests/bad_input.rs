@@ -316,7 +316,10 @@ fn startup_packet(body: &[u8]) -> Vec<u8> {
 #[tokio::test]
 async fn startup_length_3() {
     let pg = plain_postgres();
-    for (host, port) in [(cluster().host.clone(), cluster().port), (pg.host.clone(), pg.port)] {
+    for (host, port) in [
+        (cluster().host.clone(), cluster().port),
+        (pg.host.clone(), pg.port),
+    ] {
         let mut r = Raw::open_to(&host, port).await;
         r.send(&[0, 0, 0, 3]).await;
         let msgs = r.until_closed().await;
@@ -335,7 +338,10 @@ async fn startup_length_too_large() {
     let pg = plain_postgres();
     // PostgreSQL's limit: 10000 bytes after the length word.
     for len in [10_005i32, 0x7fff_ffff, -1] {
-        for (host, port) in [(cluster().host.clone(), cluster().port), (pg.host.clone(), pg.port)] {
+        for (host, port) in [
+            (cluster().host.clone(), cluster().port),
+            (pg.host.clone(), pg.port),
+        ] {
             let mut r = Raw::open_to(&host, port).await;
             let mut p = Vec::new();
             p.put_i32(len);
@@ -343,7 +349,10 @@ async fn startup_length_too_large() {
             p.extend_from_slice(b"user\0postgres\0\0");
             r.send(&p).await;
             let msgs = r.until_closed().await;
-            assert!(msgs.is_empty(), "startup length {len} at port {port}: {msgs:?}");
+            assert!(
+                msgs.is_empty(),
+                "startup length {len} at port {port}: {msgs:?}"
+            );
         }
         server_still_up().await;
     }

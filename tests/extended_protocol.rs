@@ -48,8 +48,11 @@ fn rows_text(rows: &[tokio_postgres::Row]) -> Vec<Vec<Option<String>>> {
 }
 
 async fn run(c: &Client, stmt: &tokio_postgres::Statement, key: i32) -> Outcome {
-    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-        if stmt.params().is_empty() { vec![] } else { vec![&key] };
+    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = if stmt.params().is_empty() {
+        vec![]
+    } else {
+        vec![&key]
+    };
     match c.query(stmt, &params).await {
         Ok(rows) => Ok(rows_text(&rows)),
         Err(e) => Err(code(e)),
@@ -66,8 +69,14 @@ async fn targets() -> [Client; 2] {
 async fn setup(sql: &[&str], distribute: Option<&str>) {
     let [shard, plain] = targets().await;
     for s in sql {
-        shard.batch_execute(s).await.unwrap_or_else(|e| panic!("{s}: {e}"));
-        plain.batch_execute(s).await.unwrap_or_else(|e| panic!("{s}: {e}"));
+        shard
+            .batch_execute(s)
+            .await
+            .unwrap_or_else(|e| panic!("{s}: {e}"));
+        plain
+            .batch_execute(s)
+            .await
+            .unwrap_or_else(|e| panic!("{s}: {e}"));
     }
     if let Some(t) = distribute {
         shard
@@ -95,8 +104,14 @@ async fn named_statements_on_local_tables_are_postgresqls_own() {
     let mut seen = vec![];
     for c in targets().await {
         let list = "SELECT statement FROM pg_prepared_statements WHERE statement LIKE '%ep_local%' ORDER BY name";
-        let all = c.prepare("SELECT * FROM ep_local WHERE k = $1").await.unwrap();
-        let one = c.prepare("SELECT a FROM ep_local WHERE k = $1").await.unwrap();
+        let all = c
+            .prepare("SELECT * FROM ep_local WHERE k = $1")
+            .await
+            .unwrap();
+        let one = c
+            .prepare("SELECT a FROM ep_local WHERE k = $1")
+            .await
+            .unwrap();
         // tokio-postgres does not say its statement's name (a counter of the process): the server does.
         let name: String = c
             .query_one("SELECT name FROM pg_prepared_statements WHERE statement = 'SELECT a FROM ep_local WHERE k = $1'", &[])
@@ -104,22 +119,37 @@ async fn named_statements_on_local_tables_are_postgresqls_own() {
             .unwrap()
             .get(0);
         let mut o: Vec<(&str, Outcome)> = vec![
-            ("listed", Ok(prepared_list(&c.simple_query(list).await.unwrap()))),
+            (
+                "listed",
+                Ok(prepared_list(&c.simple_query(list).await.unwrap())),
+            ),
             ("all", run(&c, &all, 1).await),
             ("one", run(&c, &one, 2).await),
             // SQL EXECUTE finds a statement prepared by Parse (one namespace).
             ("execute", simple(&c, &format!("EXECUTE {name}(2)")).await),
         ];
-        c.batch_execute("ALTER TABLE ep_local ADD COLUMN c int").await.unwrap();
+        c.batch_execute("ALTER TABLE ep_local ADD COLUMN c int")
+            .await
+            .unwrap();
         o.push(("all after DDL", run(&c, &all, 1).await));
         o.push(("all again", run(&c, &all, 1).await));
         o.push(("one after DDL", run(&c, &one, 1).await));
-        c.batch_execute(&format!("DEALLOCATE {name}")).await.unwrap();
-        o.push(("after DEALLOCATE", Ok(prepared_list(&c.simple_query(list).await.unwrap()))));
+        c.batch_execute(&format!("DEALLOCATE {name}"))
+            .await
+            .unwrap();
+        o.push((
+            "after DEALLOCATE",
+            Ok(prepared_list(&c.simple_query(list).await.unwrap())),
+        ));
         drop(all);
         // The Close of the dropped statement went before this query.
-        o.push(("after Close", Ok(prepared_list(&c.simple_query(list).await.unwrap()))));
-        c.batch_execute("ALTER TABLE ep_local DROP COLUMN c").await.unwrap();
+        o.push((
+            "after Close",
+            Ok(prepared_list(&c.simple_query(list).await.unwrap())),
+        ));
+        c.batch_execute("ALTER TABLE ep_local DROP COLUMN c")
+            .await
+            .unwrap();
         seen.push(o);
     }
     let (shard, plain) = (&seen[0], &seen[1]);
@@ -141,25 +171,42 @@ async fn a_changed_result_type_of_a_distributed_table_is_postgresqls_0a000() {
         Some("ep_dist"),
     )
     .await;
-    setup(&["INSERT INTO ep_dist VALUES (1, 10, 100), (2, 20, 200)"], None).await;
+    setup(
+        &["INSERT INTO ep_dist VALUES (1, 10, 100), (2, 20, 200)"],
+        None,
+    )
+    .await;
     let mut seen = vec![];
     for c in targets().await {
-        let all = c.prepare("SELECT * FROM ep_dist WHERE k = $1").await.unwrap();
+        let all = c
+            .prepare("SELECT * FROM ep_dist WHERE k = $1")
+            .await
+            .unwrap();
         let many = c.prepare("SELECT * FROM ep_dist ORDER BY k").await.unwrap();
-        let one = c.prepare("SELECT a FROM ep_dist WHERE k = $1").await.unwrap();
+        let one = c
+            .prepare("SELECT a FROM ep_dist WHERE k = $1")
+            .await
+            .unwrap();
         let mut o: Vec<(&str, Outcome)> = vec![
             ("all", run(&c, &all, 1).await),
             ("many", run(&c, &many, 0).await),
             ("one", run(&c, &one, 2).await),
         ];
-        c.batch_execute("ALTER TABLE ep_dist ADD COLUMN c int").await.unwrap();
+        c.batch_execute("ALTER TABLE ep_dist ADD COLUMN c int")
+            .await
+            .unwrap();
         o.push(("all after DDL", run(&c, &all, 1).await));
         o.push(("all again", run(&c, &all, 2).await));
         o.push(("many after DDL", run(&c, &many, 0).await));
         o.push(("one after DDL", run(&c, &one, 1).await));
-        let again = c.prepare("SELECT * FROM ep_dist WHERE k = $1").await.unwrap();
+        let again = c
+            .prepare("SELECT * FROM ep_dist WHERE k = $1")
+            .await
+            .unwrap();
         o.push(("prepared again", run(&c, &again, 1).await));
-        c.batch_execute("ALTER TABLE ep_dist DROP COLUMN c").await.unwrap();
+        c.batch_execute("ALTER TABLE ep_dist DROP COLUMN c")
+            .await
+            .unwrap();
         seen.push(o);
     }
     let (shard, plain) = (&seen[0], &seen[1]);
@@ -182,12 +229,19 @@ type Msg = (u8, Vec<u8>);
 impl Raw {
     async fn login(host: &str, port: u16, user: &str, password: &str, database: &str) -> Raw {
         let s = TcpStream::connect((host, port)).await.unwrap();
-        let mut r = Raw { s, buf: BytesMut::new() };
+        let mut r = Raw {
+            s,
+            buf: BytesMut::new(),
+        };
         let mut out = BytesMut::new();
         frontend::startup_message([("user", user), ("database", database)], &mut out).unwrap();
         r.s.write_all(&out).await.unwrap();
         let (tag, body) = r.next().await;
-        assert_eq!((tag, &body[..4]), (b'R', &10i32.to_be_bytes()[..]), "SASL expected");
+        assert_eq!(
+            (tag, &body[..4]),
+            (b'R', &10i32.to_be_bytes()[..]),
+            "SASL expected"
+        );
         let mut scram = ScramSha256::new(password.as_bytes(), ChannelBinding::unsupported());
         out.clear();
         frontend::sasl_initial_response("SCRAM-SHA-256", scram.message(), &mut out).unwrap();
@@ -290,7 +344,14 @@ async fn raw_targets() -> [Raw; 2] {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extended_batch_is_one_implicit_transaction() {
-    setup(&["DROP TABLE IF EXISTS ep_batch", "CREATE TABLE ep_batch (id int)"], None).await;
+    setup(
+        &[
+            "DROP TABLE IF EXISTS ep_batch",
+            "CREATE TABLE ep_batch (id int)",
+        ],
+        None,
+    )
+    .await;
     let mut seen = vec![];
     for mut r in raw_targets().await {
         let o = vec![
@@ -301,14 +362,22 @@ async fn an_extended_batch_is_one_implicit_transaction() {
                 "select 1/0",
             ])
             .await,
-            r.batch(&["insert into ep_batch(id) values(4)", "select count(*) from ep_batch"]).await,
+            r.batch(&[
+                "insert into ep_batch(id) values(4)",
+                "select count(*) from ep_batch",
+            ])
+            .await,
             r.batch(&["select count(*) from ep_batch"]).await,
         ];
         seen.push(o);
     }
     assert_eq!(seen[0], seen[1]);
     assert!(seen[1][0].contains(&"E 22012".to_string()));
-    assert!(seen[1][2].contains(&"D \"\\0\\u{1}\\0\\0\\0\\u{1}1\"".to_string()), "{:?}", seen[1]);
+    assert!(
+        seen[1][2].contains(&"D \"\\0\\u{1}\\0\\0\\0\\u{1}1\"".to_string()),
+        "{:?}",
+        seen[1]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -348,7 +417,8 @@ async fn a_query_string_is_one_implicit_transaction_around_commit() {
         seen.push(o);
     }
     assert_eq!(seen[0], seen[1]);
-    let rows = |v: &[&str]| -> Outcome { Ok(v.iter().map(|x| vec![Some(x.to_string())]).collect()) };
+    let rows =
+        |v: &[&str]| -> Outcome { Ok(v.iter().map(|x| vec![Some(x.to_string())]).collect()) };
     assert_eq!(seen[1][12].1, rows(&["5", "7"]));
     assert_eq!(seen[1][10].1, Err("25001".to_string()));
 }
@@ -386,7 +456,8 @@ impl Raw {
 async fn statement_timeout_runs_between_parse_and_describe() {
     let mut seen = vec![];
     for mut r in raw_targets().await {
-        r.send(|b| frontend::query("set statement_timeout = '100ms'", b).unwrap()).await;
+        r.send(|b| frontend::query("set statement_timeout = '100ms'", b).unwrap())
+            .await;
         r.until_ready().await;
         r.send(|b| {
             frontend::parse("ep_timeout", "select $1::varchar", std::iter::empty(), b).unwrap();
@@ -399,11 +470,20 @@ async fn statement_timeout_runs_between_parse_and_describe() {
             frontend::sync(b);
         })
         .await;
-        let mut o = vec![r.until_ready().await.iter().map(comparable).collect::<Vec<_>>()];
+        let mut o = vec![r
+            .until_ready()
+            .await
+            .iter()
+            .map(comparable)
+            .collect::<Vec<_>>()];
         // Nothing more: the late Describe was skipped up to the Sync, whose
         // ReadyForQuery that was.
-        assert_eq!(r.drain_for(Duration::from_millis(300)).await, Vec::<String>::new());
-        r.send(|b| frontend::query("set statement_timeout = default", b).unwrap()).await;
+        assert_eq!(
+            r.drain_for(Duration::from_millis(300)).await,
+            Vec::<String>::new()
+        );
+        r.send(|b| frontend::query("set statement_timeout = default", b).unwrap())
+            .await;
         r.until_ready().await;
         // The statement was prepared before the timeout; a batch without pauses runs.
         r.send(|b| {
@@ -415,7 +495,8 @@ async fn statement_timeout_runs_between_parse_and_describe() {
         })
         .await;
         o.push(r.until_ready().await.iter().map(comparable).collect());
-        r.send(|b| frontend::query("set statement_timeout = '100ms'", b).unwrap()).await;
+        r.send(|b| frontend::query("set statement_timeout = '100ms'", b).unwrap())
+            .await;
         r.until_ready().await;
         o.push(r.batch(&["select 1", "select 2"]).await);
         seen.push(o);

@@ -63,8 +63,14 @@ async fn setup() -> (Client, Client, i32, i32) {
     let shard = cl.client().await;
     let plain = plain_postgres().client().await;
     for sql in SETUP {
-        shard.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
-        plain.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        shard
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        plain
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
     for sql in [
         "SET citus.shard_count = 2",
@@ -72,7 +78,10 @@ async fn setup() -> (Client, Client, i32, i32) {
         "SELECT create_reference_table('it_ref')",
         "RESET citus.shard_count",
     ] {
-        shard.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        shard
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
     // Two shards, one per worker: two keys in different shards are on different workers.
     let node_of = |k: i32| {
@@ -101,8 +110,15 @@ async fn setup() -> (Client, Client, i32, i32) {
 /// Returns the differences.
 async fn compare(shard: &Client, plain: &Client, name: &str, strings: &[&str]) -> Vec<String> {
     for c in [shard, plain] {
-        for sql in ["TRUNCATE it_d", "TRUNCATE it_ref", "TRUNCATE it_local", "RESET ALL"] {
-            c.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        for sql in [
+            "TRUNCATE it_d",
+            "TRUNCATE it_ref",
+            "TRUNCATE it_local",
+            "RESET ALL",
+        ] {
+            c.batch_execute(sql)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
         }
     }
     let mut differences = Vec::new();
@@ -256,7 +272,9 @@ async fn multi_statement_strings_are_one_transaction() {
 async fn what_cannot_run_in_a_block_is_refused_in_a_string() {
     let cl = cluster();
     let c = cl.client().await;
-    c.batch_execute("DROP TABLE IF EXISTS it_cdt").await.unwrap();
+    c.batch_execute("DROP TABLE IF EXISTS it_cdt")
+        .await
+        .unwrap();
     let e = c
         .simple_query("create table it_cdt (k int); select create_distributed_table('it_cdt', 'k')")
         .await
@@ -268,7 +286,9 @@ async fn what_cannot_run_in_a_block_is_refused_in_a_string() {
     let n = outcome(&c, "SELECT count(*) FROM pg_class WHERE relname = 'it_cdt'").await;
     assert_eq!(n, "(0) ok 1");
     // Alone, each runs.
-    c.batch_execute("create table it_cdt (k int)").await.unwrap();
+    c.batch_execute("create table it_cdt (k int)")
+        .await
+        .unwrap();
     c.batch_execute("select create_distributed_table('it_cdt', 'k')")
         .await
         .unwrap();

@@ -23,7 +23,11 @@ async fn noticed_client(
     db: &str,
 ) -> (Client, tokio::sync::mpsc::UnboundedReceiver<String>) {
     let mut cfg = tokio_postgres::Config::new();
-    cfg.host(host).port(port).user(user).password(password).dbname(db);
+    cfg.host(host)
+        .port(port)
+        .user(user)
+        .password(password)
+        .dbname(db);
     let (client, mut conn) = cfg.connect(tokio_postgres::NoTls).await.unwrap();
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
@@ -109,7 +113,9 @@ async fn notices_at_commit_reach_the_client() {
         drain(&mut plain_notices);
         for c in [&shard, &plain] {
             for sql in block.split("; ") {
-                c.simple_query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+                c.simple_query(sql)
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
             }
             // The notices came before COMMIT's answer: on the channel by now.
             c.simple_query("SELECT 1").await.unwrap();
@@ -131,7 +137,11 @@ async fn connection_class_errors_of_a_statement_pass_unchanged() {
     for c in [cl.client().await, pg.client().await] {
         let e = c.simple_query(sql).await.unwrap_err();
         let db = e.as_db_error().expect("a server error");
-        outcomes.push((db.severity().to_string(), db.code().code().to_string(), db.message().to_string()));
+        outcomes.push((
+            db.severity().to_string(),
+            db.code().code().to_string(),
+            db.message().to_string(),
+        ));
         assert_eq!(single_value(&c, "SELECT 1").await.as_deref(), Some("1"));
         assert!(!c.is_closed());
     }
@@ -154,7 +164,11 @@ async fn terminating_its_own_backend_ends_the_client() {
     for c in [cl.client().await, pg.client().await] {
         let e = c.simple_query(sql).await.unwrap_err();
         let db = e.as_db_error().expect("a server error");
-        outcomes.push((db.severity().to_string(), db.code().code().to_string(), db.message().to_string()));
+        outcomes.push((
+            db.severity().to_string(),
+            db.code().code().to_string(),
+            db.message().to_string(),
+        ));
         tokio::time::timeout(Duration::from_secs(5), async {
             while !c.is_closed() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -181,7 +195,9 @@ async fn terminating_an_idle_client_closes_it() {
         (cl.client().await, cl.client().await),
         (pg.client().await, pg.client().await),
     ] {
-        let pid = single_value(&victim, "SELECT pg_backend_pid()").await.unwrap();
+        let pid = single_value(&victim, "SELECT pg_backend_pid()")
+            .await
+            .unwrap();
         other
             .batch_execute(&format!("SELECT pg_terminate_backend({pid})"))
             .await
@@ -227,7 +243,9 @@ async fn pooled_connections_terminated_while_idle_are_not_used() {
     let mut terminated = 0;
     for round in 0..3 {
         for sql in statements {
-            c.batch_execute(sql).await.unwrap_or_else(|e| panic!("round {round}: {sql}: {e}"));
+            c.batch_execute(sql)
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: {sql}: {e}"));
         }
         for &port in &cl.worker_ports {
             let w = cl.direct(port).await;
@@ -245,12 +263,19 @@ async fn pooled_connections_terminated_while_idle_are_not_used() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     for sql in statements {
-        c.batch_execute(sql).await.unwrap_or_else(|e| panic!("after: {sql}: {e}"));
+        c.batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("after: {sql}: {e}"));
     }
-    assert!(terminated >= 4, "the test terminated {terminated} connections");
+    assert!(
+        terminated >= 4,
+        "the test terminated {terminated} connections"
+    );
     let fresh = cl.client().await;
     assert_eq!(
-        single_value(&fresh, "SELECT count(*) FROM nm_pool").await.as_deref(),
+        single_value(&fresh, "SELECT count(*) FROM nm_pool")
+            .await
+            .as_deref(),
         Some("50")
     );
 }
@@ -321,7 +346,11 @@ async fn notifications_of_a_block_arrive_at_commit() {
         (&pg.host, pg.port, &pg.user, &pg.password, &pg.database),
     ] {
         let mut cfg = tokio_postgres::Config::new();
-        cfg.host(host).port(port).user(user).password(password).dbname(db);
+        cfg.host(host)
+            .port(port)
+            .user(user)
+            .password(password)
+            .dbname(db);
         let (c, mut conn) = cfg.connect(tokio_postgres::NoTls).await.unwrap();
         let (tx, mut notes) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move {
@@ -332,10 +361,19 @@ async fn notifications_of_a_block_arrive_at_commit() {
                 }
             }
         });
-        for sql in ["LISTEN nm_block", "BEGIN", "NOTIFY nm_block, 'in block'", "COMMIT"] {
+        for sql in [
+            "LISTEN nm_block",
+            "BEGIN",
+            "NOTIFY nm_block, 'in block'",
+            "COMMIT",
+        ] {
             c.batch_execute(sql).await.unwrap();
         }
         let got = tokio::time::timeout(Duration::from_secs(5), notes.recv()).await;
-        assert_eq!(got.ok().flatten().as_deref(), Some("in block"), "port {port}");
+        assert_eq!(
+            got.ok().flatten().as_deref(),
+            Some("in block"),
+            "port {port}"
+        );
     }
 }

@@ -12,9 +12,7 @@ use tokio_postgres::{Client, SimpleQueryMessage};
 const ROLES: &[&str] = &["m_owner", "m_reader", "m_nogrant", "m_rls"];
 
 fn setup_as_superuser() -> Vec<String> {
-    let mut v = vec![
-        "DROP TABLE IF EXISTS m_dist, m_ref, m_local".to_string(),
-    ];
+    let mut v = vec!["DROP TABLE IF EXISTS m_dist, m_ref, m_local".to_string()];
     for r in ROLES {
         v.push(format!("DROP ROLE IF EXISTS {r}"));
         v.push(format!("CREATE ROLE {r} LOGIN PASSWORD 'pw'"));
@@ -27,7 +25,9 @@ fn setup_as_superuser() -> Vec<String> {
 fn setup_as_owner(distribute: bool) -> Vec<String> {
     let mut v = Vec::new();
     for t in ["m_dist", "m_ref", "m_local"] {
-        v.push(format!("CREATE TABLE {t} (k int PRIMARY KEY, owner_name text, v int)"));
+        v.push(format!(
+            "CREATE TABLE {t} (k int PRIMARY KEY, owner_name text, v int)"
+        ));
     }
     if distribute {
         v.push("SELECT create_distributed_table('m_dist', 'k')".into());
@@ -35,7 +35,12 @@ fn setup_as_owner(distribute: bool) -> Vec<String> {
     }
     for t in ["m_dist", "m_ref", "m_local"] {
         let rows: Vec<String> = (1..=12)
-            .map(|g| format!("({g}, '{}', {g})", if g % 2 == 0 { "m_rls" } else { "other" }))
+            .map(|g| {
+                format!(
+                    "({g}, '{}', {g})",
+                    if g % 2 == 0 { "m_rls" } else { "other" }
+                )
+            })
             .collect();
         v.push(format!("INSERT INTO {t} VALUES {}", rows.join(", ")));
         v.push(format!("GRANT SELECT ON {t} TO m_reader"));
@@ -128,16 +133,28 @@ async fn every_role_gets_what_postgres_gives_it() {
     let shard_su = cl.client().await;
     let plain_su = pg.client().await;
     for sql in setup_as_superuser() {
-        shard_su.batch_execute(&sql).await.unwrap_or_else(|e| panic!("pgshard: {sql}: {e}"));
-        plain_su.batch_execute(&sql).await.unwrap_or_else(|e| panic!("plain: {sql}: {e}"));
+        shard_su
+            .batch_execute(&sql)
+            .await
+            .unwrap_or_else(|e| panic!("pgshard: {sql}: {e}"));
+        plain_su
+            .batch_execute(&sql)
+            .await
+            .unwrap_or_else(|e| panic!("plain: {sql}: {e}"));
     }
     let shard_owner = connect(&cl.host, cl.port, "m_owner", "pw", &cl.database).await;
     let plain_owner = connect(&pg.host, pg.port, "m_owner", "pw", &pg.database).await;
     for sql in setup_as_owner(true) {
-        shard_owner.batch_execute(&sql).await.unwrap_or_else(|e| panic!("pgshard: {sql}: {e}"));
+        shard_owner
+            .batch_execute(&sql)
+            .await
+            .unwrap_or_else(|e| panic!("pgshard: {sql}: {e}"));
     }
     for sql in setup_as_owner(false) {
-        plain_owner.batch_execute(&sql).await.unwrap_or_else(|e| panic!("plain: {sql}: {e}"));
+        plain_owner
+            .batch_execute(&sql)
+            .await
+            .unwrap_or_else(|e| panic!("plain: {sql}: {e}"));
     }
     let mut mismatches = Vec::new();
     let mut checked = 0;
@@ -159,7 +176,9 @@ async fn every_role_gets_what_postgres_gives_it() {
                 let want = run(&plain, &sql).await;
                 checked += 1;
                 if got != want {
-                    mismatches.push(format!("{role}: {sql}\n  pgshard: {got:?}\n  plain:   {want:?}"));
+                    mismatches.push(format!(
+                        "{role}: {sql}\n  pgshard: {got:?}\n  plain:   {want:?}"
+                    ));
                 }
             }
             if skipped(role, t, "COPY") {
@@ -169,9 +188,16 @@ async fn every_role_gets_what_postgres_gives_it() {
             let want = copy_out(&plain, t).await;
             checked += 1;
             if got != want {
-                mismatches.push(format!("{role}: COPY {t} TO STDOUT\n  pgshard: {got:?}\n  plain:   {want:?}"));
+                mismatches.push(format!(
+                    "{role}: COPY {t} TO STDOUT\n  pgshard: {got:?}\n  plain:   {want:?}"
+                ));
             }
         }
     }
-    assert!(mismatches.is_empty(), "{} of {checked} differ:\n{}", mismatches.len(), mismatches.join("\n"));
+    assert!(
+        mismatches.is_empty(),
+        "{} of {checked} differ:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
 }

@@ -718,7 +718,11 @@ async fn role_settings_owned_objects_and_role_statements_in_blocks() {
     let want = role_settings(&coord, "ro_").await;
     assert_eq!(want.len(), 2, "{want:?}");
     for port in worker_ports(&coord).await {
-        assert_eq!(role_settings(&cl.direct(port).await, "ro_").await, want, "worker {port}");
+        assert_eq!(
+            role_settings(&cl.direct(port).await, "ro_").await,
+            want,
+            "worker {port}"
+        );
     }
     // The role's defaults apply on the workers' connections too.
     let a = client_as("ro_a", "ro pw a").await;
@@ -727,33 +731,64 @@ async fn role_settings_owned_objects_and_role_statements_in_blocks() {
         vec![vec![Some("7".into()), Some("3MB".into())]]
     );
     drop(a);
-    run(&c, "ALTER ROLE ro_a RESET work_mem; REASSIGN OWNED BY ro_a TO ro_b").await;
-    assert_eq!(role_settings(&cl.direct(worker_ports(&coord).await[0]).await, "ro_").await, role_settings(&coord, "ro_").await);
+    run(
+        &c,
+        "ALTER ROLE ro_a RESET work_mem; REASSIGN OWNED BY ro_a TO ro_b",
+    )
+    .await;
+    assert_eq!(
+        role_settings(&cl.direct(worker_ports(&coord).await[0]).await, "ro_").await,
+        role_settings(&coord, "ro_").await
+    );
     let sec = assert_shards_like_table("public", "ro_t", "REASSIGN OWNED").await;
     assert_eq!(sec[0][0].as_deref(), Some("ro_b"));
     // DROP OWNED of a distributed table's owner would leave the catalog's rows behind.
     assert_eq!(error(&c, "DROP OWNED BY ro_b").await.0, "0A000");
-    run(&c, "GRANT SELECT, UPDATE ON ro_t TO ro_a; DROP OWNED BY ro_a").await;
+    run(
+        &c,
+        "GRANT SELECT, UPDATE ON ro_t TO ro_a; DROP OWNED BY ro_a",
+    )
+    .await;
     assert_shards_like_table("public", "ro_t", "DROP OWNED").await;
 
     // Inside blocks.
-    run(&c, "BEGIN; CREATE ROLE ro_c LOGIN PASSWORD 'ro pw c'; GRANT SELECT ON ro_t TO ro_c; \
-             ALTER ROLE ro_c SET app.tenant = '9'; GRANT ro_b TO ro_c; COMMIT").await;
+    run(
+        &c,
+        "BEGIN; CREATE ROLE ro_c LOGIN PASSWORD 'ro pw c'; GRANT SELECT ON ro_t TO ro_c; \
+             ALTER ROLE ro_c SET app.tenant = '9'; GRANT ro_b TO ro_c; COMMIT",
+    )
+    .await;
     assert_roles_everywhere("ro_", "CREATE ROLE in a block").await;
     assert_shards_like_table("public", "ro_t", "GRANT in a block").await;
     let c_client = client_as("ro_c", "ro pw c").await;
     assert_eq!(
-        rows(&c_client, "SELECT count(*), current_setting('app.tenant') FROM ro_t WHERE k = 1").await,
+        rows(
+            &c_client,
+            "SELECT count(*), current_setting('app.tenant') FROM ro_t WHERE k = 1"
+        )
+        .await,
         vec![vec![Some("1".into()), Some("9".into())]]
     );
-    run(&c, "BEGIN; CREATE ROLE ro_gone; ALTER ROLE ro_c NOLOGIN; ROLLBACK").await;
+    run(
+        &c,
+        "BEGIN; CREATE ROLE ro_gone; ALTER ROLE ro_c NOLOGIN; ROLLBACK",
+    )
+    .await;
     assert_roles_everywhere("ro_", "ROLLBACK of role statements").await;
-    assert!(rows(&coord, "SELECT 1 FROM pg_roles WHERE rolname = 'ro_gone'").await.is_empty());
+    assert!(
+        rows(&coord, "SELECT 1 FROM pg_roles WHERE rolname = 'ro_gone'")
+            .await
+            .is_empty()
+    );
     // PostgreSQL's own checks and errors, in the block as outside.
     run(&c, "BEGIN").await;
     assert_eq!(error(&c, "CREATE ROLE ro_c").await.0, "42710");
     run(&c, "ROLLBACK").await;
-    run(&c, "DROP TABLE ro_t; COMMIT; DROP ROLE ro_c; DROP ROLE ro_a; DROP ROLE ro_b").await;
+    run(
+        &c,
+        "DROP TABLE ro_t; COMMIT; DROP ROLE ro_c; DROP ROLE ro_a; DROP ROLE ro_b",
+    )
+    .await;
     assert_roles_everywhere("ro_", "DROP ROLE").await;
 }
 

@@ -36,12 +36,20 @@ struct Raw {
 impl Raw {
     async fn login(host: &str, port: u16, user: &str, password: &str, database: &str) -> Raw {
         let (rd, wr) = TcpStream::connect((host, port)).await.unwrap().into_split();
-        let mut r = Raw { rd, wr: Some(wr), buf: BytesMut::new() };
+        let mut r = Raw {
+            rd,
+            wr: Some(wr),
+            buf: BytesMut::new(),
+        };
         let mut out = BytesMut::new();
         frontend::startup_message([("user", user), ("database", database)], &mut out).unwrap();
         r.send(&out).await;
         let (tag, body) = r.next().await;
-        assert_eq!((tag, &body[..4]), (b'R', &10i32.to_be_bytes()[..]), "SASL expected");
+        assert_eq!(
+            (tag, &body[..4]),
+            (b'R', &10i32.to_be_bytes()[..]),
+            "SASL expected"
+        );
         let mut scram = ScramSha256::new(password.as_bytes(), ChannelBinding::unsupported());
         out.clear();
         frontend::sasl_initial_response("SCRAM-SHA-256", scram.message(), &mut out).unwrap();
@@ -120,7 +128,10 @@ fn summary(msgs: &[Msg]) -> Vec<String> {
     for (tag, body) in msgs {
         match tag {
             b'E' => s.push(format!("E {}", sqlstate(body))),
-            b'C' => s.push(format!("C {}", String::from_utf8_lossy(body).trim_end_matches('\0'))),
+            b'C' => s.push(format!(
+                "C {}",
+                String::from_utf8_lossy(body).trim_end_matches('\0')
+            )),
             b'Z' => s.push(format!("Z {}", body[0] as char)),
             b'G' => s.push("G".into()),
             _ => {}
@@ -165,7 +176,8 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notice_per_copy_row_reaches_the_client_meanwhile() {
     let [through_pgshard, on_postgres] = on_both(|mut r, _| async move {
-        r.simple("CREATE TEMP TABLE rw_sentences (t text, ts tsvector)").await;
+        r.simple("CREATE TEMP TABLE rw_sentences (t text, ts tsvector)")
+            .await;
         r.simple(
             "CREATE FUNCTION pg_temp.rw_sentences_trigger() RETURNS trigger AS $$
              BEGIN new.ts := to_tsvector(new.t); RETURN new; END $$ LANGUAGE plpgsql",
@@ -177,7 +189,11 @@ async fn a_notice_per_copy_row_reaches_the_client_meanwhile() {
         )
         .await;
         let mut out = BytesMut::new();
-        frontend::query("COPY rw_sentences(t) FROM STDIN WITH (FORMAT csv)", &mut out).unwrap();
+        frontend::query(
+            "COPY rw_sentences(t) FROM STDIN WITH (FORMAT csv)",
+            &mut out,
+        )
+        .unwrap();
         r.send(&out).await;
         assert_eq!(r.next().await.0, b'G');
         // 1,000 rows of one 10,001-letter word: to_tsvector raises a NOTICE for each
@@ -235,7 +251,12 @@ async fn debug_messages_during_a_huge_bind_reach_the_client_meanwhile() {
         let mut answer = summary(&msgs);
         // How many debug messages each server sends is its own; that they came is not.
         answer[0] = format!("some notices: {}", notices > 0);
-        answer.extend(r.simple("RESET client_min_messages").await.into_iter().skip(1));
+        answer.extend(
+            r.simple("RESET client_min_messages")
+                .await
+                .into_iter()
+                .skip(1),
+        );
         answer
     })
     .await;
@@ -246,7 +267,8 @@ async fn debug_messages_during_a_huge_bind_reach_the_client_meanwhile() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_error_mid_copy_reaches_the_client_at_once() {
     let [through_pgshard, on_postgres] = on_both(|mut r, _| async move {
-        r.simple("CREATE TEMP TABLE rw_copy_fail (a text NOT NULL)").await;
+        r.simple("CREATE TEMP TABLE rw_copy_fail (a text NOT NULL)")
+            .await;
         let mut out = BytesMut::new();
         frontend::query("COPY rw_copy_fail(a) FROM STDIN", &mut out).unwrap();
         r.send(&out).await;
@@ -264,7 +286,10 @@ async fn an_error_mid_copy_reaches_the_client_at_once() {
             .await
             .expect("the error and ReadyForQuery before the client ends the COPY");
         let mut answer = summary(&answer);
-        answer.push(format!("within a second: {}", started.elapsed() < Duration::from_secs(1)));
+        answer.push(format!(
+            "within a second: {}",
+            started.elapsed() < Duration::from_secs(1)
+        ));
         // The client's remaining COPY messages are ignored; the session goes on.
         data.clear();
         copy_data(&row, &mut data);
@@ -274,7 +299,10 @@ async fn an_error_mid_copy_reaches_the_client_at_once() {
         answer
     })
     .await;
-    assert!(through_pgshard.contains(&"E 23502".to_string()), "{through_pgshard:?}");
+    assert!(
+        through_pgshard.contains(&"E 23502".to_string()),
+        "{through_pgshard:?}"
+    );
     assert_eq!(through_pgshard, on_postgres);
 }
 
@@ -282,9 +310,11 @@ async fn an_error_mid_copy_reaches_the_client_at_once() {
 async fn a_bad_row_mid_copy_into_a_distributed_table_fails_at_once() {
     let [through_pgshard, on_postgres] = on_both(|mut r, through_pgshard| async move {
         r.simple("DROP TABLE IF EXISTS rw_dist_fail").await;
-        r.simple("CREATE TABLE rw_dist_fail (k int NOT NULL, v text)").await;
+        r.simple("CREATE TABLE rw_dist_fail (k int NOT NULL, v text)")
+            .await;
         if through_pgshard {
-            r.simple("SELECT create_distributed_table('rw_dist_fail', 'k')").await;
+            r.simple("SELECT create_distributed_table('rw_dist_fail', 'k')")
+                .await;
         }
         let mut out = BytesMut::new();
         frontend::query("COPY rw_dist_fail(k, v) FROM STDIN", &mut out).unwrap();
@@ -306,6 +336,9 @@ async fn a_bad_row_mid_copy_into_a_distributed_table_fails_at_once() {
         answer
     })
     .await;
-    assert!(through_pgshard.contains(&"E 23502".to_string()), "{through_pgshard:?}");
+    assert!(
+        through_pgshard.contains(&"E 23502".to_string()),
+        "{through_pgshard:?}"
+    );
     assert_eq!(through_pgshard, on_postgres);
 }

@@ -96,24 +96,37 @@ async fn failure(c: &Client, sql: &str) -> Option<(String, String)> {
 
 /// COPY ... TO STDOUT: its lines sorted, or SQLSTATE.
 async fn copy_out(c: &Client, sql: &str) -> Result<Vec<String>, String> {
-    let code = |e: tokio_postgres::Error| e.as_db_error().map(|d| d.code().code().to_string()).unwrap_or(e.to_string());
+    let code = |e: tokio_postgres::Error| {
+        e.as_db_error()
+            .map(|d| d.code().code().to_string())
+            .unwrap_or(e.to_string())
+    };
     let stream = c.copy_out(sql).await.map_err(code)?;
     pin_mut!(stream);
     let mut out = Vec::new();
     while let Some(chunk) = stream.next().await {
         out.extend_from_slice(&chunk.map_err(code)?);
     }
-    let mut lines: Vec<String> = String::from_utf8_lossy(&out).lines().map(str::to_string).collect();
+    let mut lines: Vec<String> = String::from_utf8_lossy(&out)
+        .lines()
+        .map(str::to_string)
+        .collect();
     lines.sort();
     Ok(lines)
 }
 
 /// COPY ... FROM STDIN of `data`: rows copied, or SQLSTATE.
 async fn copy_in(c: &Client, sql: &str, data: &str) -> Result<u64, String> {
-    let code = |e: tokio_postgres::Error| e.as_db_error().map(|d| d.code().code().to_string()).unwrap_or(e.to_string());
+    let code = |e: tokio_postgres::Error| {
+        e.as_db_error()
+            .map(|d| d.code().code().to_string())
+            .unwrap_or(e.to_string())
+    };
     let sink = c.copy_in(sql).await.map_err(code)?;
     pin_mut!(sink);
-    sink.send(Bytes::copy_from_slice(data.as_bytes())).await.map_err(code)?;
+    sink.send(Bytes::copy_from_slice(data.as_bytes()))
+        .await
+        .map_err(code)?;
     sink.as_mut().finish().await.map_err(code)
 }
 
@@ -132,27 +145,52 @@ async fn policies_filter_and_check_as_on_postgres() {
     let admin = cl.client().await;
     let admin_plain = pg.client().await;
     for sql in SETUP {
-        admin.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
-        admin_plain.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        admin
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        admin_plain
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
     for sql in DISTRIBUTE {
-        admin.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        admin
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
     // A reference table takes rows as VALUES (not from a SELECT of local rows).
     let values: Vec<String> = (1..=12)
-        .map(|g| format!("({g}, 't{}', '{}', {g})", g % 2, if g % 3 == 0 { "rs_u1" } else { "rs_u2" }))
+        .map(|g| {
+            format!(
+                "({g}, 't{}', '{}', {g})",
+                g % 2,
+                if g % 3 == 0 { "rs_u1" } else { "rs_u2" }
+            )
+        })
         .collect();
     let ref_rows = format!("INSERT INTO rs_ref VALUES {}", values.join(", "));
     admin.batch_execute(&ref_rows).await.unwrap();
     admin_plain.batch_execute(&ref_rows).await.unwrap();
     for sql in POLICIES {
-        admin.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
-        admin_plain.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        admin
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        admin_plain
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
     // (role, how its tenant is set, in a block)
     let ways: &[(&str, &str, bool)] = &[
         ("rs_u1", "SET app.tenant = 't0'", false),
-        ("rs_u2", "SELECT set_config('app.tenant', 't1', false)", false),
+        (
+            "rs_u2",
+            "SELECT set_config('app.tenant', 't1', false)",
+            false,
+        ),
         ("rs_u1", "SET LOCAL app.tenant = 't1'", true),
         ("rs_u2", "SELECT set_config('app.tenant', 't0', true)", true),
     ];
@@ -168,8 +206,15 @@ async fn policies_filter_and_check_as_on_postgres() {
             let sql = sql.replace("{n}", &n.to_string());
             both(&shard, &plain, &sql, &what).await;
         }
-        for sql in ["COPY rs_docs TO STDOUT", "COPY (SELECT k FROM rs_docs WHERE k < 10) TO STDOUT"] {
-            assert_eq!(copy_out(&shard, sql).await, copy_out(&plain, sql).await, "{what}: {sql}");
+        for sql in [
+            "COPY rs_docs TO STDOUT",
+            "COPY (SELECT k FROM rs_docs WHERE k < 10) TO STDOUT",
+        ] {
+            assert_eq!(
+                copy_out(&shard, sql).await,
+                copy_out(&plain, sql).await,
+                "{what}: {sql}"
+            );
         }
         if *block {
             both(&shard, &plain, "COMMIT", &what).await;
@@ -196,7 +241,9 @@ async fn policies_filter_and_check_as_on_postgres() {
             "{what}: {sql}"
         );
         // A WITH CHECK violation reads as PostgreSQL's (42501, naming the table).
-        let sql = format!("INSERT INTO rs_docs SELECT 4000 + {n} + g, 't9', 'x', g FROM generate_series(1, 2) g");
+        let sql = format!(
+            "INSERT INTO rs_docs SELECT 4000 + {n} + g, 't9', 'x', g FROM generate_series(1, 2) g"
+        );
         let refused = failure(&shard, &sql).await;
         assert!(refused.is_some(), "{what}: {sql}");
         assert_eq!(refused, failure(&plain, &sql).await, "{what}: {sql}");
@@ -207,20 +254,41 @@ async fn policies_filter_and_check_as_on_postgres() {
         let shard_copy = connect(&cl.host, cl.port, role, "rs pw", &cl.database).await;
         let plain_copy = connect(&pg.host, pg.port, role, "rs pw", &pg.database).await;
         let sql = "COPY rs_docs FROM STDIN";
-        assert_eq!(copy_in(&shard_copy, sql, &rows).await, copy_in(&plain_copy, sql, &rows).await, "{what}: {sql}");
+        assert_eq!(
+            copy_in(&shard_copy, sql, &rows).await,
+            copy_in(&plain_copy, sql, &rows).await,
+            "{what}: {sql}"
+        );
         // What every role's policies leave visible, and the whole table as stored.
-        both(&shard, &plain, "SELECT k, tenant, v FROM rs_docs", &format!("{what}, after")).await;
+        both(
+            &shard,
+            &plain,
+            "SELECT k, tenant, v FROM rs_docs",
+            &format!("{what}, after"),
+        )
+        .await;
     }
     // set_config as a prepared statement (extended protocol) is followed like a SET.
     let shard = connect(&cl.host, cl.port, "rs_u1", "rs pw", &cl.database).await;
     let plain = connect(&pg.host, pg.port, "rs_u1", "rs pw", &pg.database).await;
     for tenant in ["t1", "t0"] {
         let set = "SELECT set_config('app.tenant', $1, false)";
-        let value = |r: Result<tokio_postgres::Row, tokio_postgres::Error>| r.map(|r| r.get::<_, String>(0)).map_err(|e| e.to_string());
-        assert_eq!(value(shard.query_one(set, &[&tenant]).await), value(plain.query_one(set, &[&tenant]).await));
+        let value = |r: Result<tokio_postgres::Row, tokio_postgres::Error>| {
+            r.map(|r| r.get::<_, String>(0)).map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            value(shard.query_one(set, &[&tenant]).await),
+            value(plain.query_one(set, &[&tenant]).await)
+        );
         let what = format!("rs_u1 after a prepared set_config to {tenant}");
         both(&shard, &plain, "SELECT k, tenant, v FROM rs_docs", &what).await;
-        both(&shard, &plain, "SELECT k, tenant FROM rs_docs WHERE k = 5", &what).await;
+        both(
+            &shard,
+            &plain,
+            "SELECT k, tenant FROM rs_docs WHERE k = 5",
+            &what,
+        )
+        .await;
         let sql = format!("INSERT INTO rs_docs SELECT 8000 + 10 * {} + g, '{tenant}', 'x', g FROM generate_series(1, 3) g RETURNING k", &tenant[1..]);
         both(&shard, &plain, &sql, &what).await;
     }

@@ -13,7 +13,9 @@ use std::time::Duration;
 use tokio_postgres::{AsyncMessage, Client, NoTls, SimpleQueryMessage};
 
 /// What a statement gave: its rows as text, or its SQLSTATE.
-fn outcome(r: Result<Vec<SimpleQueryMessage>, tokio_postgres::Error>) -> Result<Vec<Vec<Option<String>>>, String> {
+fn outcome(
+    r: Result<Vec<SimpleQueryMessage>, tokio_postgres::Error>,
+) -> Result<Vec<Vec<Option<String>>>, String> {
     match r {
         Ok(msgs) => Ok(common::sorted_simple_rows(&msgs)),
         Err(e) => Err(e
@@ -41,8 +43,14 @@ async fn setup() {
         let shard = cl.client().await;
         let plain = plain_postgres().client().await;
         for sql in SETUP {
-            shard.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
-            plain.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+            shard
+                .batch_execute(sql)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            plain
+                .batch_execute(sql)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
         }
         shard
             .batch_execute("SELECT create_distributed_table('s_dist', 'k')")
@@ -101,7 +109,9 @@ async fn a_role_is_itself_on_every_node() {
     assert_eq!(err.as_db_error().unwrap().code().code(), "42501");
     // Granted on the local table: both answer.
     for c in [cl.client().await, pg.client().await] {
-        c.batch_execute("GRANT SELECT ON s_local TO s_app").await.unwrap();
+        c.batch_execute("GRANT SELECT ON s_local TO s_app")
+            .await
+            .unwrap();
     }
     let sql = "SELECT a FROM s_local ORDER BY a";
     assert_eq!(
@@ -214,9 +224,16 @@ async fn listening_client(
     user: &str,
     password: &str,
     db: &str,
-) -> (Client, tokio::sync::mpsc::UnboundedReceiver<tokio_postgres::Notification>) {
+) -> (
+    Client,
+    tokio::sync::mpsc::UnboundedReceiver<tokio_postgres::Notification>,
+) {
     let mut cfg = tokio_postgres::Config::new();
-    cfg.host(host).port(port).user(user).password(password).dbname(db);
+    cfg.host(host)
+        .port(port)
+        .user(user)
+        .password(password)
+        .dbname(db);
     let (client, mut conn) = cfg.connect(NoTls).await.unwrap();
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
@@ -259,27 +276,66 @@ async fn session_state_is_each_clients_own() {
         .await
         .unwrap();
     }
-    a.batch_execute("SELECT pg_advisory_lock(4242); LISTEN s_chan").await.unwrap();
+    a.batch_execute("SELECT pg_advisory_lock(4242); LISTEN s_chan")
+        .await
+        .unwrap();
     for i in 0..20 {
         let short = cl.client().await;
-        assert_eq!(single_value(&short, "SELECT to_regclass('s_same')::text").await, None, "short client {i}");
-        assert_eq!(single_value(&short, "SELECT pg_try_advisory_lock(4242)::text").await.as_deref(), Some("false"));
-        short.batch_execute("SELECT count(*) FROM s_dist").await.unwrap();
+        assert_eq!(
+            single_value(&short, "SELECT to_regclass('s_same')::text").await,
+            None,
+            "short client {i}"
+        );
+        assert_eq!(
+            single_value(&short, "SELECT pg_try_advisory_lock(4242)::text")
+                .await
+                .as_deref(),
+            Some("false")
+        );
+        short
+            .batch_execute("SELECT count(*) FROM s_dist")
+            .await
+            .unwrap();
         short.batch_execute("NOTIFY s_other, 'x'").await.unwrap();
     }
-    assert_eq!(single_value(&a, "SELECT string_agg(who, ',') FROM s_same").await.as_deref(), Some("a"));
-    assert_eq!(single_value(&b, "SELECT string_agg(who, ',') FROM s_same").await.as_deref(), Some("b"));
-    assert_eq!(single_value(&b, "SELECT pg_try_advisory_lock(4242)::text").await.as_deref(), Some("false"));
+    assert_eq!(
+        single_value(&a, "SELECT string_agg(who, ',') FROM s_same")
+            .await
+            .as_deref(),
+        Some("a")
+    );
+    assert_eq!(
+        single_value(&b, "SELECT string_agg(who, ',') FROM s_same")
+            .await
+            .as_deref(),
+        Some("b")
+    );
+    assert_eq!(
+        single_value(&b, "SELECT pg_try_advisory_lock(4242)::text")
+            .await
+            .as_deref(),
+        Some("false")
+    );
     // A notification reaches the listening client, idle meanwhile, with the pid the
     // sender knows as its own.
-    let b_pid: i32 = single_value(&b, "SELECT pg_backend_pid()").await.unwrap().parse().unwrap();
+    let b_pid: i32 = single_value(&b, "SELECT pg_backend_pid()")
+        .await
+        .unwrap()
+        .parse()
+        .unwrap();
     b.batch_execute("NOTIFY s_chan, 'hello'").await.unwrap();
     let n = tokio::time::timeout(Duration::from_secs(10), a_notes.recv())
         .await
         .expect("notification within 10 s")
         .unwrap();
-    assert_eq!((n.channel(), n.payload(), n.process_id()), ("s_chan", "hello", b_pid));
-    assert!(a_notes.try_recv().is_err(), "only the channel it listens on");
+    assert_eq!(
+        (n.channel(), n.payload(), n.process_id()),
+        ("s_chan", "hello", b_pid)
+    );
+    assert!(
+        a_notes.try_recv().is_err(),
+        "only the channel it listens on"
+    );
 }
 
 /// The BackendKeyData a client gets names its own backend: a CancelRequest with it
@@ -307,7 +363,9 @@ async fn backend_key_data_is_the_clients_own() {
     let a_pid = single_value(&a, "SELECT pg_backend_pid()").await.unwrap();
     let b_pid = single_value(&b, "SELECT pg_backend_pid()").await.unwrap();
     assert_ne!(a_pid, b_pid);
-    b.batch_execute(&format!("SELECT pg_terminate_backend({a_pid})")).await.unwrap();
+    b.batch_execute(&format!("SELECT pg_terminate_backend({a_pid})"))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(a.simple_query("SELECT 1").await.is_err());
     assert!(a.is_closed() || a.simple_query("SELECT 1").await.is_err());
@@ -322,9 +380,20 @@ async fn statements_in_a_block_see_its_ddl() {
     let cl = cluster();
     let pg = plain_postgres();
     for c in [cl.client().await, pg.client().await] {
-        c.batch_execute("BEGIN; CREATE TABLE s_blk (a int)").await.unwrap();
-        assert_eq!(c.execute("INSERT INTO s_blk VALUES ($1)", &[&1i32]).await.unwrap(), 1);
-        let n: i64 = c.query_one("SELECT count(*) FROM s_blk WHERE a = $1", &[&1i32]).await.unwrap().get(0);
+        c.batch_execute("BEGIN; CREATE TABLE s_blk (a int)")
+            .await
+            .unwrap();
+        assert_eq!(
+            c.execute("INSERT INTO s_blk VALUES ($1)", &[&1i32])
+                .await
+                .unwrap(),
+            1
+        );
+        let n: i64 = c
+            .query_one("SELECT count(*) FROM s_blk WHERE a = $1", &[&1i32])
+            .await
+            .unwrap()
+            .get(0);
         assert_eq!(n, 1);
         c.batch_execute("ROLLBACK").await.unwrap();
     }
@@ -352,18 +421,28 @@ async fn prepared_statements_follow_ddl_and_stay_private() {
         let other = cl.client().await;
         // Another client keeps the old statement prepared on the pooled connections.
         assert_eq!(other.query_one(&sql, &[&1i32]).await.unwrap().len(), 2);
-        assert_eq!(c.query_one(&sql, &[&1i32]).await.unwrap().len(), 2, "{table}");
+        assert_eq!(
+            c.query_one(&sql, &[&1i32]).await.unwrap().len(),
+            2,
+            "{table}"
+        );
         c.batch_execute(&format!("ALTER TABLE {table} ADD COLUMN w int DEFAULT 7"))
             .await
             .unwrap();
         for client in [&c, &other] {
-            let row = client.query_one(&sql, &[&1i32]).await.unwrap_or_else(|e| panic!("{table}: {e}"));
+            let row = client
+                .query_one(&sql, &[&1i32])
+                .await
+                .unwrap_or_else(|e| panic!("{table}: {e}"));
             assert_eq!(row.len(), 3, "{table}");
             assert_eq!(row.get::<_, i32>(2), 7);
         }
     }
     let own: i64 = c
-        .query_one("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'pgs%'", &[])
+        .query_one(
+            "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'pgs%'",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);
@@ -387,7 +466,9 @@ async fn set_config_reaches_every_node() {
         .await
         .unwrap();
     plain
-        .batch_execute("DROP TABLE IF EXISTS s_tz; CREATE TABLE s_tz (k int PRIMARY KEY, ts timestamptz)")
+        .batch_execute(
+            "DROP TABLE IF EXISTS s_tz; CREATE TABLE s_tz (k int PRIMARY KEY, ts timestamptz)",
+        )
         .await
         .unwrap();
     let script = [
@@ -428,11 +509,18 @@ async fn commit_time_errors_and_old_settings() {
         .await
         .unwrap();
         let err = c
-            .query("UPDATE s_def SET n = n + 1 WHERE id = $1 RETURNING n", &[&"a"])
+            .query(
+                "UPDATE s_def SET n = n + 1 WHERE id = $1 RETURNING n",
+                &[&"a"],
+            )
             .await
             .unwrap_err();
         assert_eq!(err.as_db_error().map(|d| d.code().code()), Some("23505"));
-        let n: i32 = c.query_one("SELECT n FROM s_def WHERE id = 'a'", &[]).await.unwrap().get(0);
+        let n: i32 = c
+            .query_one("SELECT n FROM s_def WHERE id = 'a'", &[])
+            .await
+            .unwrap()
+            .get(0);
         assert_eq!(n, 1);
         c.batch_execute(
             "DROP ROLE IF EXISTS s_gone; CREATE ROLE s_gone; SET ROLE s_gone; RESET ROLE; DROP ROLE s_gone; \
@@ -451,7 +539,9 @@ async fn commit_time_errors_and_old_settings() {
     .await
     .unwrap();
     c.simple_query("SELECT count(*) FROM s_dist").await.unwrap();
-    c.simple_query("SELECT v FROM s_dist WHERE k = 3").await.unwrap();
+    c.simple_query("SELECT v FROM s_dist WHERE k = 3")
+        .await
+        .unwrap();
 }
 
 /// Runs `script` through pgshard and on the plain server, statement by statement (each
@@ -494,7 +584,12 @@ async fn prepare_transaction_of_coordinator_blocks() {
     setup().await;
     let ddl = "DROP TABLE IF EXISTS s_2pc; CREATE TABLE s_2pc (a int)";
     cluster().client().await.batch_execute(ddl).await.unwrap();
-    plain_postgres().client().await.batch_execute(ddl).await.unwrap();
+    plain_postgres()
+        .client()
+        .await
+        .batch_execute(ddl)
+        .await
+        .unwrap();
     same_outcomes(&[
         "PREPARE TRANSACTION 's_none'",
         "BEGIN",
@@ -528,14 +623,35 @@ async fn prepare_transaction_of_coordinator_blocks() {
     .await;
     // A block that read a distributed table: refused, and over.
     let shard = cluster().client().await;
-    shard.batch_execute("BEGIN; INSERT INTO s_2pc VALUES (5)").await.unwrap();
-    shard.simple_query("SELECT v FROM s_dist WHERE k = 1").await.unwrap();
-    let e = shard.simple_query("PREPARE TRANSACTION 's_gid5'").await.unwrap_err();
-    assert_eq!(e.as_db_error().map(|d| d.code().code()), Some("0A000"), "{e}");
+    shard
+        .batch_execute("BEGIN; INSERT INTO s_2pc VALUES (5)")
+        .await
+        .unwrap();
+    shard
+        .simple_query("SELECT v FROM s_dist WHERE k = 1")
+        .await
+        .unwrap();
+    let e = shard
+        .simple_query("PREPARE TRANSACTION 's_gid5'")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.as_db_error().map(|d| d.code().code()),
+        Some("0A000"),
+        "{e}"
+    );
     assert!(shard.is_closed() == false);
-    let n = outcome(shard.simple_query("SELECT count(*) FROM s_2pc WHERE a = 5").await);
+    let n = outcome(
+        shard
+            .simple_query("SELECT count(*) FROM s_2pc WHERE a = 5")
+            .await,
+    );
     assert_eq!(n, Ok(vec![vec![Some("0".to_string())]]));
-    let n = outcome(shard.simple_query("SELECT count(*) FROM pg_prepared_xacts WHERE gid = 's_gid5'").await);
+    let n = outcome(
+        shard
+            .simple_query("SELECT count(*) FROM pg_prepared_xacts WHERE gid = 's_gid5'")
+            .await,
+    );
     assert_eq!(n, Ok(vec![vec![Some("0".to_string())]]));
     common::assert_no_prepared_xacts().await;
 }
@@ -632,7 +748,12 @@ async fn state_left_on_worker_connections_stays_the_clients() {
     }
     // The client still has its own state, and its locks go with it.
     assert_eq!(
-        single_value(&a, "SELECT current_setting('x.z', true) FROM s_dist WHERE k = 3").await.as_deref(),
+        single_value(
+            &a,
+            "SELECT current_setting('x.z', true) FROM s_dist WHERE k = 3"
+        )
+        .await
+        .as_deref(),
         Some("2")
     );
     assert_eq!(worker_advisory_locks(0, 4343).await, 1);
@@ -640,11 +761,18 @@ async fn state_left_on_worker_connections_stays_the_clients() {
     drop(a);
     let mut left = (0, 0);
     for _ in 0..100 {
-        left = (worker_advisory_locks(0, 4343).await, worker_advisory_locks(4344, 1).await);
+        left = (
+            worker_advisory_locks(0, 4343).await,
+            worker_advisory_locks(4344, 1).await,
+        );
         if left == (0, 0) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(left, (0, 0), "advisory locks outlived the client that took them");
+    assert_eq!(
+        left,
+        (0, 0),
+        "advisory locks outlived the client that took them"
+    );
 }

@@ -20,7 +20,8 @@ const SETUP: &[&str] = &[
     "INSERT INTO st_local VALUES (1, '2026-01-02 03:04:05+00')",
 ];
 
-const ROWS: &str = "INSERT INTO st_dist SELECT g, '2026-01-02 03:04:05+00'::timestamptz + g * interval '1 day', \
+const ROWS: &str =
+    "INSERT INTO st_dist SELECT g, '2026-01-02 03:04:05+00'::timestamptz + g * interval '1 day', \
                     date '2026-03-04' + g, g * interval '90 minutes' FROM generate_series(1, 6) g";
 
 /// The setup, once per binary.
@@ -30,8 +31,14 @@ async fn setup() {
         let shard = cluster().client().await;
         let plain = plain_postgres().client().await;
         for sql in SETUP {
-            shard.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
-            plain.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+            shard
+                .batch_execute(sql)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            plain
+                .batch_execute(sql)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
         }
         shard
             .batch_execute("SELECT create_distributed_table('st_dist', 'k')")
@@ -72,7 +79,10 @@ async fn reset_returns_to_the_startup_values() {
     let env = [
         ("PGDATESTYLE", "Postgres, MDY"),
         ("PGTZ", "PST8PDT"),
-        ("PGOPTIONS", "-c intervalstyle=sql_standard -c extra_float_digits=1"),
+        (
+            "PGOPTIONS",
+            "-c intervalstyle=sql_standard -c extra_float_digits=1",
+        ),
         ("PGAPPNAME", "st app"),
     ];
     let dist = "SELECT k, ts, d, iv FROM st_dist ORDER BY k";
@@ -164,7 +174,12 @@ async fn rolled_back_session_authorization_keeps_the_role() {
     let roles = "DROP ROLE IF EXISTS st_a, st_b, st_c; CREATE ROLE st_a; CREATE ROLE st_b; \
                  CREATE ROLE st_c; GRANT st_b TO st_a";
     cluster().client().await.batch_execute(roles).await.unwrap();
-    plain_postgres().client().await.batch_execute(roles).await.unwrap();
+    plain_postgres()
+        .client()
+        .await
+        .batch_execute(roles)
+        .await
+        .unwrap();
     same_outcomes(&[
         "SET SESSION AUTHORIZATION st_a",
         "SET ROLE st_b",

@@ -733,7 +733,11 @@ async fn decision_records_are_written_exactly() {
             host: cl.host.clone(),
             port: cl.coordinator_port,
         },
-        creds: Arc::new(Credentials::with_password(&cl.user, &cl.password, &cl.database)),
+        creds: Arc::new(Credentials::with_password(
+            &cl.user,
+            &cl.password,
+            &cl.database,
+        )),
         application_name: "decision test".into(),
     };
     // Not pgshard gids: recovery leaves these records alone.

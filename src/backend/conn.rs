@@ -2,14 +2,14 @@
 //! coordinator node). The data path forwards message bytes through it without
 //! decoding rows; startup and SCRAM authentication use postgres-protocol.
 
+use super::scram_keys::{ClientKeys, KeyClient};
 use crate::error::{sqlstate, PgError, PgResult};
 use crate::frontend::messages::{self, decode_frame, Frame};
+use bytes::Buf;
 use bytes::{BufMut, BytesMut};
-use super::scram_keys::{ClientKeys, KeyClient};
 use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256};
 use postgres_protocol::message::frontend;
 use std::collections::HashSet;
-use bytes::Buf;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -75,7 +75,10 @@ pub enum Secret {
     /// Log in as pgshard's own role with this password, then `SET SESSION
     /// AUTHORIZATION` to `Credentials::user`: for clients pgshard trusts without a
     /// password (`auth = "trust"`), who can be anyone anyway.
-    TrustedAs { own_user: String, password: String },
+    TrustedAs {
+        own_user: String,
+        password: String,
+    },
 }
 
 impl std::fmt::Debug for Credentials {
@@ -257,10 +260,7 @@ impl BackendConn {
         let no_password = || {
             PgError::new(
                 sqlstate::INVALID_PASSWORD,
-                format!(
-                    "password authentication failed for user \"{}\"",
-                    creds.user
-                ),
+                format!("password authentication failed for user \"{}\"", creds.user),
             )
         };
         loop {
@@ -720,7 +720,9 @@ impl BackendConn {
             };
             if self.rbuf[at] == b'E' && ends_connection(body) {
                 self.broken = true;
-                return Some(PgError::from_server_fields(bytes::Bytes::copy_from_slice(body)));
+                return Some(PgError::from_server_fields(bytes::Bytes::copy_from_slice(
+                    body,
+                )));
             }
             at = end;
         }
@@ -770,7 +772,12 @@ mod tests {
 
     fn error_body(severity: &str, code: &str) -> Vec<u8> {
         let mut b = Vec::new();
-        for (field, value) in [(b'S', severity), (b'V', severity), (b'C', code), (b'M', "m")] {
+        for (field, value) in [
+            (b'S', severity),
+            (b'V', severity),
+            (b'C', code),
+            (b'M', "m"),
+        ] {
             b.push(field);
             b.extend_from_slice(value.as_bytes());
             b.push(0);

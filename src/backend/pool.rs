@@ -89,7 +89,12 @@ impl NodePool {
         size: usize,
         application_name: String,
     ) -> Arc<NodePool> {
-        NodePool::sharing(addr, creds, Arc::new(Semaphore::new(size.max(1))), application_name)
+        NodePool::sharing(
+            addr,
+            creds,
+            Arc::new(Semaphore::new(size.max(1))),
+            application_name,
+        )
     }
 
     fn sharing(

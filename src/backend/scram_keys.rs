@@ -126,7 +126,9 @@ impl KeyClient {
             .and_then(|p| p.strip_prefix("i="))
             .ok_or(KeyClientError::Malformed("iteration count expected"))?;
         if !nonce.starts_with(&self.nonce) || nonce.len() == self.nonce.len() {
-            return Err(KeyClientError::Malformed("server nonce does not extend ours"));
+            return Err(KeyClientError::Malformed(
+                "server nonce does not extend ours",
+            ));
         }
         let salt = BASE64
             .decode(salt)
@@ -153,10 +155,9 @@ impl KeyClient {
 
     /// Checks server-final-message (`v=<ServerSignature>`).
     pub fn check_server_final(&self, server_final: &[u8]) -> Result<(), KeyClientError> {
-        let auth_message = self
-            .auth_message
-            .as_ref()
-            .ok_or(KeyClientError::Malformed("server-final-message out of order"))?;
+        let auth_message = self.auth_message.as_ref().ok_or(KeyClientError::Malformed(
+            "server-final-message out of order",
+        ))?;
         let text = std::str::from_utf8(server_final)
             .map_err(|_| KeyClientError::Malformed("server-final-message is not UTF-8"))?;
         let given = text

@@ -65,7 +65,11 @@ pub fn sslmode(tls: bool) -> &'static str {
 pub fn client_env(admin: &Env, role: Option<&ClientRole>) -> Env {
     match role {
         None => admin.clone(),
-        Some(r) => with_var(&with_var(admin, "PGUSER", &r.name), "PGPASSWORD", &r.password),
+        Some(r) => with_var(
+            &with_var(admin, "PGUSER", &r.name),
+            "PGPASSWORD",
+            &r.password,
+        ),
     }
 }
 
@@ -130,10 +134,7 @@ impl ClientRole {
         );
         // The statement carries the password: errors are reported without it.
         let hide = |e: anyhow::Error| {
-            anyhow::anyhow!(
-                "{}",
-                format!("{e:#}").replace(&self.password, "(password)")
-            )
+            anyhow::anyhow!("{}", format!("{e:#}").replace(&self.password, "(password)"))
         };
         pgbench::psql(plain, &["-c", &create])
             .await
@@ -225,7 +226,12 @@ pub async fn serve_tls(plain: &node::Node, admin: &Env) -> Result<()> {
     .await??;
     pgbench::psql(
         admin,
-        &["-c", "ALTER SYSTEM SET ssl = on", "-c", "SELECT pg_reload_conf()"],
+        &[
+            "-c",
+            "ALTER SYSTEM SET ssl = on",
+            "-c",
+            "SELECT pg_reload_conf()",
+        ],
     )
     .await
     .context("turning TLS on in the plain PostgreSQL")?;
@@ -306,7 +312,10 @@ mod tests {
         assert_eq!(get(&c, "PGSSLMODE"), ["require"]);
         assert_eq!(get(&c, "PGHOST"), ["127.0.0.1"]);
         assert_eq!(client_env(&env(), None), env());
-        assert_eq!(get(&with_var(&env(), "PGSSLMODE", "disable"), "PGSSLMODE"), ["disable"]);
+        assert_eq!(
+            get(&with_var(&env(), "PGSSLMODE", "disable"), "PGSSLMODE"),
+            ["disable"]
+        );
     }
 
     #[test]

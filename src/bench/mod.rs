@@ -459,7 +459,11 @@ impl Options {
             port: a.port,
             keep: a.keep,
             unix_sockets: a.unix_sockets,
-            client_role: a.client_role.as_deref().map(client::ClientRole::new).transpose()?,
+            client_role: a
+                .client_role
+                .as_deref()
+                .map(client::ClientRole::new)
+                .transpose()?,
             client_tls: a.client_tls,
         };
         if o.client_tls && o.unix_sockets {
@@ -784,8 +788,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
                     w2_setup = Some(setup);
                 }
                 (script_text, not_run) =
-                    write_script(opts, w, script, w2_setup.as_ref(), &pgshard_target.client)
-                        .await;
+                    write_script(opts, w, script, w2_setup.as_ref(), &pgshard_target.client).await;
             }
             Kind::Sysbench => {
                 if w3_setup.is_none() {

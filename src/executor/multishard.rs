@@ -327,8 +327,12 @@ impl Session {
     pub(crate) async fn private_conn(&self, addr: &NodeAddr) -> PgResult<PooledConn> {
         let mut conn = self.pooled_client_conn(addr).await?;
         if conn.settings_fingerprint != self.settings_fp {
-            conn.simple(&super::settings_replay_sql(&self.creds, &self.settings, &[]))
-                .await?;
+            conn.simple(&super::settings_replay_sql(
+                &self.creds,
+                &self.settings,
+                &[],
+            ))
+            .await?;
             conn.settings_fingerprint = self.settings_fp;
         }
         Ok(conn)

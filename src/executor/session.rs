@@ -45,29 +45,29 @@ mod client_text;
 mod cursor;
 /// DDL on distributed tables inside a transaction block.
 mod ddl_in_block;
+/// Who the session is on the nodes: its role's connections, its own coordinator-node
+/// connection.
+pub mod identity;
+/// No session state crosses between clients through shared node connections.
+mod isolation;
 /// TRUNCATE / VACUUM / ANALYZE of distributed tables.
 mod maintenance;
 /// Routed reads through the thread's pipelined connection to a node.
 mod pipelined;
 /// SET / SET LOCAL / SET TRANSACTION and `citus.*` values across the nodes of a session.
 mod settings;
-/// INSERT ... SELECT into distributed tables through the coordinator node.
-mod via_coordinator;
 /// A client's own PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED.
 mod two_phase;
-/// No session state crosses between clients through shared node connections.
-mod isolation;
-/// Who the session is on the nodes: its role's connections, its own coordinator-node
-/// connection.
-pub mod identity;
+/// INSERT ... SELECT into distributed tables through the coordinator node.
+mod via_coordinator;
 use settings::{begin_sequence, settings_replay_sql, CitusLocal, Savepoint, SettingsSnapshot};
-/// statement_timeout while the client pauses inside an extended-protocol batch.
-mod timeout;
 /// The implicit transaction of a string of local statements with transaction control.
 mod implicit;
 /// Client prepared statements on the client's own coordinator-node connection; result
 /// shape checks of the others.
 mod prepared;
+/// statement_timeout while the client pauses inside an extended-protocol batch.
+mod timeout;
 /// Citus's default `citus.max_intermediate_result_size`: 1 GB.
 const DEFAULT_MAX_INTERMEDIATE_KB: i64 = 1024 * 1024;
 
@@ -786,7 +786,9 @@ impl Session {
                     // A lost connection, or an error of the implicit transaction's
                     // commit at Sync (a deferred constraint): the client hears it,
                     // unless it heard an error of the batch already.
-                    if result.is_ok() && (e.code == sqlstate::CONNECTION_FAILURE || !self.batch_error) {
+                    if result.is_ok()
+                        && (e.code == sqlstate::CONNECTION_FAILURE || !self.batch_error)
+                    {
                         result = Err(e);
                     }
                 }
@@ -1001,7 +1003,12 @@ impl Session {
     }
 
     /// Plans and describes a statement the client prepares as `name` ("" = unnamed).
-    async fn prepare(&mut self, name: &str, sql: String, declared: &[u32]) -> PgResult<Arc<Prepared>> {
+    async fn prepare(
+        &mut self,
+        name: &str,
+        sql: String,
+        declared: &[u32],
+    ) -> PgResult<Arc<Prepared>> {
         let mut stmts = self.parse_client(&sql).await?;
         if stmts.len() > 1 {
             return Err(PgError::new(
@@ -1110,7 +1117,8 @@ impl Session {
             Plan::Router(r) => {
                 let shard = route_bound(r, &stmt.meta.param_types, &bind, &catalog)?;
                 let addr = placement_addr(&catalog, shard)?;
-                let (id, sql) = self.shard_statement(&stmt, r, shard.shard_id, catalog.version as u64);
+                let (id, sql) =
+                    self.shard_statement(&stmt, r, shard.shard_id, catalog.version as u64);
                 let target = BackendStatement::Shared(id, &sql);
                 self.bind_on_backend(&addr, target, &stmt.meta.param_types, &bind, !r.read_only)
                     .await?;
@@ -1513,9 +1521,12 @@ impl Session {
         let sets_config = stmts
             .iter()
             .any(|s| !isolation::set_config_calls(&s.text).is_empty());
-        if let (Some(sc), [stmt], [plan], false) =
-            (scanned, stmts.as_slice(), plans.as_slice(), stateful || sets_config)
-        {
+        if let (Some(sc), [stmt], [plan], false) = (
+            scanned,
+            stmts.as_slice(),
+            plans.as_slice(),
+            stateful || sets_config,
+        ) {
             if let Some(node) = &stmt.node {
                 self.shapes
                     .remember(catalog.version, sc, node, plan, !is_read_only_local(stmt));
@@ -1597,7 +1608,11 @@ impl Session {
                     // (comments and `;` too): PostgreSQL keeps it whole as the
                     // statement's text (pg_prepared_statements, pg_cursors,
                     // pg_stat_activity).
-                    let text = if stmts.len() == 1 { sql } else { stmt.client_text() };
+                    let text = if stmts.len() == 1 {
+                        sql
+                    } else {
+                        stmt.client_text()
+                    };
                     let coord = self.shared.coordinator.clone();
                     let r = self
                         .simple_on_backend(&coord, text, !is_read_only_local(stmt))
@@ -1822,7 +1837,10 @@ impl Session {
         // The client's own backend took them at its login, as pgshard's role for a
         // trusted client: checked once more as the client's role (the replay on a
         // private connection), so that it sets only what the client may.
-        let trusted = matches!(self.creds.secret, crate::backend::conn::Secret::TrustedAs { .. });
+        let trusted = matches!(
+            self.creds.secret,
+            crate::backend::conn::Secret::TrustedAs { .. }
+        );
         if !from_options.is_empty() || trusted {
             // Before the startup packet's own parameters: PostgreSQL applies `options`
             // first, so a parameter given both ways takes the packet's value.
@@ -1960,7 +1978,9 @@ impl Session {
             Plan::Explain(e) => self.explain(e, params, formats, describe, sink).await,
             Plan::DropTables { tables } => {
                 if self.string_block {
-                    return Err(implicit::refused_in_string("DROP TABLE of a distributed table"));
+                    return Err(implicit::refused_in_string(
+                        "DROP TABLE of a distributed table",
+                    ));
                 }
                 if self.txn != TxnState::Idle {
                     return Err(PgError::not_supported("DROP TABLE of a distributed table inside a transaction block is not supported yet"));
@@ -1968,13 +1988,8 @@ impl Session {
                 // Shards, catalog rows and the shell go in one catalog transaction.
                 let caller = self.caller().await?;
                 for t in tables {
-                    commands::drop_distributed_table(
-                        &self.shared.catalog,
-                        t.relid,
-                        true,
-                        &caller,
-                    )
-                    .await?;
+                    commands::drop_distributed_table(&self.shared.catalog, t.relid, true, &caller)
+                        .await?;
                 }
                 self.shared.catalog.reload().await;
                 sink.complete("DROP TABLE");
@@ -1989,7 +2004,9 @@ impl Session {
                                 // PostgreSQL's own refusal in an implicit transaction.
                                 PgError::new(sqlstate::ACTIVE_SQL_TRANSACTION, why)
                             } else {
-                                implicit::refused_in_string(&format!("{why} on a distributed table"))
+                                implicit::refused_in_string(&format!(
+                                    "{why} on a distributed table"
+                                ))
                             });
                         }
                         return Err(PgError::not_supported(format!(
@@ -2018,14 +2035,16 @@ impl Session {
             }
             Plan::DropIndexes { stmt: d, indexes } => {
                 if self.string_block {
-                    return Err(implicit::refused_in_string("DROP INDEX of a distributed table"));
+                    return Err(implicit::refused_in_string(
+                        "DROP INDEX of a distributed table",
+                    ));
                 }
                 if self.txn != TxnState::Idle {
                     return Err(PgError::not_supported("DROP INDEX of a distributed table inside a transaction block is not supported by pgshard yet"));
                 }
                 let caller = self.caller().await?;
                 commands::ddl::drop_indexes(&self.shared.catalog, d, &stmt.text, indexes, &caller)
-                .await?;
+                    .await?;
                 self.shared.catalog.reload().await;
                 sink.complete("DROP INDEX");
                 Ok(())
@@ -2399,7 +2418,9 @@ impl Session {
             // verifiers), as outside blocks (`ddl_in_block::role_in_block`).
             for role in roles {
                 if let Err(e) = commands::roles::sync_role(&self.shared.catalog, &role).await {
-                    tracing::warn!("copying role \"{role}\" to the workers after its block failed: {e}");
+                    tracing::warn!(
+                        "copying role \"{role}\" to the workers after its block failed: {e}"
+                    );
                 }
             }
         }
@@ -2478,7 +2499,10 @@ impl Session {
                 let mut kept = Vec::new();
                 let outcome = match gid {
                     None => {
-                        h.conn.simple_keeping_messages("COMMIT", &mut kept).await.ok();
+                        h.conn
+                            .simple_keeping_messages("COMMIT", &mut kept)
+                            .await
+                            .ok();
                         Ok(false)
                     }
                     Some(gid) => h

@@ -880,7 +880,11 @@ mod tests {
         for i in 0..attempts {
             let mut server = ScramServer::new(mock_verifier(&format!("nobody{i}")));
             let first = server.client_first(b"n,,n=,r=clientnonce").unwrap();
-            let nonce = std::str::from_utf8(&first[2..]).unwrap().split(',').next().unwrap();
+            let nonce = std::str::from_utf8(&first[2..])
+                .unwrap()
+                .split(',')
+                .next()
+                .unwrap();
             let fin = format!("c=biws,r={nonce},p={}", BASE64.encode([7u8; KEY_LEN]));
             assert_eq!(
                 server.client_final(fin.as_bytes()),
@@ -889,7 +893,11 @@ mod tests {
         }
         let failed_logins = started.elapsed();
         let started = std::time::Instant::now();
-        std::hint::black_box(ScramVerifier::from_password("p", b"salt", DEFAULT_ITERATIONS));
+        std::hint::black_box(ScramVerifier::from_password(
+            "p",
+            b"salt",
+            DEFAULT_ITERATIONS,
+        ));
         let one_derivation = started.elapsed();
         assert!(
             failed_logins < one_derivation,

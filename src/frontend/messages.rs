@@ -85,7 +85,10 @@ pub enum StartupPacket {
     },
     SslRequest,
     GssEncRequest,
-    Cancel { process_id: i32, secret_key: i32 },
+    Cancel {
+        process_id: i32,
+        secret_key: i32,
+    },
 }
 
 /// The severity of a refused startup packet PostgreSQL only logs (COMMERROR): the
@@ -104,7 +107,10 @@ pub fn decode_startup(buf: &mut BytesMut) -> PgResult<Option<StartupPacket>> {
         // startup (node-postgres's Terminate) gets no answer.
         return Err(PgError {
             severity: LOG_ONLY,
-            ..PgError::new(sqlstate::PROTOCOL_VIOLATION, "invalid length of startup packet")
+            ..PgError::new(
+                sqlstate::PROTOCOL_VIOLATION,
+                "invalid length of startup packet",
+            )
         });
     }
     if buf.len() < len as usize {
@@ -924,7 +930,8 @@ mod tests {
             if major == 2 {
                 assert_eq!(
                     &out[..],
-                    &b"EFATAL:  unsupported frontend protocol 2.0: server supports 3.0 to 3.0\n\0"[..]
+                    &b"EFATAL:  unsupported frontend protocol 2.0: server supports 3.0 to 3.0\n\0"
+                        [..]
                 );
             } else {
                 assert_eq!(out[0], b'E');
@@ -962,7 +969,10 @@ mod tests {
             b.put_slice(body);
             let e = decode_startup(&mut b).unwrap_err();
             assert_eq!(e.severity, "FATAL");
-            assert_eq!(e.message, "invalid startup packet layout: expected terminator as last byte");
+            assert_eq!(
+                e.message,
+                "invalid startup packet layout: expected terminator as last byte"
+            );
         }
     }
 

@@ -9,14 +9,14 @@ use super::client_stream::{self, ClientRead, ClientStream, ClientWrite, StdClien
 use super::hba::{self, Decision};
 use super::messages::{self as msg, StartupPacket, MAX_MESSAGE_LEN};
 use super::startup_options;
-use crate::catalog::cache::CatalogCache;
-use crate::config::Config;
-use crate::error::{sqlstate, PgError, PgResult};
-use crate::executor::shared::CancelTargets;
 use crate::backend::conn::Secret;
 use crate::backend::scram_keys::ClientKeys;
 use crate::backend::Credentials;
+use crate::catalog::cache::CatalogCache;
+use crate::config::Config;
+use crate::error::{sqlstate, PgError, PgResult};
 use crate::executor::session::identity::open_home;
+use crate::executor::shared::CancelTargets;
 use crate::executor::{Session, Shared};
 use crate::sql::quote::quote_literal;
 use bytes::BytesMut;
@@ -412,7 +412,11 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
                         return Err(e);
                     }
                     let mut out = BytesMut::new();
-                    let e = PgError { severity: "FATAL", raw: None, ..e };
+                    let e = PgError {
+                        severity: "FATAL",
+                        raw: None,
+                        ..e
+                    };
                     msg::write_startup_error(&mut out, &e, major);
                     let _ = send(&mut wr, &mut out).await;
                     return Err(e);
@@ -505,10 +509,12 @@ async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()
     // The secret pgshard logs into the nodes with as this client: the keys of its
     // SCRAM login, or (trusted) pgshard's own role switched to the client's.
     let secret = match hba::decide(&shared.cfg.hba, shared.cfg.auth, &connection) {
-        Decision::ScramSha256 => match authenticate(&shared, &user, peer, &mut reader, &mut wr).await {
-            Ok(keys) => Secret::ScramKeys(keys),
-            Err(e) => return fatal(&mut wr, e).await,
-        },
+        Decision::ScramSha256 => {
+            match authenticate(&shared, &user, peer, &mut reader, &mut wr).await {
+                Ok(keys) => Secret::ScramKeys(keys),
+                Err(e) => return fatal(&mut wr, e).await,
+            }
+        }
         Decision::Trust => Secret::TrustedAs {
             own_user: shared.cfg.user.clone(),
             password: shared.cfg.password.clone(),

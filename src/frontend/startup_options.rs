@@ -43,7 +43,11 @@ pub fn join<'a>(settings: impl IntoIterator<Item = &'a (String, String)>) -> Str
             out.push(' ');
         }
         out.push_str("-c ");
-        for c in name.chars().chain(std::iter::once('=')).chain(value.chars()) {
+        for c in name
+            .chars()
+            .chain(std::iter::once('='))
+            .chain(value.chars())
+        {
             if c.is_ascii_whitespace() || c == '\\' {
                 out.push('\\');
             }

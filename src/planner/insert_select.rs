@@ -202,7 +202,9 @@ fn returning_list(targets: &[protobuf::Node]) -> Option<String> {
         op: protobuf::SetOperation::SetopNone as i32,
         ..Default::default()
     };
-    let text = N::SelectStmt(Box::new(select)).deparse(Default::default()).ok()?;
+    let text = N::SelectStmt(Box::new(select))
+        .deparse(Default::default())
+        .ok()?;
     text.strip_prefix("SELECT ").map(str::to_string)
 }
 

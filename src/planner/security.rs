@@ -484,7 +484,10 @@ mod tests {
         let p = plan_role(&node("REASSIGN OWNED BY a TO b"), "").unwrap();
         assert!(p.text_on_workers && p.drop_owned.is_empty());
         let p = plan_role(&node("DROP OWNED BY a, CURRENT_USER CASCADE"), "").unwrap();
-        assert_eq!(p.drop_owned, vec![RoleRef::Name("a".into()), RoleRef::Caller]);
+        assert_eq!(
+            p.drop_owned,
+            vec![RoleRef::Name("a".into()), RoleRef::Caller]
+        );
         assert!(plan_role(&node("SELECT 1"), "").is_none());
     }
 

@@ -117,7 +117,10 @@ fn standard_form(sql: &str, offset: usize, stmt: Statement, settings: StringSett
     if standard == stmt.text {
         return stmt;
     }
-    let same = match (first_tree_with(&standard, ParserOptions::DEFAULT), &stmt.node) {
+    let same = match (
+        first_tree_with(&standard, ParserOptions::DEFAULT),
+        &stmt.node,
+    ) {
         (Some(tree), Some(node)) => {
             let mut a = serde_json::to_value(&tree.node).unwrap_or_default();
             let mut b = serde_json::to_value(node).unwrap_or_default();
@@ -556,7 +559,10 @@ mod tests {
         let stmts = parse_with(sql, off).unwrap();
         assert_eq!(stmts[0].form, StringForm::Client);
         assert_eq!(stmts[1].text, r"SELECT E'a\\b\'cd' FROM t WHERE k = 1");
-        assert_eq!(stmts[1].client_text(), r"SELECT 'a\\b\'cd' FROM t WHERE k = 1");
+        assert_eq!(
+            stmts[1].client_text(),
+            r"SELECT 'a\\b\'cd' FROM t WHERE k = 1"
+        );
         let StringForm::Rewritten { warnings, .. } = &stmts[1].form else {
             panic!("{:?}", stmts[1].form);
         };

@@ -154,9 +154,7 @@ impl Tracked {
         StringSettings {
             standard_conforming: self.standard_conforming,
             escape_warning: self.escape_warning,
-            backslash_quote: self
-                .backslash_quote
-                .unwrap_or(!self.client_only_encoding),
+            backslash_quote: self.backslash_quote.unwrap_or(!self.client_only_encoding),
         }
     }
 }
@@ -231,13 +229,11 @@ fn settings_of(text: &str) -> Vec<(String, Option<String>)> {
                     let Some(N::ResTarget(rt)) = &target.node else {
                         continue;
                     };
-                    let Some(N::FuncCall(f)) = rt.val.as_ref().and_then(|v| v.node.as_ref())
-                    else {
+                    let Some(N::FuncCall(f)) = rt.val.as_ref().and_then(|v| v.node.as_ref()) else {
                         continue;
                     };
                     let fname = crate::sql::parse::string_items(&f.funcname);
-                    if fname.last().map(|n| n.to_ascii_lowercase()).as_deref()
-                        != Some("set_config")
+                    if fname.last().map(|n| n.to_ascii_lowercase()).as_deref() != Some("set_config")
                     {
                         continue;
                     }
@@ -622,7 +618,10 @@ mod tests {
             StringSettings::after(d, stmts.iter().copied(), startup)
         };
         assert_eq!(after(&["SET standard_conforming_strings = off"], 0), off());
-        assert_eq!(after(&["SET standard_conforming_strings TO 'of'"], 0), off());
+        assert_eq!(
+            after(&["SET standard_conforming_strings TO 'of'"], 0),
+            off()
+        );
         assert_eq!(
             after(
                 &[
@@ -635,14 +634,26 @@ mod tests {
             off()
         );
         assert_eq!(
-            after(&["SET standard_conforming_strings = off", "SET search_path = a"], 0)
-                .parser_options(),
+            after(
+                &[
+                    "SET standard_conforming_strings = off",
+                    "SET search_path = a"
+                ],
+                0
+            )
+            .parser_options(),
             ParserOptions::DISABLE_STANDARD_CONFORMING_STRINGS
         );
         assert!(!after(&["SET backslash_quote = off"], 0).backslash_quote);
         assert!(after(&["SET backslash_quote = safe_encoding"], 0).backslash_quote);
         assert!(!after(&["SET client_encoding = 'SJIS'"], 0).backslash_quote);
-        assert!(after(&["SET client_encoding = 'SJIS'", "SET backslash_quote = on"], 0).backslash_quote);
+        assert!(
+            after(
+                &["SET client_encoding = 'SJIS'", "SET backslash_quote = on"],
+                0
+            )
+            .backslash_quote
+        );
         assert!(!after(&["SET escape_string_warning = false"], 0).escape_warning);
         assert_eq!(after(&["SET work_mem = '1MB'"], 0), d);
         assert!(!d.matter_for(r"select 'a\b'"));
@@ -656,7 +667,10 @@ mod tests {
         let offset = 10;
         let w = nonstandard_warnings(sql, offset, &sql[offset..]);
         assert_eq!(w.len(), 3);
-        assert_eq!(w[0].message, "nonstandard use of escape in a string literal");
+        assert_eq!(
+            w[0].message,
+            "nonstandard use of escape in a string literal"
+        );
         assert_eq!(w[0].position, 18);
         assert_eq!(w[1].message, "nonstandard use of \\' in a string literal");
         assert_eq!(w[1].position, 26);

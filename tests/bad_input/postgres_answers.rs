@@ -42,7 +42,10 @@ fn comparable(m: &Msg) -> String {
             format!("T {}", cols.join(","))
         }
         b'D' => format!("D {:?}", String::from_utf8_lossy(&m.body)),
-        b'C' => format!("C {}", String::from_utf8_lossy(&m.body).trim_end_matches('\0')),
+        b'C' => format!(
+            "C {}",
+            String::from_utf8_lossy(&m.body).trim_end_matches('\0')
+        ),
         b'Z' => format!("Z {}", m.body[0] as char),
         b'S' => format!("S {:?}", String::from_utf8_lossy(&m.body)),
         other => format!("{}", other as char),
@@ -59,7 +62,11 @@ impl Both {
     async fn open() -> Both {
         let p = plain_postgres();
         let mut plain = Raw::open_to(&p.host, p.port).await;
-        assert_ok_login(&plain.login_with(&p.user, &p.database, &p.password, &[]).await);
+        assert_ok_login(
+            &plain
+                .login_with(&p.user, &p.database, &p.password, &[])
+                .await,
+        );
         Both {
             pgshard: Raw::logged_in().await,
             plain,
@@ -215,7 +222,8 @@ async fn strings_read_with_the_session_string_settings() {
         }
     }
     both.same("SET escape_string_warning = off").await;
-    both.same(r"select v from ps_dist where k = 2 and v <> '\\'").await;
+    both.same(r"select v from ps_dist where k = 2 and v <> '\\'")
+        .await;
     both.same("SET backslash_quote = off").await;
     for sql in [
         r"select v from ps_dist where v = 'it\'s'",
@@ -233,7 +241,8 @@ async fn strings_read_with_the_session_string_settings() {
     ] {
         both.same(sql).await;
     }
-    both.same(r"select k, v from ps_dist where v <> 'a\b' order by k").await;
+    both.same(r"select k, v from ps_dist where v <> 'a\b' order by k")
+        .await;
     // SET LOCAL in a block, and its end.
     for sql in [
         "begin",
@@ -249,7 +258,8 @@ async fn strings_read_with_the_session_string_settings() {
         ends(&simple(&mut both.pgshard, "commit").await),
         ends(&simple(&mut both.plain, "commit").await)
     );
-    both.same(r"select 'a\\b', k from ps_dist where v = 'x\y' || chr(39)").await;
+    both.same(r"select 'a\\b', k from ps_dist where v = 'x\y' || chr(39)")
+        .await;
 }
 
 /// A client that gives no application_name has an empty one, as on PostgreSQL: in
@@ -286,13 +296,19 @@ async fn parameter_descriptions_of_65536_parameters() {
             frontend::sync(&mut out);
             r.send(&out).await;
             let msgs = r.until_ready().await;
-            let description = msgs
-                .iter()
-                .find(|m| m.tag == b't')
-                .map(|m| (u16::from_be_bytes([m.body[0], m.body[1]]), (m.body.len() - 2) / 4));
+            let description = msgs.iter().find(|m| m.tag == b't').map(|m| {
+                (
+                    u16::from_be_bytes([m.body[0], m.body[1]]),
+                    (m.body.len() - 2) / 4,
+                )
+            });
             answers.push((description, msgs.iter().map(comparable).collect::<Vec<_>>()));
         }
         assert_eq!(answers[0], answers[1], "{n} parameters");
-        assert_eq!(answers[0].0, Some(((n % 65_536) as u16, n)), "{n} parameters");
+        assert_eq!(
+            answers[0].0,
+            Some(((n % 65_536) as u16, n)),
+            "{n} parameters"
+        );
     }
 }

@@ -45,7 +45,10 @@ async fn newer_protocol_versions_are_negotiated_down_to_3_0() {
     let p = plain_postgres();
     for (code, options) in [
         ((3 << 16) | 2, vec![]),
-        (3 << 16, vec![("_pq_.compression", "on"), ("_pq_.other", "x")]),
+        (
+            3 << 16,
+            vec![("_pq_.compression", "on"), ("_pq_.other", "x")],
+        ),
         ((3 << 16) | 1, vec![("_pq_.x", "1")]),
     ] {
         let mut first = Vec::new();
@@ -102,7 +105,10 @@ async fn names_of_any_length_get_postgresql_errors() {
     // A wrong password for a long user name: the error names it cut to 63 bytes.
     let long_user = "u".repeat(300);
     let mut errors = Vec::new();
-    for (host, port, database) in [(&c.host, c.port, &c.database), (&p.host, p.port, &p.database)] {
+    for (host, port, database) in [
+        (&c.host, c.port, &c.database),
+        (&p.host, p.port, &p.database),
+    ] {
         let mut r = Raw::open_to(host, port).await;
         let mut msgs = r.login_with(&long_user, database, "wrong", &[]).await;
         msgs.extend(r.until_closed().await);
@@ -118,18 +124,32 @@ async fn names_of_any_length_get_postgresql_errors() {
     let mut r = Raw::open_to(&p.host, p.port).await;
     let mut want = r.login_with(&p.user, &long_db, &p.password, &[]).await;
     want.extend(r.until_closed().await);
-    let want = want.iter().find(|m| m.tag == b'E').expect("3D000 from PostgreSQL");
+    let want = want
+        .iter()
+        .find(|m| m.tag == b'E')
+        .expect("3D000 from PostgreSQL");
     // Authentication first, then the database, as PostgreSQL does.
     let mut r = Raw::open().await;
     let mut got = r.login_with(&c.user, &long_db, &c.password, &[]).await;
     got.extend(r.until_closed().await);
-    let got = got.iter().find(|m| m.tag == b'E').expect("3D000 from pgshard");
+    let got = got
+        .iter()
+        .find(|m| m.tag == b'E')
+        .expect("3D000 from pgshard");
     for field in [b'S', b'C', b'M'] {
-        assert_eq!(got.field(field), want.field(field), "field {}", field as char);
+        assert_eq!(
+            got.field(field),
+            want.field(field),
+            "field {}",
+            field as char
+        );
     }
     // Longer than a startup packet may be: closed without an answer (PostgreSQL only
     // logs "invalid length of startup packet"), and nothing else happens.
-    for (name, value) in [("user", "u".repeat(20_000)), ("options", format!("-c search_path={}", "s".repeat(12_000)))] {
+    for (name, value) in [
+        ("user", "u".repeat(20_000)),
+        ("options", format!("-c search_path={}", "s".repeat(12_000))),
+    ] {
         for (host, port) in [(&c.host, c.port), (&p.host, p.port)] {
             let mut r = Raw::open_to(host, port).await;
             r.send(&startup_with(196608, &[("user", &c.user), (name, &value)]))
@@ -142,19 +162,16 @@ async fn names_of_any_length_get_postgresql_errors() {
     // Long options within the limit work as on PostgreSQL.
     let path = format!("{},public", "s".repeat(5000));
     let options = format!("-c search_path={path}");
-    for client in [
-        cluster().client_with_options(&options).await,
-        {
-            let mut cfg = tokio_postgres::Config::new();
-            cfg.host(&p.host)
-                .port(p.port)
-                .user(&p.user)
-                .password(&p.password)
-                .dbname(&p.database)
-                .options(&options);
-            common::connect_with(cfg).await
-        },
-    ] {
+    for client in [cluster().client_with_options(&options).await, {
+        let mut cfg = tokio_postgres::Config::new();
+        cfg.host(&p.host)
+            .port(p.port)
+            .user(&p.user)
+            .password(&p.password)
+            .dbname(&p.database)
+            .options(&options);
+        common::connect_with(cfg).await
+    }] {
         let shown: String = client
             .query_one("show search_path", &[])
             .await
@@ -181,7 +198,11 @@ async fn more_than_32767_parameters() {
     let params: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as _).collect();
     // One statement reading all of them.
     let list: Vec<String> = (1..=65_535).map(|i| format!("${i}::int")).collect();
-    let sql = format!("select array_length(array[{}], 1), {}", list.join(","), list[65_534]);
+    let sql = format!(
+        "select array_length(array[{}], 1), {}",
+        list.join(","),
+        list[65_534]
+    );
     for client in [&c, &plain] {
         let row = client.query_one(&sql, &params).await.unwrap();
         assert_eq!(row.get::<_, i32>(0), 65_535);
@@ -221,8 +242,8 @@ async fn failed_logins_are_logged_without_the_password() {
         assert_one_error(&msgs, "28P01", "unknown user");
     }
     server_still_up().await;
-    let log = std::fs::read_to_string(c.dir.join("logs").join("pgshard.log"))
-        .expect("pgshard's log");
+    let log =
+        std::fs::read_to_string(c.dir.join("logs").join("pgshard.log")).expect("pgshard's log");
     // Without the terminal colours tracing writes.
     let mut plain_log = String::with_capacity(log.len());
     let mut in_escape = false;
@@ -240,6 +261,9 @@ async fn failed_logins_are_logged_without_the_password() {
         .filter(|l| l.contains("authentication failed") && l.contains(&user))
         .collect();
     assert_eq!(lines.len(), 20, "{lines:?}");
-    assert!(lines.iter().all(|l| l.contains("client=127.0.0.1")), "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l.contains("client=127.0.0.1")),
+        "{lines:?}"
+    );
     assert!(!log.contains(password), "the password is in the log");
 }

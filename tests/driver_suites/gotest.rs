@@ -39,7 +39,11 @@ pub fn run_module(
         .envs(env.iter().cloned())
         .output()
         .expect("go list ./...");
-    assert!(out.status.success(), "go list: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "go list: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut results = Results::new();
     for package in String::from_utf8_lossy(&out.stdout).lines() {
         let short = match package.strip_prefix(&module) {
@@ -80,7 +84,11 @@ pub fn run_one(
     log_dir: &Path,
 ) -> Option<TestResult> {
     let (short, test) = name.split_once('.')?;
-    let path = if short == "pgx" { ".".to_string() } else { format!("./{short}") };
+    let path = if short == "pgx" {
+        ".".to_string()
+    } else {
+        format!("./{short}")
+    };
     let pkg = Package {
         go,
         dir,
@@ -158,14 +166,18 @@ enum Ended {
 fn run_package(pkg: &Package, results: &mut Results) {
     let short = pkg.short;
     let secs = pkg.limit.as_secs();
-    let hung = |what: &str| TestResult::fail(format!("no result for {secs} s (hung or slow) {what}"));
+    let hung =
+        |what: &str| TestResult::fail(format!("no result for {secs} s (hung or slow) {what}"));
     let mut skip: Vec<String> = vec![];
     loop {
         let Ended::Hung(running) = go_test(pkg, Filter::Skip(&skip), results) else {
             return;
         };
         if running.is_empty() {
-            results.insert(format!("{short}.(package)"), hung("outside any test (killed)"));
+            results.insert(
+                format!("{short}.(package)"),
+                hung("outside any test (killed)"),
+            );
             return;
         }
         // Tests running in parallel with a hung one look the same: each candidate runs
@@ -177,7 +189,11 @@ fn run_package(pkg: &Package, results: &mut Results) {
         tops.dedup();
         for top in &tops {
             if let Ended::Hung(running) = go_test(pkg, Filter::Only(top), results) {
-                let running = if running.is_empty() { vec![top.clone()] } else { running };
+                let running = if running.is_empty() {
+                    vec![top.clone()]
+                } else {
+                    running
+                };
                 for t in running {
                     eprintln!("  {short}.{t}: hung (killed after {secs} s without progress)");
                     results.insert(format!("{short}.{t}"), hung("(killed)"));
@@ -249,7 +265,11 @@ fn go_test(pkg: &Package, filter: Filter, results: &mut Results) -> Ended {
         return Ended::Hung(
             run.running
                 .iter()
-                .filter(|t| !run.unfinished.iter().any(|o| o.starts_with(&format!("{t}/"))))
+                .filter(|t| {
+                    !run.unfinished
+                        .iter()
+                        .any(|o| o.starts_with(&format!("{t}/")))
+                })
                 .cloned()
                 .collect(),
         );
@@ -307,7 +327,9 @@ fn record_event(line: &str, pkg: &Package, run: &mut Run, results: &mut Results)
                     error: String::new(),
                 },
                 _ => {
-                    let log = pkg.log_dir.join(format!("{short}.{}.log", test.replace('/', "_")));
+                    let log = pkg
+                        .log_dir
+                        .join(format!("{short}.{}.log", test.replace('/', "_")));
                     let _ = std::fs::create_dir_all(pkg.log_dir);
                     let _ = std::fs::write(log, output.concat());
                     TestResult::fail(failure_line(&output))
@@ -322,13 +344,10 @@ fn record_event(line: &str, pkg: &Package, run: &mut Run, results: &mut Results)
 /// The first error line of a failed Go test's output (its `=== RUN` / `--- FAIL` headers
 /// and subtests' own lines aside).
 fn failure_line(output: &[String]) -> String {
-    let lines = output
-        .iter()
-        .flat_map(|o| o.lines())
-        .filter(|l| {
-            let t = l.trim_start();
-            !(t.starts_with("=== ") || t.starts_with("--- "))
-        });
+    let lines = output.iter().flat_map(|o| o.lines()).filter(|l| {
+        let t = l.trim_start();
+        !(t.starts_with("=== ") || t.starts_with("--- "))
+    });
     first_error_line(lines)
 }
 
@@ -339,7 +358,10 @@ mod tests {
     #[test]
     fn run_pattern_takes_exactly_one_test() {
         assert_eq!(run_pattern("TestExec"), "^TestExec$");
-        assert_eq!(run_pattern("TestExec/cache_describe"), "^TestExec$/^cache_describe$");
+        assert_eq!(
+            run_pattern("TestExec/cache_describe"),
+            "^TestExec$/^cache_describe$"
+        );
         assert_eq!(run_pattern("TestX/a.b(c)"), r"^TestX$/^a\.b\(c\)$");
     }
 }

@@ -73,7 +73,10 @@ fn targets() -> [Target; 2] {
 }
 
 fn env_value<'a>(env: &'a [(String, String)], key: &str) -> &'a str {
-    env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str()).unwrap()
+    env.iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+        .unwrap()
 }
 
 /// Runs `sql` statement by statement with psql against `env`; a statement that fails is
@@ -124,7 +127,10 @@ fn run_both(
     mut run_one: impl FnMut(&Target, &str) -> Option<TestResult>,
 ) {
     // The logs of an earlier run would mislead.
-    let logs = setting("DRIVER_SUITES_WORK").join("results").join(suite).join("logs");
+    let logs = setting("DRIVER_SUITES_WORK")
+        .join("results")
+        .join(suite)
+        .join("logs");
     let _ = std::fs::remove_dir_all(&logs);
     let [postgres, pgshard] = targets();
     let mut results = vec![];
@@ -173,8 +179,14 @@ fn pgx_env(target: &Target) -> Vec<(String, String)> {
     };
     vec![
         ("GOTOOLCHAIN".to_string(), "local".to_string()),
-        ("PGX_TEST_DATABASE".to_string(), conn(env_value(e, "PGHOST"))),
-        ("PGX_TEST_TCP_CONN_STRING".to_string(), conn(env_value(e, "PGHOST"))),
+        (
+            "PGX_TEST_DATABASE".to_string(),
+            conn(env_value(e, "PGHOST")),
+        ),
+        (
+            "PGX_TEST_TCP_CONN_STRING".to_string(),
+            conn(env_value(e, "PGHOST")),
+        ),
         (
             "PGX_TEST_UNIX_SOCKET_CONN_STRING".to_string(),
             conn(&target.socket_dir.to_string_lossy()),
@@ -222,7 +234,13 @@ fn node_postgres() {
         |target| nodefiles::run_files(&package, &target.env, time_limit(), &logs.join(target.name)),
         |target, test| {
             let logs = logs.join(format!("{}-alone", target.name));
-            Some(nodefiles::run_one(&package, test, &target.env, time_limit(), &logs))
+            Some(nodefiles::run_one(
+                &package,
+                test,
+                &target.env,
+                time_limit(),
+                &logs,
+            ))
         },
     );
 }
@@ -254,7 +272,10 @@ fn pg_regress() {
     let on_node = pg_regress::run(&inputs, &direct_env, &out("coordinator"), limit);
     eprintln!("pg_regress through pgshard ...");
     let through = pg_regress::run(&inputs, &cluster().pg_env(), &out("pgshard"), limit);
-    for (name, dir) in [("coordinator", out("coordinator")), ("pgshard", out("pgshard"))] {
+    for (name, dir) in [
+        ("coordinator", out("coordinator")),
+        ("pgshard", out("pgshard")),
+    ] {
         keep_diffs(&dir, name);
     }
     // No test runs again alone: a regression test reads the objects of those before it.

@@ -23,13 +23,21 @@ pub fn run_files(
     files.sort();
     let mut results = Results::new();
     for file in files {
-        let name = file.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+        let name = file
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         let started = Instant::now();
         let log = log_dir.join(name.replace('/', "_"));
         let result = run_file(package_dir, &file, env, limit, &log);
         eprintln!(
             "  {name}: {} in {:.1} s",
-            if result.error.is_empty() { "ok" } else { "FAILED" },
+            if result.error.is_empty() {
+                "ok"
+            } else {
+                "FAILED"
+            },
             started.elapsed().as_secs_f64()
         );
         results.insert(name, result);
@@ -47,7 +55,13 @@ pub fn run_one(
     log_dir: &Path,
 ) -> TestResult {
     let file = package_dir.join("test/integration").join(name);
-    run_file(package_dir, &file, env, limit, &log_dir.join(name.replace('/', "_")))
+    run_file(
+        package_dir,
+        &file,
+        env,
+        limit,
+        &log_dir.join(name.replace('/', "_")),
+    )
 }
 
 fn collect(dir: &Path, files: &mut Vec<PathBuf>) {
@@ -101,7 +115,12 @@ fn run_file(
         None => TestResult::fail(format!(
             "hung: not finished after {} s (killed); last output: {}",
             limit.as_secs(),
-            stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim()
+            stdout
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim()
         )),
     }
 }

@@ -6,9 +6,9 @@
 
 use crate::report::{Results, Status, TestResult};
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -132,7 +132,9 @@ fn kill_slow_tests(pgid: i32, limit: Duration) -> Vec<String> {
             continue;
         };
         // Fields after the command's closing parenthesis: state ppid pgrp ... starttime (22nd).
-        let Some((comm, rest)) = stat.rsplit_once(')') else { continue };
+        let Some((comm, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
         let fields: Vec<&str> = rest.split_whitespace().collect();
         let (Some(pgrp), Some(start)) = (fields.get(2), fields.get(19)) else {
             continue;

@@ -58,7 +58,10 @@ pub fn known_differences(suite: &str) -> BTreeMap<String, String> {
         }
         let mut fields = line.splitn(3, char::is_whitespace);
         let (Some(s), Some(test)) = (fields.next(), fields.next()) else {
-            panic!("{KNOWN_DIFFERENCES}:{}: expected `SUITE TEST REASON`", n + 1);
+            panic!(
+                "{KNOWN_DIFFERENCES}:{}: expected `SUITE TEST REASON`",
+                n + 1
+            );
         };
         if s == suite {
             let reason = fields.next().unwrap_or("").trim().to_string();
@@ -186,7 +189,9 @@ pub fn render(suite: &str, postgres: &Results, pgshard: &Results, c: &Comparison
     );
     let mut by_cause: BTreeMap<&str, usize> = BTreeMap::new();
     for (_, reason, _) in &c.known {
-        *by_cause.entry(reason.split_whitespace().next().unwrap_or("")).or_default() += 1;
+        *by_cause
+            .entry(reason.split_whitespace().next().unwrap_or(""))
+            .or_default() += 1;
     }
     let mut by_cause: Vec<(&str, usize)> = by_cause.into_iter().collect();
     by_cause.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));

@@ -65,7 +65,9 @@ impl Session {
                 own.message
             ))),
             Err(e) => {
-                tracing::warn!("the coordinator node could not check a statement pgshard cannot parse: {e}");
+                tracing::warn!(
+                    "the coordinator node could not check a statement pgshard cannot parse: {e}"
+                );
                 Err(own)
             }
         }
@@ -125,7 +127,10 @@ impl Session {
 /// order). Anything else is refused.
 pub(super) fn only_as_written(stmt: &Statement, plan: Plan) -> Plan {
     if stmt.form != StringForm::SessionOnly
-        || matches!(plan, Plan::Local | Plan::SessionSetting(_) | Plan::Unsupported(_))
+        || matches!(
+            plan,
+            Plan::Local | Plan::SessionSetting(_) | Plan::Unsupported(_)
+        )
     {
         return plan;
     }

@@ -52,7 +52,9 @@ pub async fn open_home(
     option_settings: &[(String, String)],
 ) -> PgResult<(ClientIdentity, HomeBackend)> {
     let options = crate::frontend::startup_options::join(
-        option_settings.iter().filter(|(name, _)| !name.starts_with("citus.")),
+        option_settings
+            .iter()
+            .filter(|(name, _)| !name.starts_with("citus.")),
     );
     let mut parameters: Vec<(&str, &str)> = startup
         .iter()
@@ -105,7 +107,10 @@ pub async fn open_home(
 pub(super) fn reset_identity_sql(creds: &Credentials) -> String {
     match creds.secret {
         Secret::TrustedAs { .. } => {
-            format!("SET SESSION AUTHORIZATION {};RESET ROLE;", quote_ident(&creds.user))
+            format!(
+                "SET SESSION AUTHORIZATION {};RESET ROLE;",
+                quote_ident(&creds.user)
+            )
         }
         _ => "RESET SESSION AUTHORIZATION;RESET ROLE;".to_string(),
     }
@@ -144,10 +149,13 @@ const FOLLOWED_REPORTS: &[&str] = &[
 /// The variable a recorded SET / RESET statement sets (lower case).
 fn setting_variable(text: &str) -> Option<String> {
     let tree = pg_query::parse(text, 0).ok()?;
-    tree.protobuf.stmts.iter().find_map(|s| match s.stmt.as_ref()?.node.as_ref()? {
-        pg_query::NodeEnum::VariableSetStmt(v) => Some(v.name.to_ascii_lowercase()),
-        _ => None,
-    })
+    tree.protobuf
+        .stmts
+        .iter()
+        .find_map(|s| match s.stmt.as_ref()?.node.as_ref()? {
+            pg_query::NodeEnum::VariableSetStmt(v) => Some(v.name.to_ascii_lowercase()),
+            _ => None,
+        })
 }
 
 /// Whether a SET / RESET statement sets its variable back to the session's startup
@@ -202,7 +210,10 @@ impl Session {
             None => self.shared.pools.node_as(addr, &self.creds),
         };
         match pool.acquire().await {
-            Err(e) if is_role_mismatch(&e) && !matches!(self.creds.secret, Secret::TrustedAs { .. }) => {
+            Err(e)
+                if is_role_mismatch(&e)
+                    && !matches!(self.creds.secret, Secret::TrustedAs { .. }) =>
+            {
                 commands::roles::sync_role_on_node(&self.shared.cfg, &addr.host, addr.port, &self.creds.user)
                     .await
                     .map_err(|sync| {
@@ -247,7 +258,8 @@ impl Session {
                 at += 1;
                 at <= start || !text.starts_with(&prefix)
             });
-            self.settings.push(format!("{prefix}{}", quote_literal(&value)));
+            self.settings
+                .push(format!("{prefix}{}", quote_literal(&value)));
             self.reported.insert(name, value);
             changed = true;
         }

@@ -42,7 +42,8 @@ pub(super) fn local_with_transaction_control(plans: &[Plan]) -> Option<Option<St
                 control = true;
                 match cmd {
                     TxnCommand::Begin { text } => begin = Some(text.clone()),
-                    TxnCommand::Commit { chain: false } | TxnCommand::Rollback { chain: false } => {}
+                    TxnCommand::Commit { chain: false } | TxnCommand::Rollback { chain: false } => {
+                    }
                     TxnCommand::Savepoint { .. }
                     | TxnCommand::Release { .. }
                     | TxnCommand::RollbackTo { .. } => savepoints = true,
@@ -220,17 +221,32 @@ mod tests {
     fn strings_that_run_whole_on_the_coordinator_node() {
         let commit = || Plan::Transaction(TxnCommand::Commit { chain: false });
         let savepoint = || Plan::Transaction(TxnCommand::Savepoint { name: "sp".into() });
-        assert_eq!(local_with_transaction_control(&[Plan::Local, commit(), Plan::Local]), Some(None));
+        assert_eq!(
+            local_with_transaction_control(&[Plan::Local, commit(), Plan::Local]),
+            Some(None)
+        );
         assert_eq!(
             local_with_transaction_control(&[Plan::Local, begin("BEGIN"), Plan::Local]),
             Some(Some("BEGIN".to_string()))
         );
-        assert_eq!(local_with_transaction_control(&[Plan::Local, savepoint()]), Some(None));
+        assert_eq!(
+            local_with_transaction_control(&[Plan::Local, savepoint()]),
+            Some(None)
+        );
         // Only local statements: the older path sends them whole already.
-        assert_eq!(local_with_transaction_control(&[Plan::Local, Plan::Local]), None);
-        assert_eq!(local_with_transaction_control(&[begin("BEGIN"), savepoint()]), None);
+        assert_eq!(
+            local_with_transaction_control(&[Plan::Local, Plan::Local]),
+            None
+        );
+        assert_eq!(
+            local_with_transaction_control(&[begin("BEGIN"), savepoint()]),
+            None
+        );
         let chain = Plan::Transaction(TxnCommand::Commit { chain: true });
         assert_eq!(local_with_transaction_control(&[Plan::Local, chain]), None);
-        assert_eq!(local_with_transaction_control(&[Plan::Local, commit(), Plan::DiscardAll]), None);
+        assert_eq!(
+            local_with_transaction_control(&[Plan::Local, commit(), Plan::DiscardAll]),
+            None
+        );
     }
 }

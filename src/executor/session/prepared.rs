@@ -112,10 +112,19 @@ mod tests {
         assert!(same_result_shape(None, None));
         assert!(!same_result_shape(Some(&ab), None));
         assert!(!same_result_shape(Some(&ab), Some(&ab[..1])));
-        assert!(!same_result_shape(Some(&ab), Some(&[field("a", 23, -1), field("c", 23, -1)])));
-        assert!(!same_result_shape(Some(&ab), Some(&[field("a", 23, -1), field("b", 20, -1)])));
+        assert!(!same_result_shape(
+            Some(&ab),
+            Some(&[field("a", 23, -1), field("c", 23, -1)])
+        ));
+        assert!(!same_result_shape(
+            Some(&ab),
+            Some(&[field("a", 23, -1), field("b", 20, -1)])
+        ));
         let varchar = [field("v", 1043, 14)];
-        assert!(!same_result_shape(Some(&varchar), Some(&[field("v", 1043, 24)])));
+        assert!(!same_result_shape(
+            Some(&varchar),
+            Some(&[field("v", 1043, 24)])
+        ));
         // The format a portal asks for is not part of the statement's shape.
         let mut binary = field("v", 1043, 14);
         binary.format = 1;

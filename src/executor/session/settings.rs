@@ -448,7 +448,11 @@ impl Session {
                 // (RESET ALL first, or the startup packet's value). A custom variable
                 // the startup packet did not set is reset as the client did: the
                 // placeholder stays, empty, as in PostgreSQL.
-                let custom = v.contains('.') && !self.startup_variables.iter().any(|s| s.eq_ignore_ascii_case(v));
+                let custom = v.contains('.')
+                    && !self
+                        .startup_variables
+                        .iter()
+                        .any(|s| s.eq_ignore_ascii_case(v));
                 if custom || !identity::resets_to_startup(&stmt.text) {
                     self.settings.push(stmt.text.trim().to_string());
                 }
@@ -506,14 +510,21 @@ impl Session {
                 // Its transaction already ended, and the value with it.
                 continue;
             }
-            let read = format!("SELECT pg_catalog.current_setting({}, true)", quote_literal(&name));
+            let read = format!(
+                "SELECT pg_catalog.current_setting({}, true)",
+                quote_literal(&name)
+            );
             let Some(value) = self.home_column(&read).await?.into_iter().next() else {
                 continue;
             };
             let variable = name.to_ascii_lowercase();
             let quoted: Vec<String> = name.split('.').map(quote_ident).collect();
             let scope = if local { "LOCAL " } else { "" };
-            let text = format!("SET {scope}{} TO {}", quoted.join("."), quote_literal(&value));
+            let text = format!(
+                "SET {scope}{} TO {}",
+                quoted.join("."),
+                quote_literal(&value)
+            );
             self.before_settings_change();
             if local {
                 let coord = self.shared.coordinator.clone();
@@ -543,11 +554,26 @@ mod tests {
     #[test]
     fn datestyle_sets_fold_keeping_the_part_not_given() {
         let f = |earlier: &[&str], new: &str| fold_datestyle(earlier, new);
-        assert_eq!(f(&["SET datestyle TO iso"], "SET datestyle TO ymd").as_deref(), Some("SET datestyle TO 'ISO, YMD'"));
-        assert_eq!(f(&[], "SET datestyle = 'MDY'").as_deref(), Some("SET datestyle TO 'MDY'"));
-        assert_eq!(f(&["SET datestyle TO 'ISO, MDY'"], "SET datestyle TO German").as_deref(), Some("SET datestyle TO 'German, DMY'"));
-        assert_eq!(f(&["SET datestyle TO ymd"], "SET datestyle TO German, US").as_deref(), Some("SET datestyle TO 'German, MDY'"));
-        assert_eq!(f(&["SET datestyle TO DEFAULT"], "SET datestyle TO ymd"), None);
+        assert_eq!(
+            f(&["SET datestyle TO iso"], "SET datestyle TO ymd").as_deref(),
+            Some("SET datestyle TO 'ISO, YMD'")
+        );
+        assert_eq!(
+            f(&[], "SET datestyle = 'MDY'").as_deref(),
+            Some("SET datestyle TO 'MDY'")
+        );
+        assert_eq!(
+            f(&["SET datestyle TO 'ISO, MDY'"], "SET datestyle TO German").as_deref(),
+            Some("SET datestyle TO 'German, DMY'")
+        );
+        assert_eq!(
+            f(&["SET datestyle TO ymd"], "SET datestyle TO German, US").as_deref(),
+            Some("SET datestyle TO 'German, MDY'")
+        );
+        assert_eq!(
+            f(&["SET datestyle TO DEFAULT"], "SET datestyle TO ymd"),
+            None
+        );
         assert_eq!(f(&[], "RESET datestyle"), None);
         assert_eq!(f(&[], "SET datestyle TO nonsense"), None);
     }

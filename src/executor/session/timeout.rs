@@ -63,7 +63,11 @@ pub(super) fn statement_timeout_error() -> PgError {
 /// `statement_timeout` in milliseconds as the session's recorded SET / RESET
 /// statements leave it (the latest one wins; none: 0, no timeout).
 fn statement_timeout_ms(settings: &[String]) -> u64 {
-    settings.iter().rev().find_map(|t| timeout_set_by(t)).unwrap_or(0)
+    settings
+        .iter()
+        .rev()
+        .find_map(|t| timeout_set_by(t))
+        .unwrap_or(0)
 }
 
 /// The value a `SET statement_timeout ...` / `RESET statement_timeout` statement gives
@@ -85,7 +89,11 @@ fn timeout_set_by(text: &str) -> Option<u64> {
         };
         Some(match c.val.as_ref() {
             Some(Val::Ival(i)) => i.ival.max(0) as u64,
-            Some(Val::Fval(f)) => f.fval.parse::<f64>().map(|v| v.max(0.0) as u64).unwrap_or(0),
+            Some(Val::Fval(f)) => f
+                .fval
+                .parse::<f64>()
+                .map(|v| v.max(0.0) as u64)
+                .unwrap_or(0),
             Some(Val::Sval(s)) => duration_ms(&s.sval).unwrap_or(0),
             _ => 0,
         })
@@ -118,14 +126,27 @@ mod tests {
 
     #[test]
     fn statement_timeouts_read_as_postgresql_reads_them() {
-        let s = |v: &[&str]| statement_timeout_ms(&v.iter().map(|x| x.to_string()).collect::<Vec<_>>());
+        let s =
+            |v: &[&str]| statement_timeout_ms(&v.iter().map(|x| x.to_string()).collect::<Vec<_>>());
         assert_eq!(s(&[]), 0);
         assert_eq!(s(&["set statement_timeout = '100ms'"]), 100);
         assert_eq!(s(&["SET statement_timeout TO 250"]), 250);
         assert_eq!(s(&["SET \"statement_timeout\" TO '1.5s'"]), 1500);
-        assert_eq!(s(&["SET statement_timeout = '2min'", "SET datestyle = 'ISO'"]), 120_000);
-        assert_eq!(s(&["SET statement_timeout = '1s'", "set statement_timeout = default"]), 0);
-        assert_eq!(s(&["SET statement_timeout = '1s'", "RESET statement_timeout"]), 0);
+        assert_eq!(
+            s(&["SET statement_timeout = '2min'", "SET datestyle = 'ISO'"]),
+            120_000
+        );
+        assert_eq!(
+            s(&[
+                "SET statement_timeout = '1s'",
+                "set statement_timeout = default"
+            ]),
+            0
+        );
+        assert_eq!(
+            s(&["SET statement_timeout = '1s'", "RESET statement_timeout"]),
+            0
+        );
         assert_eq!(s(&["SET lock_timeout = '1s'"]), 0);
     }
 }

@@ -40,13 +40,15 @@ impl Session {
         }
         if !prepare {
             // COMMIT PREPARED / ROLLBACK PREPARED: PostgreSQL's on the client's backend.
-            self.simple_on_backend_into(&coord, text, true, Some(sink)).await?;
+            self.simple_on_backend_into(&coord, text, true, Some(sink))
+                .await?;
             return Ok(());
         }
         match self.txn {
             // PostgreSQL's own warning and answer ("there is no transaction in progress").
             TxnState::Idle => {
-                self.simple_on_backend_into(&coord, text, false, Some(sink)).await?;
+                self.simple_on_backend_into(&coord, text, false, Some(sink))
+                    .await?;
                 Ok(())
             }
             // PREPARE TRANSACTION of a failed block rolls it back, as COMMIT does.
@@ -65,13 +67,13 @@ impl Session {
                          prepared; the block was rolled back"
                     )));
                 }
-                let r = self.simple_on_backend_into(&coord, text, true, Some(sink)).await;
+                let r = self
+                    .simple_on_backend_into(&coord, text, true, Some(sink))
+                    .await;
                 // The backend's block is over either way (prepared, or rolled back by
                 // the failure): the session's block ends with it, its SETs kept only
                 // when it was prepared (PostgreSQL treats them as at COMMIT).
-                let home = self
-                    .held_index(&coord)
-                    .map(|i| self.held.remove(i));
+                let home = self.held_index(&coord).map(|i| self.held.remove(i));
                 let ended = self.finish_transaction(r.is_ok()).await;
                 if let Some(mut home) = home {
                     self.absorb_home_reports(&mut home.conn);

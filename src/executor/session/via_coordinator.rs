@@ -24,8 +24,8 @@ use super::*;
 use crate::backend::BackendConn;
 use crate::catalog::DistTable;
 use crate::planner::insert_select::{InsertIntoLocalPlan, InsertViaCoordinatorPlan, ViaSource};
-use crate::sql::copy_format::{self as cf, CopyOptions, KeySpec};
 use crate::sharding::hash;
+use crate::sql::copy_format::{self as cf, CopyOptions, KeySpec};
 use crate::sql::quote::quote_qualified;
 
 /// Rows of a distributed SELECT sent to the shell in one INSERT.
@@ -344,7 +344,10 @@ impl Session {
             let shard = table
                 .shard_for_hash(h)
                 .ok_or_else(|| PgError::internal(format!("no shard covers hash {h}")))?;
-            match groups.iter_mut().find(|(g, _)| g.shard_id == shard.shard_id) {
+            match groups
+                .iter_mut()
+                .find(|(g, _)| g.shard_id == shard.shard_id)
+            {
                 Some((_, v)) => v.push(n),
                 None => groups.push((shard, vec![n])),
             }
