@@ -750,3 +750,40 @@ async fn insert_into_a_local_table_from_distributed_ones_matches_postgres() {
         table_lines(&plain, "ilo_copy").await
     );
 }
+
+/// COPY FROM STDIN into a local table through the extended protocol (tokio-postgres sends
+/// Bind, Execute, Sync, then the data, CopyDone and Sync): the data reaches the coordinator
+/// node, one ReadyForQuery ends it, and the connection goes on. It hung before: pgshard
+/// waited for the node's answer to the first Sync while the node waited for the data.
+#[tokio::test]
+async fn extended_protocol_copy_into_local_table() {
+    let c = cluster().client().await;
+    simple(
+        &c,
+        "drop table if exists copy_local_ext; create table copy_local_ext (id int, t text)",
+    )
+    .await;
+    let data = b"1\tone\n2\ttwo\n3\t\\N\n";
+    let n = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        copy_in(&c, "copy copy_local_ext from stdin", data),
+    )
+    .await
+    .expect("COPY through the extended protocol answered")
+    .unwrap();
+    assert_eq!(n, 3);
+    // A bad row: PostgreSQL's error, and the connection is usable after it.
+    let err = copy_in(&c, "copy copy_local_ext from stdin", b"x\ty\n")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("22P02"), "{err:?}");
+    let rows = c
+        .query("select id, t from copy_local_ext order by id", &[])
+        .await
+        .unwrap();
+    let got: Vec<(i32, Option<String>)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(
+        got,
+        vec![(1, Some("one".into())), (2, Some("two".into())), (3, None)]
+    );
+}

@@ -21,6 +21,7 @@
 
 mod common;
 
+use common::rng::Rng;
 use common::{cluster, plain_postgres};
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -42,45 +43,6 @@ const DATA_SEED: u64 = 0x5eed_da7a;
 const MAX_REFUSED_SHARE: f64 = 0.10;
 /// Settings of every comparing session, on both sides.
 const SESSION_SETUP: &str = "set timezone to 'Europe/Berlin'";
-
-// ---------------------------------------------------------------------------------------
-// Deterministic randomness (SplitMix64: stable across crate versions, unlike rand's StdRng).
-
-#[derive(Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        let mut r = Rng(seed);
-        r.next_u64();
-        r
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-
-    /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + (self.next_u64() % ((hi - lo) as u64 + 1)) as i64
-    }
-
-    fn chance(&mut self, p: f64) -> bool {
-        ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
-    }
-
-    fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
-        &xs[self.below(xs.len())]
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // Schema and data.

@@ -745,6 +745,12 @@ impl Session {
                         msg::write_raw(&mut self.out, f.tag, &f.body);
                         break;
                     }
+                    b'G' if kind == 2 => {
+                        // COPY FROM STDIN through the extended protocol.
+                        msg::write_raw(&mut self.out, f.tag, &f.body);
+                        self.flush_client().await?;
+                        self.relay_copy_in(idx, true).await?;
+                    }
                     _ if kind == 2 => {
                         msg::write_raw(&mut self.out, f.tag, &f.body);
                         if self.out.len() >= CLIENT_FLUSH_AT {
@@ -1269,11 +1275,17 @@ impl Session {
                 {
                     self.set_config_to_follow.push(portal.stmt.stmt.clone());
                 }
+                let copies_in = is_copy_from_stdin(&portal.stmt.stmt);
                 let idx = self.join(&addr, false).await?;
                 let h = &mut self.held[idx];
                 msg::write_execute(&mut h.conn.wbuf, name, max_rows);
                 h.dirty = true;
                 self.pending.push_back(Expect::Execute(addr));
+                if copies_in {
+                    // The client's COPY data follows this Execute (a Sync it sent before
+                    // the data is ignored, as PostgreSQL ignores it): relayed now.
+                    self.drain_all().await?;
+                }
                 Ok(())
             }
             PortalTarget::Virtual => {
@@ -1715,7 +1727,7 @@ impl Session {
                     // COPY FROM STDIN: the client's data streams through to this backend.
                     msg::write_raw(&mut self.out, f.tag, &f.body);
                     self.flush_client().await?;
-                    self.relay_copy_in(idx).await?;
+                    self.relay_copy_in(idx, false).await?;
                 }
                 (_, None) => {
                     msg::write_raw(&mut self.out, f.tag, &f.body);
@@ -1741,7 +1753,9 @@ impl Session {
     /// full would hang for good). An ErrorResponse ends the relay at once: the caller
     /// forwards it and ReadyForQuery, as PostgreSQL sends them without waiting for the
     /// rest of the data, and the client's remaining COPY messages are ignored.
-    async fn relay_copy_in(&mut self, idx: usize) -> PgResult<()> {
+    /// `extended`: the COPY came through the extended protocol, where the node holds
+    /// its CommandComplete until a Flush (or the client's Sync, which pgshard reads later).
+    async fn relay_copy_in(&mut self, idx: usize, extended: bool) -> PgResult<()> {
         loop {
             while let Some(tag) = self.held[idx].conn.buffered_tag() {
                 if !matches!(tag, b'N' | b'A' | b'S') {
@@ -1789,6 +1803,9 @@ impl Session {
                 b'd' => msg::write_raw(&mut h.conn.wbuf, b'd', &f.body),
                 b'c' | b'f' => {
                     msg::write_raw(&mut h.conn.wbuf, f.tag, &f.body);
+                    if extended {
+                        msg::write_flush(&mut h.conn.wbuf);
+                    }
                     h.conn.flush().await?;
                     return Ok(());
                 }
@@ -2994,4 +3011,10 @@ impl ResultSink {
             msg::write_raw(out, f.tag, &f.body);
         }
     }
+}
+
+/// `COPY ... FROM STDIN`: after its Execute the client sends the data.
+fn is_copy_from_stdin(stmt: &Statement) -> bool {
+    use pg_query::protobuf::node::Node as N;
+    matches!(&stmt.node, Some(N::CopyStmt(c)) if c.is_from && c.filename.is_empty())
 }

@@ -12,6 +12,8 @@
 
 #![allow(dead_code)]
 
+pub mod rng;
+
 use pgshard::cluster::node::{self, Node, Settings};
 use pgshard::cluster::ClusterInfo;
 use std::net::TcpListener;
