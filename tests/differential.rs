@@ -661,16 +661,8 @@ enum Outcome {
 }
 
 fn error_outcome(e: tokio_postgres::Error) -> Outcome {
-    match e.as_db_error() {
-        Some(db) => Outcome::Error {
-            code: db.code().code().to_string(),
-            message: db.message().to_string(),
-        },
-        None => Outcome::Error {
-            code: "connection".into(),
-            message: e.to_string(),
-        },
-    }
+    let (code, message) = common::sqlstate_and_message(&e);
+    Outcome::Error { code, message }
 }
 
 async fn run_simple(c: &Client, sql: &str) -> Outcome {

@@ -414,3 +414,12 @@ pub async fn assert_no_prepared_xacts() {
         }
     }
 }
+
+/// An error's SQLSTATE and message; `connection` and the error's text when no server
+/// answered it.
+pub fn sqlstate_and_message(e: &tokio_postgres::Error) -> (String, String) {
+    match e.as_db_error() {
+        Some(db) => (db.code().code().to_string(), db.message().to_string()),
+        None => ("connection".into(), e.to_string()),
+    }
+}

@@ -43,16 +43,10 @@ enum Outcome {
 async fn run(c: &Client, sql: &str) -> Outcome {
     match c.simple_query(sql).await {
         Ok(msgs) => Outcome::Rows(common::sorted_simple_rows(&msgs)),
-        Err(e) => match e.as_db_error() {
-            Some(db) => Outcome::Error {
-                code: db.code().code().to_string(),
-                message: db.message().to_string(),
-            },
-            None => Outcome::Error {
-                code: "connection".into(),
-                message: e.to_string(),
-            },
-        },
+        Err(e) => {
+            let (code, message) = common::sqlstate_and_message(&e);
+            Outcome::Error { code, message }
+        }
     }
 }
 
