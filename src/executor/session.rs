@@ -60,6 +60,8 @@ mod settings;
 mod two_phase;
 /// INSERT ... SELECT into distributed tables through the coordinator node.
 mod via_coordinator;
+// Stable functions evaluated once per statement on the coordinator node.
+mod evaluate;
 use settings::{begin_sequence, settings_replay_sql, CitusLocal, Savepoint, SettingsSnapshot};
 /// The implicit transaction of a string of local statements with transaction control.
 mod implicit;
@@ -1528,8 +1530,17 @@ impl Session {
             stateful || sets_config,
         ) {
             if let Some(node) = &stmt.node {
-                self.shapes
-                    .remember(catalog.version, sc, node, plan, !is_read_only_local(stmt));
+                // A routed statement whose functions are evaluated on the coordinator
+                // node is planned each time (a shape would send them to the shard).
+                if matches!(plan, Plan::Local) || !self.evaluates_once(node).await {
+                    self.shapes.remember(
+                        catalog.version,
+                        sc,
+                        node,
+                        plan,
+                        !is_read_only_local(stmt),
+                    );
+                }
             }
         }
         if stmts.len() > 1
@@ -1597,6 +1608,19 @@ impl Session {
             {
                 self.begin_string_block();
             }
+            // Stable functions evaluated once, here, and their values sent to the shards.
+            let evaluated = match self.evaluate_once(stmt, plan, &catalog).await {
+                Ok(e) => e,
+                Err(e) => {
+                    self.finish_simple(Err(e)).await;
+                    failed = true;
+                    break;
+                }
+            };
+            let (stmt, plan) = match &evaluated {
+                Some((s, p)) => (s, p),
+                None => (stmt, plan),
+            };
             let mut sink = ResultSink::default();
             let params = BoundParams {
                 types: &[],
