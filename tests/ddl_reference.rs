@@ -503,14 +503,24 @@ async fn reference_writes_in_blocks_with_parameters_and_returning() {
     exec(&plain, "INSERT INTO ref_w (id, name) VALUES (30, 'thirty')").await;
     same_everywhere("a driver transaction").await;
 
-    // A non-immutable function would give each placement its own value: refused.
+    // A volatile function would give each placement its own value: refused.
+    let w = "UPDATE ref_w SET name = random()::text WHERE id = 1";
+    assert_eq!(sqlstate_of(&pgs, w).await, "0A000", "{w}");
+    // Stable ones are evaluated once on the coordinator node: every placement gets
+    // the same value (issue 18).
     for w in [
-        "UPDATE ref_w SET name = random()::text WHERE id = 1",
         "INSERT INTO ref_w VALUES (40, now()::text)",
         "INSERT INTO ref_w VALUES (41, CURRENT_TIMESTAMP::text)",
     ] {
-        assert_eq!(sqlstate_of(&pgs, w).await, "0A000", "{w}");
+        exec(&pgs, w).await;
     }
+    let placements = placements_rows("ref_w").await;
+    assert!(
+        placements.windows(2).all(|p| p[0] == p[1]),
+        "stable functions: {placements:?}"
+    );
+    exec(&pgs, "DELETE FROM ref_w WHERE id IN (40, 41)").await;
+    same_everywhere("stable functions evaluated once").await;
     // Immutable functions are fine.
     let w = "UPDATE ref_w SET name = upper(name) || abs(-1)::text WHERE id = 2";
     exec(&pgs, w).await;

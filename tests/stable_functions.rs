@@ -225,3 +225,52 @@ async fn volatile_functions_as_citus_treats_them() {
     // The session goes on.
     same(&pgs, &plain, &["SELECT count(*) FROM sf_vol"]).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_protocol_evaluates_at_each_execution() {
+    let pgs = cluster().client().await;
+    let plain = plain_postgres().client().await;
+    setup(&pgs, &plain, "sf_ext").await;
+    for c in [&pgs, &plain] {
+        exec(c, "BEGIN").await;
+        c.execute("UPDATE sf_ext SET ts = now() WHERE k > $1", &[&0i32])
+            .await
+            .unwrap();
+        c.execute(
+            "UPDATE sf_ext SET who = current_user WHERE k = $1",
+            &[&2i32],
+        )
+        .await
+        .unwrap();
+        let r = c
+            .query_one(
+                "SELECT count(DISTINCT ts), bool_and(ts = now()), \
+                 bool_or(who = current_user) FROM sf_ext WHERE k > $1",
+                &[&0i32],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            (r.get::<_, i64>(0), r.get::<_, bool>(1), r.get::<_, bool>(2)),
+            (1, true, true)
+        );
+        exec(c, "COMMIT").await;
+        // A prepared statement gets each execution's own now(), never a frozen one.
+        let st = c
+            .prepare("INSERT INTO sf_ext VALUES ($1, now())")
+            .await
+            .unwrap();
+        c.execute(&st, &[&300i32]).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        c.execute(&st, &[&301i32]).await.unwrap();
+        let n: i64 = c
+            .query_one(
+                "SELECT count(DISTINCT ts) FROM sf_ext WHERE k IN (300, 301)",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 2);
+    }
+}

@@ -114,6 +114,14 @@ impl Session {
         }
     }
 
+    /// Whether a prepared statement evaluates functions at each Bind.
+    pub(super) async fn prepared_evaluates(&mut self, stmt: &Statement, plan: &Plan) -> bool {
+        match &stmt.node {
+            Some(node) if reaches_shards(plan) => self.evaluates_once(node).await,
+            _ => false,
+        }
+    }
+
     /// `sql`'s rows on the client's own coordinator-node connection: inside a block the
     /// block's (joined now if it was not yet), else its home connection with its
     /// settings.
