@@ -221,3 +221,74 @@ pub fn expression(
         _ => {}
     }
 }
+
+/// Every reference to the table inside the statement's expressions (`li.a`,
+/// `public.li.a`, whole rows `li.*` and `li` in index expressions, partial-index
+/// WHERE, CHECK constraints, defaults, policies' USING / WITH CHECK) renamed to
+/// `shard` (the shard table of a DDL statement, whose relation is renamed so).
+pub fn rename_table_references(
+    stmt: &mut N,
+    (schema, name): (&str, &str),
+    columns: &[String],
+    shard: &str,
+) {
+    let mut rename = |n: &mut protobuf::Node, _: bool| {
+        let Some(N::ColumnRef(c)) = n.node.as_mut() else {
+            return false;
+        };
+        let names: Vec<Option<String>> = c
+            .fields
+            .iter()
+            .map(|f| match &f.node {
+                Some(N::String(s)) => Some(s.sval.clone()),
+                _ => None,
+            })
+            .collect();
+        let at = match names.as_slice() {
+            // A whole-row reference by the bare name (a column of that name wins).
+            [Some(t)] if t == name && !columns.iter().any(|c| c == t) => Some(0),
+            [Some(t), _] if t == name => Some(0),
+            [Some(s), Some(t), _] if s == schema && t == name => Some(1),
+            _ => None,
+        };
+        if let Some(i) = at {
+            c.fields[i] = protobuf::Node {
+                node: Some(N::String(protobuf::String {
+                    sval: shard.to_string(),
+                })),
+            };
+        }
+        false
+    };
+    let mut each = |x: &mut Option<Box<protobuf::Node>>| {
+        if let Some(x) = x.as_deref_mut() {
+            expression(x, false, &mut rename);
+        }
+    };
+    match stmt {
+        N::IndexStmt(i) => {
+            for p in i.index_params.iter_mut() {
+                if let Some(N::IndexElem(e)) = p.node.as_mut() {
+                    each(&mut e.expr);
+                }
+            }
+            each(&mut i.where_clause);
+        }
+        N::AlterTableStmt(a) => {
+            for c in a.cmds.iter_mut() {
+                if let Some(N::AlterTableCmd(cmd)) = c.node.as_mut() {
+                    each(&mut cmd.def);
+                }
+            }
+        }
+        N::CreatePolicyStmt(p) => {
+            each(&mut p.qual);
+            each(&mut p.with_check);
+        }
+        N::AlterPolicyStmt(p) => {
+            each(&mut p.qual);
+            each(&mut p.with_check);
+        }
+        _ => {}
+    }
+}

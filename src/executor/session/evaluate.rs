@@ -37,9 +37,14 @@ impl Session {
             return Ok(None);
         };
         let kinds = self.function_kinds(&names).await?;
+        // A session that left state on its worker connections (`set_config` in a
+        // distributed statement, a function's SET: `isolation.rs`) may have settings
+        // there that its coordinator-node connection lacks: the shards read them.
+        let settings_on_workers = self.is_pinned();
         let table: Vec<(String, Volatility)> = names
             .iter()
             .zip(kinds)
+            .filter(|(n, _)| !(settings_on_workers && n.as_str() == "current_setting"))
             .filter_map(|(n, k)| {
                 k.map(|k| {
                     (
