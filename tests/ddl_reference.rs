@@ -503,14 +503,24 @@ async fn reference_writes_in_blocks_with_parameters_and_returning() {
     exec(&plain, "INSERT INTO ref_w (id, name) VALUES (30, 'thirty')").await;
     same_everywhere("a driver transaction").await;
 
-    // A non-immutable function would give each placement its own value: refused.
+    // A volatile function would give each placement its own value: refused.
+    let w = "UPDATE ref_w SET name = random()::text WHERE id = 1";
+    assert_eq!(sqlstate_of(&pgs, w).await, "0A000", "{w}");
+    // Stable ones are evaluated once on the coordinator node: every placement gets
+    // the same value (issue 18).
     for w in [
-        "UPDATE ref_w SET name = random()::text WHERE id = 1",
         "INSERT INTO ref_w VALUES (40, now()::text)",
         "INSERT INTO ref_w VALUES (41, CURRENT_TIMESTAMP::text)",
     ] {
-        assert_eq!(sqlstate_of(&pgs, w).await, "0A000", "{w}");
+        exec(&pgs, w).await;
     }
+    let placements = placements_rows("ref_w").await;
+    assert!(
+        placements.windows(2).all(|p| p[0] == p[1]),
+        "stable functions: {placements:?}"
+    );
+    exec(&pgs, "DELETE FROM ref_w WHERE id IN (40, 41)").await;
+    same_everywhere("stable functions evaluated once").await;
     // Immutable functions are fine.
     let w = "UPDATE ref_w SET name = upper(name) || abs(-1)::text WHERE id = 2";
     exec(&pgs, w).await;
@@ -828,4 +838,56 @@ async fn truncate_in_blocks_and_maintenance_options_behave_as_in_postgres() {
         vec![vec![Some("0".to_string())]]
     );
     exec(&pgs, "DROP TABLE trb, trr").await;
+}
+
+/// Issue 18: shard DDL renames every reference to the table its expressions carry
+/// (whole rows `li.*`, qualified columns `li.a` and `public.li.b`, in index
+/// expressions, partial-index WHERE, CHECK constraints and policies), so PostgreSQL's
+/// accepted statements run on every shard with the same result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ddl_expressions_naming_the_table() {
+    let pgs = cluster().client().await;
+    let plain = plain_postgres().client().await;
+    let setup = "DROP TABLE IF EXISTS li; CREATE TABLE li (a int, b int)";
+    exec(&pgs, setup).await;
+    exec(&plain, setup).await;
+    exec(&pgs, "SET citus.shard_count = 4").await;
+    exec(&pgs, "SELECT create_distributed_table('li', 'a')").await;
+    let steps = [
+        "CREATE INDEX li_whole ON li (record_ne(li.*, NULL))",
+        "CREATE INDEX li_sum ON li ((li.a + li.b)) WHERE li.b > 0",
+        "CREATE INDEX li_schema ON li ((public.li.b * 2)) WHERE li IS NOT NULL",
+        "ALTER TABLE li ADD CONSTRAINT li_check CHECK (li.a > -100 AND public.li.b < 1000)",
+        "ALTER TABLE li ADD COLUMN c int DEFAULT 3 CONSTRAINT li_c CHECK (li.c > 0)",
+        "CREATE POLICY li_pol ON li USING (li.a > 0) WITH CHECK (li.b IS NOT NULL)",
+        "INSERT INTO li VALUES (1, 2), (5, 6), (7, NULL)",
+    ];
+    for step in steps {
+        exec(&pgs, step).await;
+        exec(&plain, step).await;
+        assert_shards_match("li", 4, step).await;
+    }
+    let q = "SELECT a, b, c FROM li ORDER BY a";
+    let a: Vec<(i32, Option<i32>, i32)> = pgs
+        .query(q, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let b: Vec<(i32, Option<i32>, i32)> = plain
+        .query(q, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(a, b);
+    // The CHECK constraint naming the table holds on the shards.
+    assert_eq!(
+        sqlstate_of(&pgs, "INSERT INTO li VALUES (-500, 1)").await,
+        "23514"
+    );
+    exec(&pgs, "DROP TABLE li").await;
+    exec(&plain, "DROP TABLE li").await;
 }

@@ -287,7 +287,8 @@ impl Session {
             let sql = format!(
                 "SELECT proname::text || ' ' || bool_or(oid >= 16384)::text || ' ' || \
                  bool_or(prokind IN ('a', 'w'))::text || ' ' || \
-                 bool_and(provolatile = 'i')::text FROM pg_catalog.pg_proc \
+                 bool_and(provolatile = 'i')::text || ' ' || bool_or(provolatile = 'v')::text \
+                 || ' ' || bool_or(proretset)::text FROM pg_catalog.pg_proc \
                  WHERE proname IN ({}) GROUP BY proname",
                 list.join(", ")
             );
@@ -301,9 +302,22 @@ impl Session {
                 cache.insert(name.clone(), (None, now));
             }
             for row in rows {
-                let mut it = row.rsplitn(4, ' ');
-                let (Some(immutable), Some(aggregate), Some(user_defined), Some(name)) =
-                    (it.next(), it.next(), it.next(), it.next())
+                let mut it = row.rsplitn(6, ' ');
+                let (
+                    Some(set_returning),
+                    Some(volatile),
+                    Some(immutable),
+                    Some(aggregate),
+                    Some(user_defined),
+                    Some(name),
+                ) = (
+                    it.next(),
+                    it.next(),
+                    it.next(),
+                    it.next(),
+                    it.next(),
+                    it.next(),
+                )
                 else {
                     continue;
                 };
@@ -311,6 +325,8 @@ impl Session {
                     aggregate: aggregate == "true",
                     immutable: immutable == "true",
                     user_defined: user_defined == "true",
+                    volatile: volatile == "true",
+                    set_returning: set_returning == "true",
                 };
                 cache.insert(name.to_string(), (Some(kind), now));
             }

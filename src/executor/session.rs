@@ -60,6 +60,8 @@ mod settings;
 mod two_phase;
 /// INSERT ... SELECT into distributed tables through the coordinator node.
 mod via_coordinator;
+// Stable functions evaluated once per statement on the coordinator node.
+mod evaluate;
 use settings::{begin_sequence, settings_replay_sql, CitusLocal, Savepoint, SettingsSnapshot};
 /// The implicit transaction of a string of local statements with transaction control.
 mod implicit;
@@ -101,6 +103,11 @@ struct Prepared {
     home_name: Option<String>,
     /// Shard -> (backend statement id, shard SQL), built on first use.
     shard_sql: Mutex<HashMap<ShardId, (u64, Arc<str>)>>,
+    /// It has functions evaluated once per execution on the coordinator node
+    /// (`session/evaluate.rs`): each Bind plans it again with their values.
+    evaluates: bool,
+    /// One Bind's statement with those values: its shard SQL is not kept.
+    evaluated: bool,
 }
 
 #[derive(Clone)]
@@ -1044,6 +1051,7 @@ impl Session {
             }
             _ => Self::meta_without_backend(&plan, declared),
         };
+        let evaluates = self.prepared_evaluates(&stmt, &plan).await;
         Ok(Arc::new(Prepared {
             sql,
             stmt,
@@ -1052,6 +1060,8 @@ impl Session {
             meta,
             home_name,
             shard_sql: Mutex::new(HashMap::new()),
+            evaluates,
+            evaluated: false,
         }))
     }
 
@@ -1072,6 +1082,7 @@ impl Session {
         // As PostgreSQL's plan cache: a statement whose result shape the DDL changed
         // fails until the client prepares it again (0A000).
         self.check_result_shape(&p, &plan).await?;
+        let evaluates = self.prepared_evaluates(&p.stmt, &plan).await;
         let fresh = Arc::new(Prepared {
             sql: p.sql.clone(),
             stmt: p.stmt.clone(),
@@ -1080,6 +1091,8 @@ impl Session {
             meta: p.meta.clone(),
             home_name: p.home_name.clone(),
             shard_sql: Mutex::new(HashMap::new()),
+            evaluates,
+            evaluated: false,
         });
         self.statements.insert(name.to_string(), fresh.clone());
         Ok(fresh)
@@ -1108,6 +1121,23 @@ impl Session {
             return Err(aborted_error());
         }
         let catalog = self.shared.catalog.snapshot();
+        let stmt = match stmt.evaluates {
+            true => match self.evaluate_once(&stmt.stmt, &stmt.plan, &catalog).await? {
+                Some((s, plan)) => Arc::new(Prepared {
+                    sql: s.text.clone(),
+                    stmt: s,
+                    plan,
+                    catalog_version: stmt.catalog_version,
+                    meta: stmt.meta.clone(),
+                    home_name: None,
+                    shard_sql: Mutex::new(HashMap::new()),
+                    evaluates: false,
+                    evaluated: true,
+                }),
+                None => stmt,
+            },
+            false => stmt,
+        };
         let target = match &stmt.plan {
             Plan::Local => {
                 let coord = self.shared.coordinator.clone();
@@ -1123,9 +1153,16 @@ impl Session {
             Plan::Router(r) => {
                 let shard = route_bound(r, &stmt.meta.param_types, &bind, &catalog)?;
                 let addr = placement_addr(&catalog, shard)?;
-                let (id, sql) =
-                    self.shard_statement(&stmt, r, shard.shard_id, catalog.version as u64);
-                let target = BackendStatement::Shared(id, &sql);
+                let (id, sql) = if stmt.evaluated {
+                    (0, r.template.for_shard(shard.shard_id).into())
+                } else {
+                    self.shard_statement(&stmt, r, shard.shard_id, catalog.version as u64)
+                };
+                let target = if stmt.evaluated {
+                    BackendStatement::Unnamed(&sql)
+                } else {
+                    BackendStatement::Shared(id, &sql)
+                };
                 self.bind_on_backend(&addr, target, &stmt.meta.param_types, &bind, !r.read_only)
                     .await?;
                 PortalTarget::Backend(addr)
@@ -1540,8 +1577,17 @@ impl Session {
             stateful || sets_config,
         ) {
             if let Some(node) = &stmt.node {
-                self.shapes
-                    .remember(catalog.version, sc, node, plan, !is_read_only_local(stmt));
+                // A routed statement whose functions are evaluated on the coordinator
+                // node is planned each time (a shape would send them to the shard).
+                if matches!(plan, Plan::Local) || !self.evaluates_once(node).await {
+                    self.shapes.remember(
+                        catalog.version,
+                        sc,
+                        node,
+                        plan,
+                        !is_read_only_local(stmt),
+                    );
+                }
             }
         }
         if stmts.len() > 1
@@ -1609,6 +1655,19 @@ impl Session {
             {
                 self.begin_string_block();
             }
+            // Stable functions evaluated once, here, and their values sent to the shards.
+            let evaluated = match self.evaluate_once(stmt, plan, &catalog).await {
+                Ok(e) => e,
+                Err(e) => {
+                    self.finish_simple(Err(e)).await;
+                    failed = true;
+                    break;
+                }
+            };
+            let (stmt, plan) = match &evaluated {
+                Some((s, p)) => (s, p),
+                None => (stmt, plan),
+            };
             let mut sink = ResultSink::default();
             let params = BoundParams {
                 types: &[],

@@ -56,6 +56,10 @@ pub struct FunctionKind {
     /// Some overload is not built into PostgreSQL (its oid is at or above
     /// FirstNormalObjectId): its body is opaque to pgshard.
     pub user_defined: bool,
+    /// Some overload is VOLATILE.
+    pub volatile: bool,
+    /// Some overload returns a set.
+    pub set_returning: bool,
 }
 
 /// How long `Shared::function_kinds` trusts what it read (functions created or

@@ -500,6 +500,12 @@ pub fn shard_statement(plan: &DdlPlan, shard_id: ShardId, resolved: &[String]) -
             }
         }
     }
+    crate::sql::walk::rename_table_references(
+        &mut stmt,
+        (&table.schema, &table.name),
+        &table.columns,
+        &shard_table_name(&table.name, shard_id),
+    );
     stmt.deparse(Default::default())
         .map_err(|e| PgError::internal(format!("cannot deparse the shard's statement: {e}")))
 }

@@ -9,6 +9,7 @@ pub mod copy;
 pub mod cursor;
 pub mod ddl;
 pub mod distvalue;
+pub mod evaluate;
 pub mod explain;
 pub mod fastpath;
 pub mod insert;

@@ -6,3 +6,4 @@ pub mod copy_format;
 pub mod parse;
 pub mod quote;
 pub mod strings;
+pub mod walk;
