@@ -6,11 +6,16 @@
 //! background task LISTENs on its own connection and reloads on every notification,
 //! reconnecting when that connection drops, and also compares the stored version every
 //! few seconds as a safety net against lost notifications.
+//!
+//! The same listener follows the coordinator node's relation DDL (`schema::
+//! RELATIONS_CHANNEL`): each notification raises [`CatalogCache::relation_generation`],
+//! which drops every session's resolved table names.
 
 use super::{load, schema, Catalog};
 use crate::backend::control;
 use crate::config::Config;
 use crate::error::PgError;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 use tokio_postgres::{Client, GenericClient};
@@ -35,6 +40,9 @@ pub struct CatalogCache {
     /// The connection loads go through (reconnected on demand); the mutex also
     /// serialises reloads so that snapshots are installed in order.
     loader: tokio::sync::Mutex<Option<Client>>,
+    /// Raised on each notification of relation DDL on the coordinator node (and when
+    /// the listener reconnects, since some may have been missed).
+    relations: AtomicU64,
 }
 
 impl CatalogCache {
@@ -47,6 +55,7 @@ impl CatalogCache {
             config,
             current: RwLock::new(Arc::new(catalog)),
             loader: tokio::sync::Mutex::new(Some(client)),
+            relations: AtomicU64::new(0),
         });
         tokio::spawn(listen_loop(Arc::downgrade(&cache)));
         Ok(cache)
@@ -59,6 +68,7 @@ impl CatalogCache {
             config,
             current: RwLock::new(Arc::new(catalog)),
             loader: tokio::sync::Mutex::new(None),
+            relations: AtomicU64::new(0),
         })
     }
 
@@ -68,6 +78,16 @@ impl CatalogCache {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// How many times relations were created, renamed, moved or dropped on the
+    /// coordinator node, as far as this process heard.
+    pub fn relation_generation(&self) -> u64 {
+        self.relations.load(Ordering::Relaxed)
+    }
+
+    fn relations_changed(&self) {
+        self.relations.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn config(&self) -> &Arc<Config> {
@@ -134,14 +154,18 @@ async fn listen_loop(cache: Weak<CatalogCache>) {
                     continue;
                 }
             };
-        if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
+        let listen = format!("LISTEN {CHANNEL}; LISTEN {}", schema::RELATIONS_CHANNEL);
+        if let Err(e) = client.batch_execute(&listen).await {
             tracing::warn!("catalog listener cannot LISTEN: {e}");
             tokio::time::sleep(RECONNECT_DELAY).await;
             continue;
         }
         // Changes may have happened while no listener was connected.
         match cache.upgrade() {
-            Some(c) => c.reload().await,
+            Some(c) => {
+                c.relations_changed();
+                c.reload().await
+            }
             None => return,
         }
         let mut tick = tokio::time::interval(VERSION_CHECK_INTERVAL);
@@ -154,10 +178,17 @@ async fn listen_loop(cache: Weak<CatalogCache>) {
                         tracing::warn!("catalog listener connection lost; reconnecting");
                         break;
                     }
-                    while notifications.try_recv().is_ok() {}
-                    match cache.upgrade() {
-                        Some(c) => c.reload().await,
-                        None => return,
+                    let Some(c) = cache.upgrade() else { return };
+                    let mut reload = false;
+                    for n in n.into_iter().chain(std::iter::from_fn(|| notifications.try_recv().ok())) {
+                        if n.channel() == schema::RELATIONS_CHANNEL {
+                            c.relations_changed();
+                        } else {
+                            reload = true;
+                        }
+                    }
+                    if reload {
+                        c.reload().await;
                     }
                 }
                 _ = tick.tick() => {
