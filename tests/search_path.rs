@@ -78,7 +78,10 @@ impl Pair {
 /// `COPY ... TO STDOUT`'s lines, sorted.
 async fn copy_out(c: &Client, sql: &str) -> Vec<String> {
     use futures_util::TryStreamExt;
-    let stream = c.copy_out(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let stream = c
+        .copy_out(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
     let chunks: Vec<bytes::Bytes> = stream.try_collect().await.unwrap();
     let text: String = chunks
         .iter()
@@ -116,11 +119,10 @@ async fn an_unqualified_name_is_the_first_on_the_path() {
          CREATE TABLE public.dup (k int PRIMARY KEY, v text)",
     )
     .await;
-    p.shard_only(
-        "SELECT create_distributed_table('np1.dup', 'k');
-         SELECT create_distributed_table('np2.dup', 'k')",
-    )
-    .await;
+    p.shard_only("SELECT create_distributed_table('np1.dup', 'k')")
+        .await;
+    p.shard_only("SELECT create_distributed_table('np2.dup', 'k')")
+        .await;
     p.both(
         "INSERT INTO np1.dup SELECT g, 'np1' FROM generate_series(1, 5) g;
          INSERT INTO np2.dup SELECT g, 'np2' FROM generate_series(1, 5) g;
@@ -193,8 +195,10 @@ async fn an_unqualified_name_is_the_first_on_the_path() {
     // Several statements in one query string: each sees the path the one before set.
     p.same("SET search_path = np2; SELECT v FROM dup WHERE k = 1")
         .await;
-    p.same("SELECT v FROM dup WHERE k = 1; SET search_path = public; SELECT v FROM dup WHERE k = 1")
-        .await;
+    p.same(
+        "SELECT v FROM dup WHERE k = 1; SET search_path = public; SELECT v FROM dup WHERE k = 1",
+    )
+    .await;
     // A temporary table comes first on any path, until it is dropped.
     p.script(&[
         "SET search_path = np2, public",
@@ -264,12 +268,10 @@ async fn ddl_drop_truncate_and_copy_follow_the_path() {
          CREATE TABLE public.dd (k int PRIMARY KEY, v text)",
     )
     .await;
-    p.shard_only(
-        "SELECT create_distributed_table('dp2.zz', 'k');
-         SELECT create_distributed_table('dp1.dd', 'k');
-         SELECT create_distributed_table('dp2.dd', 'k')",
-    )
-    .await;
+    for t in ["dp2.zz", "dp1.dd", "dp2.dd"] {
+        p.shard_only(&format!("SELECT create_distributed_table('{t}', 'k')"))
+            .await;
+    }
     p.both(
         "INSERT INTO dp2.zz SELECT g, 'zz' FROM generate_series(1, 4) g;
          INSERT INTO dp1.dd SELECT g, 'dp1' FROM generate_series(1, 4) g;
@@ -348,12 +350,10 @@ async fn other_objects_named_like_a_distributed_table_are_local() {
          CREATE TABLE public.pg_ts_parser (k int PRIMARY KEY)",
     )
     .await;
-    p.shard_only(
-        "SELECT create_distributed_table('public.d', 'k');
-         SELECT create_distributed_table('clicks', 'k');
-         SELECT create_distributed_table('public.pg_ts_parser', 'k')",
-    )
-    .await;
+    for t in ["public.d", "clicks", "public.pg_ts_parser"] {
+        p.shard_only(&format!("SELECT create_distributed_table('{t}', 'k')"))
+            .await;
+    }
     p.script(&[
         "CREATE TABLE cs1.d (k int)",
         "INSERT INTO cs1.d VALUES (1)",
@@ -422,7 +422,7 @@ async fn citus_functions_find_tables_through_the_path() {
     shard
         .batch_execute(
             "ALTER TABLE t3 ADD COLUMN w int; INSERT INTO t3 VALUES (1, 'a', 2); \
-             INSERT INTO t4 VALUES (1, 'b')",
+             INSERT INTO t4 VALUES (1, 'b'); CREATE TABLE t5 (k int)",
         )
         .await
         .unwrap();
@@ -449,10 +449,7 @@ async fn citus_functions_find_tables_through_the_path() {
     ] {
         assert_eq!(outcome(shard.simple_query(sql).await), want, "{sql}");
     }
-    shard
-        .batch_execute("SET search_path = fs2")
-        .await
-        .unwrap();
+    shard.batch_execute("SET search_path = fs2").await.unwrap();
     scalar("SELECT undistribute_table('t4')").await.unwrap();
     assert_eq!(
         scalar("SELECT k, v FROM t4").await.unwrap(),
@@ -467,8 +464,8 @@ async fn citus_functions_find_tables_through_the_path() {
 }
 
 /// Another session creating a table that hides a distributed one on this session's
-/// path: this session's next statements read that table, as on PostgreSQL (the
-/// coordinator node's event trigger announces it).
+//// path: this session's next statements read that table, as on PostgreSQL (the
+/// coordinator node's event triggers announce it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_created_by_another_session_hides_a_distributed_one() {
     let p = Pair::new().await;
@@ -495,10 +492,18 @@ async fn a_table_created_by_another_session_hides_a_distributed_one() {
         )
         .await;
     // The notification reaches pgshard after the other session's commit.
-    let want = outcome(p.plain.simple_query("SELECT v FROM shadowed WHERE k = 1").await);
+    let want = outcome(
+        p.plain
+            .simple_query("SELECT v FROM shadowed WHERE k = 1")
+            .await,
+    );
     let mut got = None;
     for _ in 0..50 {
-        let g = outcome(p.shard.simple_query("SELECT v FROM shadowed WHERE k = 1").await);
+        let g = outcome(
+            p.shard
+                .simple_query("SELECT v FROM shadowed WHERE k = 1")
+                .await,
+        );
         if g == want {
             got = Some(g);
             break;

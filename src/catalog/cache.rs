@@ -7,9 +7,10 @@
 //! reconnecting when that connection drops, and also compares the stored version every
 //! few seconds as a safety net against lost notifications.
 //!
-//! The same listener follows the coordinator node's relation DDL (`schema::
-//! RELATIONS_CHANNEL`): each notification raises [`CatalogCache::relation_generation`],
-//! which drops every session's resolved table names.
+//! The same task follows the coordinator node's relation DDL: it reads the sequence
+//! the event triggers advance (`schema::RELATIONS_SEQUENCE`) every
+//! [`RELATIONS_POLL_INTERVAL`] and, when it moved, raises
+//! [`CatalogCache::relation_generation`], which drops every session's resolved table names.
 
 use super::{load, schema, Catalog};
 use crate::backend::control;
@@ -31,6 +32,9 @@ pub const RAISE_VERSION: &str =
 pub const RAISE_VERSION_AS_CLIENT: &str = "SELECT pg_catalog.pgshard_raise_catalog_version()";
 /// How often the background task compares the stored version with the snapshot's.
 const VERSION_CHECK_INTERVAL: Duration = Duration::from_secs(3);
+/// How often the background task reads the relation DDL sequence: at most this long
+/// after another session's DDL commits, a session may still use its old answer.
+const RELATIONS_POLL_INTERVAL: Duration = Duration::from_millis(200);
 /// Pause before reconnecting the listener after its connection failed.
 const RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
@@ -40,8 +44,8 @@ pub struct CatalogCache {
     /// The connection loads go through (reconnected on demand); the mutex also
     /// serialises reloads so that snapshots are installed in order.
     loader: tokio::sync::Mutex<Option<Client>>,
-    /// Raised on each notification of relation DDL on the coordinator node (and when
-    /// the listener reconnects, since some may have been missed).
+    /// Raised each time the relation DDL sequence is seen to have moved (and when the
+    /// listener reconnects).
     relations: AtomicU64,
 }
 
@@ -154,8 +158,7 @@ async fn listen_loop(cache: Weak<CatalogCache>) {
                     continue;
                 }
             };
-        let listen = format!("LISTEN {CHANNEL}; LISTEN {}", schema::RELATIONS_CHANNEL);
-        if let Err(e) = client.batch_execute(&listen).await {
+        if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
             tracing::warn!("catalog listener cannot LISTEN: {e}");
             tokio::time::sleep(RECONNECT_DELAY).await;
             continue;
@@ -171,6 +174,13 @@ async fn listen_loop(cache: Weak<CatalogCache>) {
         let mut tick = tokio::time::interval(VERSION_CHECK_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
+        let mut relations_tick = tokio::time::interval(RELATIONS_POLL_INTERVAL);
+        relations_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let relations_sql = format!(
+            "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {}",
+            schema::RELATIONS_SEQUENCE
+        );
+        let mut relations_seen: Option<i64> = None;
         loop {
             tokio::select! {
                 n = notifications.recv() => {
@@ -178,17 +188,26 @@ async fn listen_loop(cache: Weak<CatalogCache>) {
                         tracing::warn!("catalog listener connection lost; reconnecting");
                         break;
                     }
-                    let Some(c) = cache.upgrade() else { return };
-                    let mut reload = false;
-                    for n in n.into_iter().chain(std::iter::from_fn(|| notifications.try_recv().ok())) {
-                        if n.channel() == schema::RELATIONS_CHANNEL {
-                            c.relations_changed();
-                        } else {
-                            reload = true;
-                        }
+                    while notifications.try_recv().is_ok() {}
+                    match cache.upgrade() {
+                        Some(c) => c.reload().await,
+                        None => return,
                     }
-                    if reload {
-                        c.reload().await;
+                }
+                _ = relations_tick.tick() => {
+                    let Some(c) = cache.upgrade() else { return };
+                    match client.query_one(relations_sql.as_str(), &[]).await {
+                        Ok(row) => {
+                            let value: i64 = row.get(0);
+                            if relations_seen.is_some_and(|seen| seen != value) {
+                                c.relations_changed();
+                            }
+                            relations_seen = Some(value);
+                        }
+                        Err(e) => {
+                            tracing::warn!("relation DDL check failed: {e}; reconnecting");
+                            break;
+                        }
                     }
                 }
                 _ = tick.tick() => {

@@ -146,34 +146,37 @@ GRANT SELECT ON pg_catalog.pg_dist_node, pg_catalog.pg_dist_colocation,
     TO PUBLIC;
 "#;
 
-/// The NOTIFY channel of the coordinator node's event triggers: some session created,
-/// renamed, moved or dropped a relation that is not temporary, which may change what
-/// an unqualified name stands for in any session (`executor::session::names`).
-pub const RELATIONS_CHANNEL: &str = "pgshard_relations";
+/// The sequence the coordinator node's event triggers advance whenever some session
+/// creates, renames, moves or drops a relation that is not temporary, which may change
+/// what an unqualified name stands for in any session (`executor::session::names`).
+/// A sequence, not a NOTIFY: `nextval` is neither transactional nor refused in a
+/// transaction that is later prepared (2PC), and takes no lock other DDL would wait on.
+pub const RELATIONS_SEQUENCE: &str = "pg_catalog.pgshard_relations_seq";
 
-/// Event triggers announcing relation DDL on [`RELATIONS_CHANNEL`] (at the commit of
-/// the DDL's transaction). Temporary relations (pgshard's own combine tables among
-/// them) are left out: they are only their own session's, which follows them itself.
+/// The event triggers advancing [`RELATIONS_SEQUENCE`]. Temporary relations (pgshard's
+/// own combine tables among them) are left out: they are only their own session's,
+/// which follows them itself. SECURITY DEFINER: any role's DDL advances it.
 const EVENT_TRIGGERS_SQL: &str = r#"
+CREATE SEQUENCE IF NOT EXISTS pg_catalog.pgshard_relations_seq;
 CREATE OR REPLACE FUNCTION pg_catalog.pgshard_relations_created() RETURNS event_trigger
-    LANGUAGE plpgsql SET search_path = pg_catalog AS $f$
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $f$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger_ddl_commands() c
                WHERE c.object_type IN ('table', 'view', 'materialized view', 'foreign table',
                                        'sequence', 'index')
                  AND c.schema_name IS DISTINCT FROM 'pg_temp') THEN
-        PERFORM pg_catalog.pg_notify('pgshard_relations', '');
+        PERFORM pg_catalog.nextval('pg_catalog.pgshard_relations_seq');
     END IF;
 END
 $f$;
 CREATE OR REPLACE FUNCTION pg_catalog.pgshard_relations_dropped() RETURNS event_trigger
-    LANGUAGE plpgsql SET search_path = pg_catalog AS $f$
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $f$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger_dropped_objects() d
                WHERE d.object_type IN ('table', 'view', 'materialized view', 'foreign table',
                                        'sequence', 'schema')
                  AND NOT d.is_temporary) THEN
-        PERFORM pg_catalog.pg_notify('pgshard_relations', '');
+        PERFORM pg_catalog.nextval('pg_catalog.pgshard_relations_seq');
     END IF;
 END
 $f$;

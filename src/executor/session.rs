@@ -1570,7 +1570,11 @@ impl Session {
         }
         if stmts.len() > 1 && self.txn == TxnState::Idle && self.held.is_empty() {
             if let Some(begin) = implicit::local_with_transaction_control(&plans) {
-                return self.local_with_transaction_control(sql, begin).await;
+                let r = self.local_with_transaction_control(sql, begin).await;
+                for stmt in &stmts {
+                    self.note_names_change(stmt);
+                }
+                return r;
             }
         }
         let planned_with = catalog.version;
