@@ -89,7 +89,13 @@ pub fn may_change_names(stmt: &crate::sql::parse::Statement) -> bool {
     let Some(node) = &stmt.node else {
         return false;
     };
-    let calls_set_config = || stmt.text.to_ascii_lowercase().contains("set_config");
+    // Checked at each execution of a prepared statement: no allocation.
+    let calls_set_config = || {
+        stmt.text
+            .as_bytes()
+            .windows(b"set_config".len())
+            .any(|w| w.eq_ignore_ascii_case(b"set_config"))
+    };
     match node {
         N::VariableSetStmt(v) => {
             v.kind == VariableSetKind::VarResetAll as i32
