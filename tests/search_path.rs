@@ -298,6 +298,18 @@ async fn ddl_drop_truncate_and_copy_follow_the_path() {
         "SELECT count(*) FROM public.dd",
         "CREATE INDEX dd_v ON dd (v)",
         "SELECT schemaname, tablename, indexname FROM pg_indexes WHERE indexname = 'dd_v'",
+        // GRANT, policies, LOCK, VACUUM / ANALYZE of the path's table.
+        "GRANT SELECT ON dd TO PUBLIC",
+        "SELECT c.relname, c.relacl IS NOT NULL FROM pg_class c \
+         WHERE c.relname = 'dd' ORDER BY c.relnamespace::regnamespace::text",
+        "CREATE POLICY dd_all ON dd USING (true)",
+        "SELECT polrelid::regclass::text, polname FROM pg_policy WHERE polname = 'dd_all'",
+        "BEGIN",
+        "LOCK TABLE dd IN SHARE MODE",
+        "SELECT count(*) FROM dd",
+        "COMMIT",
+        "VACUUM dd",
+        "ANALYZE dd",
         "SET search_path = public",
         "ALTER TABLE dd ADD COLUMN x int",
         "SELECT * FROM dd",
@@ -431,6 +443,9 @@ async fn citus_functions_find_tables_through_the_path() {
         vec![vec![s("1"), s("a"), s("2")]]
     );
     scalar("SELECT citus_table_size('t3') >= 0").await.unwrap();
+    scalar("SELECT citus_relation_size('t3') >= 0")
+        .await
+        .unwrap();
     scalar("SELECT citus_total_relation_size('t3') >= 0")
         .await
         .unwrap();
@@ -464,8 +479,8 @@ async fn citus_functions_find_tables_through_the_path() {
 }
 
 /// Another session creating a table that hides a distributed one on this session's
-//// path: this session's next statements read that table, as on PostgreSQL (the
-/// coordinator node's event triggers announce it).
+//// path: this session's next statements read that table, as on PostgreSQL (pgshard
+/// sees it within its poll interval).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_created_by_another_session_hides_a_distributed_one() {
     let p = Pair::new().await;
@@ -491,7 +506,7 @@ async fn a_table_created_by_another_session_hides_a_distributed_one() {
              INSERT INTO public.shadowed VALUES (1, 'local')",
         )
         .await;
-    // The notification reaches pgshard after the other session's commit.
+    // pgshard sees the new table within its poll interval.
     let want = outcome(
         p.plain
             .simple_query("SELECT v FROM shadowed WHERE k = 1")

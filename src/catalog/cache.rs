@@ -7,9 +7,10 @@
 //! reconnecting when that connection drops, and also compares the stored version every
 //! few seconds as a safety net against lost notifications.
 //!
-//! The same task follows the coordinator node's relation DDL: it reads the sequence
-//! the event triggers advance (`schema::RELATIONS_SEQUENCE`) every
-//! [`RELATIONS_POLL_INTERVAL`] and, when it moved, raises
+//! The same task follows the coordinator node's relations that carry a distributed
+//! table's name (any schema, not temporary): every [`RELATIONS_POLL_INTERVAL`] it reads
+//! a signature of them (OID, name, schema, the schema's ACL) and, when it changed
+//! (another session created, renamed, moved or dropped one), raises
 //! [`CatalogCache::relation_generation`], which drops every session's resolved table names.
 
 use super::{load, schema, Catalog};
@@ -32,9 +33,17 @@ pub const RAISE_VERSION: &str =
 pub const RAISE_VERSION_AS_CLIENT: &str = "SELECT pg_catalog.pgshard_raise_catalog_version()";
 /// How often the background task compares the stored version with the snapshot's.
 const VERSION_CHECK_INTERVAL: Duration = Duration::from_secs(3);
-/// How often the background task reads the relation DDL sequence: at most this long
+/// How often the background task reads the relations' signature: at most this long
 /// after another session's DDL commits, a session may still use its old answer.
 const RELATIONS_POLL_INTERVAL: Duration = Duration::from_millis(200);
+/// The signature of every relation that is not temporary and carries one of the names
+/// `$1`: what an unqualified name resolves to can only change with it (or with a
+/// session's own path, role and temporary tables, which the session follows itself).
+const RELATIONS_SIGNATURE: &str = "SELECT count(*)::int8, \
+     coalesce(sum(pg_catalog.hashtext(c.oid::text || '/' || c.relname || '/' || n.nspname \
+       || '/' || coalesce(n.nspacl::text, ''))::int8), 0)::int8 \
+     FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+     WHERE c.relname = ANY($1::pg_catalog.name[]) AND c.relpersistence <> 't'";
 /// Pause before reconnecting the listener after its connection failed.
 const RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
@@ -44,8 +53,8 @@ pub struct CatalogCache {
     /// The connection loads go through (reconnected on demand); the mutex also
     /// serialises reloads so that snapshots are installed in order.
     loader: tokio::sync::Mutex<Option<Client>>,
-    /// Raised each time the relation DDL sequence is seen to have moved (and when the
-    /// listener reconnects).
+    /// Raised each time the signature of the relations named like distributed tables
+    /// is seen to have changed (and when the listener reconnects).
     relations: AtomicU64,
 }
 
@@ -176,11 +185,7 @@ async fn listen_loop(cache: Weak<CatalogCache>) {
         tick.tick().await;
         let mut relations_tick = tokio::time::interval(RELATIONS_POLL_INTERVAL);
         relations_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let relations_sql = format!(
-            "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {}",
-            schema::RELATIONS_SEQUENCE
-        );
-        let mut relations_seen: Option<i64> = None;
+        let mut relations_seen: Option<(i64, i64)> = None;
         loop {
             tokio::select! {
                 n = notifications.recv() => {
@@ -196,9 +201,10 @@ async fn listen_loop(cache: Weak<CatalogCache>) {
                 }
                 _ = relations_tick.tick() => {
                     let Some(c) = cache.upgrade() else { return };
-                    match client.query_one(relations_sql.as_str(), &[]).await {
+                    let names: Vec<String> = c.snapshot().tables_by_name.keys().cloned().collect();
+                    match client.query_one(RELATIONS_SIGNATURE, &[&names]).await {
                         Ok(row) => {
-                            let value: i64 = row.get(0);
+                            let value: (i64, i64) = (row.get(0), row.get(1));
                             if relations_seen.is_some_and(|seen| seen != value) {
                                 c.relations_changed();
                             }

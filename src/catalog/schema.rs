@@ -146,60 +146,12 @@ GRANT SELECT ON pg_catalog.pg_dist_node, pg_catalog.pg_dist_colocation,
     TO PUBLIC;
 "#;
 
-/// The sequence the coordinator node's event triggers advance whenever some session
-/// creates, renames, moves or drops a relation that is not temporary, which may change
-/// what an unqualified name stands for in any session (`executor::session::names`).
-/// A sequence, not a NOTIFY: `nextval` is neither transactional nor refused in a
-/// transaction that is later prepared (2PC), and takes no lock other DDL would wait on.
-pub const RELATIONS_SEQUENCE: &str = "pg_catalog.pgshard_relations_seq";
-
-/// The event triggers advancing [`RELATIONS_SEQUENCE`]. Temporary relations (pgshard's
-/// own combine tables among them) are left out: they are only their own session's,
-/// which follows them itself. SECURITY DEFINER: any role's DDL advances it.
-const EVENT_TRIGGERS_SQL: &str = r#"
-CREATE SEQUENCE IF NOT EXISTS pg_catalog.pgshard_relations_seq;
-CREATE OR REPLACE FUNCTION pg_catalog.pgshard_relations_created() RETURNS event_trigger
-    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $f$
-BEGIN
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger_ddl_commands() c
-               WHERE c.object_type IN ('table', 'view', 'materialized view', 'foreign table',
-                                       'sequence', 'index')
-                 AND c.schema_name IS DISTINCT FROM 'pg_temp') THEN
-        PERFORM pg_catalog.nextval('pg_catalog.pgshard_relations_seq');
-    END IF;
-END
-$f$;
-CREATE OR REPLACE FUNCTION pg_catalog.pgshard_relations_dropped() RETURNS event_trigger
-    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $f$
-BEGIN
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger_dropped_objects() d
-               WHERE d.object_type IN ('table', 'view', 'materialized view', 'foreign table',
-                                       'sequence', 'schema')
-                 AND NOT d.is_temporary) THEN
-        PERFORM pg_catalog.nextval('pg_catalog.pgshard_relations_seq');
-    END IF;
-END
-$f$;
-DO $d$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname = 'pgshard_relations_created') THEN
-        CREATE EVENT TRIGGER pgshard_relations_created ON ddl_command_end
-            EXECUTE FUNCTION pg_catalog.pgshard_relations_created();
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname = 'pgshard_relations_dropped') THEN
-        CREATE EVENT TRIGGER pgshard_relations_dropped ON sql_drop
-            EXECUTE FUNCTION pg_catalog.pgshard_relations_dropped();
-    END IF;
-END
-$d$;
-"#;
-
 /// Creates the catalog if it is missing (or completes it). Runs in one transaction
 /// under an advisory lock; on error the transaction is rolled back.
 pub async fn ensure_schema(client: &Client) -> Result<(), PgError> {
     let script = format!(
         "BEGIN;\nSELECT pg_catalog.pg_advisory_xact_lock({SCHEMA_LOCK_KEY});\n\
-         SET LOCAL allow_system_table_mods = on;\n{SCHEMA_SQL}\n{EVENT_TRIGGERS_SQL}\nCOMMIT;"
+         SET LOCAL allow_system_table_mods = on;\n{SCHEMA_SQL}\nCOMMIT;"
     );
     if let Err(e) = client.batch_execute(&script).await {
         // A failed statement leaves the session inside an aborted transaction.

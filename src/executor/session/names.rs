@@ -7,8 +7,8 @@
 //! simple-query shapes are planned again) when the session runs a statement that may
 //! change them (`planner::names::may_change_names`: SET search_path / ROLE, DDL, ...),
 //! when a block in which such a statement ran ends or rolls back to a savepoint, when the
-//! catalog changes, and when any relation is created, renamed, moved or dropped on the
-//! coordinator node by anyone (its event trigger's NOTIFY, `catalog::cache`).
+//! catalog changes, and when another session creates, renames, moves or drops a relation
+//! named like a distributed table on the coordinator node (`catalog::cache` polls them).
 
 use super::*;
 use crate::catalog::Oid;
