@@ -98,8 +98,27 @@ async fn call_with(
     args: &[Option<&str>],
 ) -> (Result<UtilityResult, PgError>, Vec<String>) {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    // Table arguments are read as `regclass` by the caller's session (here: a
+    // connection with the default search_path), as pgshard's session does.
+    let mut relids = vec![None; args.len()];
+    let client = pgshard::backend::control::connect_coordinator(cache.config())
+        .await
+        .unwrap();
+    for (i, a) in args.iter().enumerate() {
+        let Some(v) = a.filter(|v| commands::is_table_arg(name, i, v)) else {
+            continue;
+        };
+        match client
+            .query_one("SELECT $1::text::regclass::oid", &[&v])
+            .await
+        {
+            Ok(row) => relids[i] = Some(row.get::<_, u32>(0)),
+            Err(e) => return (Err(PgError::from_client_error("regclass", &e)), Vec::new()),
+        }
+    }
     let args = args.iter().map(|a| a.map(str::to_string)).collect();
-    let result = call_utility(cache, settings, name, args, tx, "postgres").await;
+    let call = commands::UtilityCall { name, args, relids };
+    let result = call_utility(cache, settings, call, tx, "postgres").await;
     let mut notices = Vec::new();
     while let Ok(n) = rx.try_recv() {
         notices.push(n);
@@ -437,14 +456,20 @@ async fn catalog_and_distribution_end_to_end() {
 
     // Snapshots, here at once and in the other process via NOTIFY.
     let snap = cache.snapshot();
-    let t = snap.resolve(None, "items").expect("items in the snapshot");
+    let t = snap
+        .qualified("public", "items")
+        .expect("items in the snapshot");
     assert_eq!(t.shards.len(), 8);
     assert_eq!(t.columns, vec!["id", "name", "price", "qty"]);
     assert_eq!(t.dist_column.as_ref().unwrap().type_oid, 23);
     assert_eq!(t.shards[3].placement_groups, vec![2]);
     let mut seen = false;
     for _ in 0..50 {
-        if other_process.snapshot().resolve(None, "items").is_some() {
+        if other_process
+            .snapshot()
+            .qualified("public", "items")
+            .is_some()
+        {
             seen = true;
             break;
         }
@@ -732,7 +757,9 @@ async fn catalog_and_distribution_end_to_end() {
     cache.reload().await;
     let table_statement = |sql: &str| {
         let stmt = pgshard::sql::parse::parse(sql).unwrap().remove(0);
-        let plan = plan_propagate(stmt.node.as_ref().unwrap(), sql, &cache.snapshot());
+        let catalog = cache.snapshot();
+        let names = pgshard::planner::Names::on_path(&catalog, &["public"]);
+        let plan = plan_propagate(stmt.node.as_ref().unwrap(), sql, &catalog, &names);
         plan.unwrap().unwrap().tables.remove(0)
     };
     commands::maintain_shards(&cache, &table_statement("ANALYZE orders"))
@@ -808,8 +835,8 @@ async fn catalog_and_distribution_end_to_end() {
     for c in &w {
         assert!(shard_tables(c, "loose").await.is_empty());
     }
-    assert!(cache.snapshot().resolve(None, "loose").is_none());
-    assert!(cache.snapshot().resolve(None, "buddy").is_some());
+    assert!(cache.snapshot().qualified("public", "loose").is_none());
+    assert!(cache.snapshot().qualified("public", "buddy").is_some());
 
     // A node holding placements cannot be removed; an empty one can.
     let e = call(&cache, "citus_remove_node", &[Some("127.0.0.1"), Some(&w2)])

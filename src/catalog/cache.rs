@@ -6,11 +6,18 @@
 //! background task LISTENs on its own connection and reloads on every notification,
 //! reconnecting when that connection drops, and also compares the stored version every
 //! few seconds as a safety net against lost notifications.
+//!
+//! The same task follows the coordinator node's relations that carry a distributed
+//! table's name (any schema, not temporary): every [`RELATIONS_POLL_INTERVAL`] it reads
+//! a signature of them (OID, name, schema, the schema's ACL) and, when it changed
+//! (another session created, renamed, moved or dropped one), raises
+//! [`CatalogCache::relation_generation`], which drops every session's resolved table names.
 
 use super::{load, schema, Catalog};
 use crate::backend::control;
 use crate::config::Config;
 use crate::error::PgError;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 use tokio_postgres::{Client, GenericClient};
@@ -26,6 +33,17 @@ pub const RAISE_VERSION: &str =
 pub const RAISE_VERSION_AS_CLIENT: &str = "SELECT pg_catalog.pgshard_raise_catalog_version()";
 /// How often the background task compares the stored version with the snapshot's.
 const VERSION_CHECK_INTERVAL: Duration = Duration::from_secs(3);
+/// How often the background task reads the relations' signature: at most this long
+/// after another session's DDL commits, a session may still use its old answer.
+const RELATIONS_POLL_INTERVAL: Duration = Duration::from_millis(200);
+/// The signature of every relation that is not temporary and carries one of the names
+/// `$1`: what an unqualified name resolves to can only change with it (or with a
+/// session's own path, role and temporary tables, which the session follows itself).
+const RELATIONS_SIGNATURE: &str = "SELECT count(*)::int8, \
+     coalesce(sum(pg_catalog.hashtext(c.oid::text || '/' || c.relname || '/' || n.nspname \
+       || '/' || coalesce(n.nspacl::text, ''))::int8), 0)::int8 \
+     FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+     WHERE c.relname = ANY($1::pg_catalog.name[]) AND c.relpersistence <> 't'";
 /// Pause before reconnecting the listener after its connection failed.
 const RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
@@ -35,6 +53,9 @@ pub struct CatalogCache {
     /// The connection loads go through (reconnected on demand); the mutex also
     /// serialises reloads so that snapshots are installed in order.
     loader: tokio::sync::Mutex<Option<Client>>,
+    /// Raised each time the signature of the relations named like distributed tables
+    /// is seen to have changed (and when the listener reconnects).
+    relations: AtomicU64,
 }
 
 impl CatalogCache {
@@ -47,6 +68,7 @@ impl CatalogCache {
             config,
             current: RwLock::new(Arc::new(catalog)),
             loader: tokio::sync::Mutex::new(Some(client)),
+            relations: AtomicU64::new(0),
         });
         tokio::spawn(listen_loop(Arc::downgrade(&cache)));
         Ok(cache)
@@ -59,6 +81,7 @@ impl CatalogCache {
             config,
             current: RwLock::new(Arc::new(catalog)),
             loader: tokio::sync::Mutex::new(None),
+            relations: AtomicU64::new(0),
         })
     }
 
@@ -68,6 +91,16 @@ impl CatalogCache {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// How many times relations were created, renamed, moved or dropped on the
+    /// coordinator node, as far as this process heard.
+    pub fn relation_generation(&self) -> u64 {
+        self.relations.load(Ordering::Relaxed)
+    }
+
+    fn relations_changed(&self) {
+        self.relations.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn config(&self) -> &Arc<Config> {
@@ -141,12 +174,18 @@ async fn listen_loop(cache: Weak<CatalogCache>) {
         }
         // Changes may have happened while no listener was connected.
         match cache.upgrade() {
-            Some(c) => c.reload().await,
+            Some(c) => {
+                c.relations_changed();
+                c.reload().await
+            }
             None => return,
         }
         let mut tick = tokio::time::interval(VERSION_CHECK_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
+        let mut relations_tick = tokio::time::interval(RELATIONS_POLL_INTERVAL);
+        relations_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut relations_seen: Option<(i64, i64)> = None;
         loop {
             tokio::select! {
                 n = notifications.recv() => {
@@ -158,6 +197,23 @@ async fn listen_loop(cache: Weak<CatalogCache>) {
                     match cache.upgrade() {
                         Some(c) => c.reload().await,
                         None => return,
+                    }
+                }
+                _ = relations_tick.tick() => {
+                    let Some(c) = cache.upgrade() else { return };
+                    let names: Vec<String> = c.snapshot().tables_by_name.keys().cloned().collect();
+                    match client.query_one(RELATIONS_SIGNATURE, &[&names]).await {
+                        Ok(row) => {
+                            let value: (i64, i64) = (row.get(0), row.get(1));
+                            if relations_seen.is_some_and(|seen| seen != value) {
+                                c.relations_changed();
+                            }
+                            relations_seen = Some(value);
+                        }
+                        Err(e) => {
+                            tracing::warn!("relation DDL check failed: {e}; reconnecting");
+                            break;
+                        }
                     }
                 }
                 _ = tick.tick() => {

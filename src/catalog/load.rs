@@ -315,7 +315,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cat.version, 7);
-        let t = cat.resolve(None, "t").unwrap();
+        let t = cat.qualified("public", "t").unwrap();
         assert_eq!(
             t.shards.iter().map(|s| s.shard_id).collect::<Vec<_>>(),
             vec![102008, 102009, 102010, 102011]
@@ -325,7 +325,7 @@ mod tests {
         assert_eq!(t.shards[1].placement_groups, vec![2]);
         assert_eq!(t.dist_column.as_ref().unwrap().type_oid, 23);
         // A table without shards still loads (search indexer, finds nothing).
-        let u = cat.resolve(Some("public"), "u").unwrap();
+        let u = cat.qualified("public", "u").unwrap();
         assert!(u.shards.is_empty());
         assert!(u.shard_for_hash(0).is_none());
     }

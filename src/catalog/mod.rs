@@ -108,23 +108,13 @@ impl Catalog {
         self.tables_by_oid.is_empty()
     }
 
-    /// Resolves a table reference as written in a query. An unqualified name matches
-    /// a distributed table in `public` or, failing that, the only one of that name.
-    pub fn resolve(&self, schema: Option<&str>, name: &str) -> Option<&Arc<DistTable>> {
-        let candidates = self.tables_by_name.get(name)?;
-        match schema {
-            Some(s) => candidates.iter().find(|t| t.schema == s),
-            None => candidates
-                .iter()
-                .find(|t| t.schema == "public")
-                .or_else(|| {
-                    if candidates.len() == 1 {
-                        candidates.first()
-                    } else {
-                        None
-                    }
-                }),
-        }
+    /// The distributed table `schema.name`. Unqualified names are the session's to
+    /// resolve (`planner::names`).
+    pub fn qualified(&self, schema: &str, name: &str) -> Option<&Arc<DistTable>> {
+        self.tables_by_name
+            .get(name)?
+            .iter()
+            .find(|t| t.schema == schema)
     }
 
     /// `table` as this catalog has it (a plan may hold an older copy).

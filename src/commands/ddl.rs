@@ -49,21 +49,41 @@ fn shell_error(e: &tokio_postgres::Error) -> PgError {
 /// the caller's privileges there (ownership, CREATEROLE, grant options) and answers
 /// with its own error; pgshard's user is back for the catalog work that follows.
 /// Outside a transaction (`CREATE INDEX CONCURRENTLY`) the role is set for the session.
-pub(crate) async fn run_as_caller(coord: &Client, caller: &str, text: &str) -> Result<(), PgError> {
+/// The text runs with the caller's `search_path`, so its names mean what they mean
+/// for the caller.
+pub(crate) async fn run_as_caller(
+    coord: &Client,
+    caller: &Caller<'_>,
+    text: &str,
+) -> Result<(), PgError> {
     run_as(coord, caller, text, true).await
+}
+
+/// Who runs a statement on a shell: the caller's role and `search_path`.
+pub struct Caller<'a> {
+    pub role: &'a str,
+    pub search_path: &'a str,
 }
 
 async fn run_as(
     coord: &Client,
-    caller: &str,
+    caller: &Caller<'_>,
     text: &str,
     in_transaction: bool,
 ) -> Result<(), PgError> {
     let scope = if in_transaction { "LOCAL " } else { "" };
+    let role = caller.role;
     coord
-        .batch_execute(&format!("SET {scope}ROLE {}", quote_ident(caller)))
+        .batch_execute(&format!("SET {scope}ROLE {}", quote_ident(role)))
         .await
-        .map_err(db_err(&format!("cannot take the role \"{caller}\"")))?;
+        .map_err(db_err(&format!("cannot take the role \"{role}\"")))?;
+    coord
+        .execute(
+            "SELECT pg_catalog.set_config('search_path', $1, $2)",
+            &[&caller.search_path, &in_transaction],
+        )
+        .await
+        .map_err(db_err("cannot take the caller's search_path"))?;
     coord
         .batch_execute(text)
         .await
@@ -184,9 +204,9 @@ fn resolve_unnamed(
 pub async fn propagate_ddl(
     cache: &CatalogCache,
     plan: &DdlPlan,
-    caller: &str,
+    caller: &Caller<'_>,
 ) -> Result<(), PgError> {
-    let plan = &plan.for_caller(caller);
+    let plan = &plan.for_caller(caller.role);
     if plan.concurrent {
         return concurrently(cache, plan, caller).await;
     }
@@ -253,7 +273,11 @@ pub async fn propagate_ddl(
 
 /// `CREATE INDEX CONCURRENTLY`: the shell first, then each node's shards in turn,
 /// nodes in parallel, each statement on its own.
-async fn concurrently(cache: &CatalogCache, plan: &DdlPlan, caller: &str) -> Result<(), PgError> {
+async fn concurrently(
+    cache: &CatalogCache,
+    plan: &DdlPlan,
+    caller: &Caller<'_>,
+) -> Result<(), PgError> {
     let table = &plan.table;
     let coord = control::connect_coordinator(cache.config()).await?;
     let before = if plan.unnamed.is_empty() {
@@ -300,7 +324,7 @@ pub async fn drop_indexes(
     d: &protobuf::DropStmt,
     text: &str,
     indexes: &[(Arc<DistTable>, String)],
-    caller: &str,
+    caller: &Caller<'_>,
 ) -> Result<(), PgError> {
     let catalog = cache.snapshot();
     let mut per_node = NodeWork::new();

@@ -19,7 +19,7 @@
 use super::privileges::{self, TableSecurity};
 use super::twopc::{self, Participant};
 use super::{
-    abbreviate, begin_catalog_change, db_err, resolve_relation, Args, CitusSettings, UtilityResult,
+    abbreviate, begin_catalog_change, db_err, is_table_arg, Args, CitusSettings, UtilityResult,
 };
 use crate::backend::control;
 use crate::catalog::cache::{bump_version, CatalogCache};
@@ -554,7 +554,6 @@ pub(crate) async fn create_distributed_table(
     notices: &mpsc::UnboundedSender<String>,
     caller: &str,
 ) -> Result<UtilityResult, PgError> {
-    let table_arg = args.required(0)?.to_string();
     let column = args.required(1)?.to_string();
     let method = args.get(2).unwrap_or("hash").to_ascii_lowercase();
     if method != "hash" {
@@ -591,7 +590,11 @@ pub(crate) async fn create_distributed_table(
     }
 
     let coord = begin_catalog_change(cache).await?;
-    let relid = resolve_relation(&coord, &table_arg).await?;
+    let relid = args.relation(0, &coord).await?;
+    let colocate_relid = match is_table_arg(args.name, 3, &colocate_with) {
+        true => Some(args.relation(3, &coord).await?),
+        false => None,
+    };
     privileges::ensure_owner(&coord, caller, relid).await?;
 
     // The table itself.
@@ -678,6 +681,7 @@ pub(crate) async fn create_distributed_table(
     let placement = choose_placement(
         &coord,
         &colocate_with,
+        colocate_relid,
         explicit_count.is_some(),
         default_count,
         replication,
@@ -805,6 +809,7 @@ async fn ensure_hashable(coord: &Client, dist: &ColumnDef) -> Result<(), PgError
 async fn choose_placement(
     coord: &Client,
     colocate_with: &str,
+    colocate_relid: Option<u32>,
     explicit_count: bool,
     shard_count: u32,
     replication: u32,
@@ -831,7 +836,9 @@ async fn choose_placement(
             .map_err(db_err("cannot read pg_dist_colocation"))?
             .map(|r| r.get(0)),
         _ => {
-            let other = resolve_relation(coord, colocate_with).await?;
+            let other = colocate_relid.ok_or_else(|| {
+                PgError::internal(format!("colocate_with {colocate_with} was not resolved"))
+            })?;
             let row = coord
                 .query_opt(
                     "SELECT p.partmethod::text, p.colocationid, c.shardcount, c.replicationfactor, \

@@ -180,11 +180,11 @@ pub fn result_columns(name: &str) -> Vec<(String, u32)> {
 pub async fn call_utility(
     cache: &CatalogCache,
     settings: &CitusSettings,
-    name: &str,
-    args: Vec<Option<String>>,
+    call: UtilityCall<'_>,
     notices: UnboundedSender<String>,
     caller: &str,
 ) -> Result<UtilityResult, PgError> {
+    let UtilityCall { name, args, relids } = call;
     let name = normalize(name);
     let arg_names = utility_arg_names(&name);
     if !is_utility_function(&name) || args.len() > arg_names.len() {
@@ -203,6 +203,7 @@ pub async fn call_utility(
         name: &name,
         names: arg_names,
         values: args,
+        relids,
     };
     match name.as_str() {
         "citus_add_node" | "master_add_node" => nodes::add_node(cache, &args).await,
@@ -233,14 +234,64 @@ pub async fn call_utility(
     }
 }
 
+/// A call of a Citus function pgshard runs itself.
+pub struct UtilityCall<'a> {
+    pub name: &'a str,
+    /// The arguments by position, as text (None: NULL or omitted).
+    pub args: Vec<Option<String>>,
+    /// The relation each table argument ([`is_table_arg`]) names, as the caller's
+    /// `regclass` read it (with the caller's search_path), by position.
+    pub relids: Vec<Option<u32>>,
+}
+
+/// Whether argument `i` of `function`, given as `value`, names a table (`regclass`).
+pub fn is_table_arg(function: &str, i: usize, value: &str) -> bool {
+    match utility_arg_names(function).get(i) {
+        Some(&"table_name") | Some(&"logicalrelid") => true,
+        Some(&"colocate_with") => {
+            !matches!(value.to_ascii_lowercase().as_str(), "default" | "none")
+        }
+        _ => false,
+    }
+}
+
 /// The arguments of one call, by position.
 pub(crate) struct Args<'a> {
     pub name: &'a str,
     pub names: &'static [&'static str],
     pub values: Vec<Option<String>>,
+    pub relids: Vec<Option<u32>>,
 }
 
 impl Args<'_> {
+    /// The relation table argument `i` names (resolved by the caller's session),
+    /// checked to exist still on `client`'s snapshot: 42P01 otherwise.
+    pub async fn relation(&self, i: usize, client: &Client) -> Result<u32, PgError> {
+        let arg = self.required(i)?;
+        let Some(relid) = self.relids.get(i).copied().flatten() else {
+            return Err(PgError::internal(format!(
+                "{}: argument {} was not resolved",
+                self.name,
+                self.names.get(i).unwrap_or(&"?")
+            )));
+        };
+        let row = client
+            .query_opt(
+                "SELECT c.oid FROM pg_catalog.pg_class c WHERE c.oid = $1",
+                &[&relid],
+            )
+            .await
+            .map_err(|e| {
+                PgError::from_client_error(&format!("cannot resolve relation \"{arg}\""), &e)
+            })?;
+        row.map(|r| r.get(0)).ok_or_else(|| {
+            PgError::new(
+                sqlstate::UNDEFINED_TABLE,
+                format!("relation \"{arg}\" does not exist"),
+            )
+        })
+    }
+
     /// Argument `i` (None when NULL or omitted).
     pub fn get(&self, i: usize) -> Option<&str> {
         self.values.get(i).and_then(|v| v.as_deref())
@@ -291,25 +342,6 @@ pub(crate) async fn begin_catalog_change(cache: &CatalogCache) -> Result<Client,
         .await
         .map_err(db_err("cannot lock the pgshard catalog"))?;
     Ok(client)
-}
-
-/// Resolves a table argument (a name as `regclass` reads it, or an oid) on the
-/// coordinator node: 42P01 if there is no such relation.
-pub(crate) async fn resolve_relation(client: &Client, arg: &str) -> Result<u32, PgError> {
-    let row = client
-        .query_opt(
-            "SELECT c.oid FROM pg_catalog.pg_class c WHERE c.oid = coalesce(pg_catalog.to_regclass($1)::oid, \
-             CASE WHEN $1 ~ '^[0-9]+$' AND length($1) < 11 THEN $1::int8::oid END)",
-            &[&arg],
-        )
-        .await
-        .map_err(|e| PgError::from_client_error(&format!("cannot resolve relation \"{arg}\""), &e))?;
-    row.map(|r| r.get(0)).ok_or_else(|| {
-        PgError::new(
-            sqlstate::UNDEFINED_TABLE,
-            format!("relation \"{arg}\" does not exist"),
-        )
-    })
 }
 
 /// A statement shortened for error messages.
@@ -366,6 +398,7 @@ mod tests {
             name: "f",
             names: &["a", "b", "c"],
             values: vec![Some("x".into()), None, Some(" 12 ".into())],
+            relids: Vec::new(),
         };
         assert_eq!(a.get(0), Some("x"));
         assert_eq!(a.get(1), None);

@@ -14,7 +14,7 @@ use super::distribute::{
 };
 use super::privileges;
 use super::twopc::{self, Participant};
-use super::{abbreviate, begin_catalog_change, db_err, resolve_relation, Args, UtilityResult};
+use super::{abbreviate, begin_catalog_change, db_err, Args, UtilityResult};
 use crate::catalog::cache::{bump_version, CatalogCache};
 use crate::catalog::shard_table_name;
 use crate::error::{sqlstate, PgError};
@@ -29,9 +29,8 @@ pub(crate) async fn create_reference_table(
     args: &Args<'_>,
     caller: &str,
 ) -> Result<UtilityResult, PgError> {
-    let table_arg = args.required(0)?.to_string();
     let coord = begin_catalog_change(cache).await?;
-    let relid = resolve_relation(&coord, &table_arg).await?;
+    let relid = args.relation(0, &coord).await?;
     privileges::ensure_owner(&coord, caller, relid).await?;
     let row = coord
         .query_one(

@@ -9,9 +9,7 @@
 
 use super::distribute::read_table_shards;
 use super::twopc::{self, Participant};
-use super::{
-    abbreviate, begin_catalog_change, db_err, resolve_relation, type_oid, Args, UtilityResult,
-};
+use super::{abbreviate, begin_catalog_change, db_err, type_oid, Args, UtilityResult};
 use crate::backend::control;
 use crate::catalog::cache::{bump_version, CatalogCache};
 use crate::catalog::load::base_type_sql;
@@ -312,7 +310,7 @@ pub(crate) async fn get_shard_id_for_distribution_column(
 ) -> Result<UtilityResult, PgError> {
     let table_arg = args.required(0)?;
     let client = control::connect_coordinator(cache.config()).await?;
-    let relid = resolve_relation(&client, table_arg).await?;
+    let relid = args.relation(0, &client).await?;
     let method = partition_method(&client, relid, table_arg, "get the shard id").await?;
     let shards = read_table_shards(&client, relid).await?;
     let result = |id: i64| UtilityResult::scalar(args.name, type_oid::INT8, Some(id.to_string()));
@@ -386,7 +384,7 @@ pub(crate) async fn relation_size(
     let table_arg = args.required(0)?;
     let cfg = cache.config();
     let client = control::connect_coordinator(cfg).await?;
-    let relid = resolve_relation(&client, table_arg).await?;
+    let relid = args.relation(0, &client).await?;
     partition_method(&client, relid, table_arg, "calculate the size").await?;
     let (schema, table) = relation_name(&client, relid).await?.ok_or_else(|| {
         PgError::new(
@@ -448,7 +446,7 @@ pub(crate) async fn undistribute_table(
         ));
     }
     let coord = begin_catalog_change(cache).await?;
-    let relid = resolve_relation(&coord, table_arg).await?;
+    let relid = args.relation(0, &coord).await?;
     super::privileges::ensure_owner(&coord, caller, relid).await?;
     partition_method(&coord, relid, table_arg, "undistribute the table").await?;
     let (schema, name) = relation_name(&coord, relid).await?.ok_or_else(|| {

@@ -65,6 +65,7 @@ mod evaluate;
 use settings::{begin_sequence, settings_replay_sql, CitusLocal, Savepoint, SettingsSnapshot};
 /// The implicit transaction of a string of local statements with transaction control.
 mod implicit;
+mod names;
 /// Client prepared statements on the client's own coordinator-node connection; result
 /// shape checks of the others.
 mod prepared;
@@ -97,6 +98,10 @@ struct Prepared {
     stmt: Statement,
     plan: Plan,
     catalog_version: i64,
+    /// The session's names epoch it was planned with (`names.rs`): planned again
+    /// when the names may stand for other tables, as PostgreSQL analyses a prepared
+    /// statement again after `SET search_path`.
+    names_epoch: u64,
     meta: StatementMeta,
     /// The client's name for it on the client's own coordinator-node connection, where
     /// a named statement running there is prepared as PostgreSQL would (`prepared.rs`).
@@ -234,6 +239,8 @@ pub struct Session {
     pipelined: PipelinedBatch,
     txn_serial: u64,
     shapes: ShapeCache,
+    /// What unqualified table names stand for in this session (`names.rs`).
+    names: names::NameCache,
     /// The current transaction block was started by pgshard for a Sync batch that
     /// wrote on several nodes; it ends at that Sync.
     implicit_block: bool,
@@ -349,6 +356,7 @@ impl Session {
             cursor_tables: 0,
             batch_clock: timeout::BatchClock::default(),
             shapes: ShapeCache::default(),
+            names: names::NameCache::default(),
             implicit_block: false,
             string_block: false,
             catalog_changed: false,
@@ -908,12 +916,15 @@ impl Session {
         self.held.clear();
         self.running.lock().unwrap().clear();
         self.portals.clear();
+        self.names_after_block(true);
     }
 
     // ---- planning --------------------------------------------------------
 
-    fn plan_statement(&self, stmt: &Statement, catalog: &Catalog) -> PgResult<Plan> {
-        let plan = planner::plan(stmt, catalog, &commands::is_utility_function)?;
+    /// Plans `stmt`, its unqualified table names resolved with the session's path.
+    async fn plan_statement(&mut self, stmt: &Statement, catalog: &Catalog) -> PgResult<Plan> {
+        let names = self.names_for(stmt, catalog).await?;
+        let plan = planner::plan(stmt, catalog, &names, &commands::is_utility_function)?;
         Ok(client_text::only_as_written(stmt, plan))
     }
 
@@ -1031,7 +1042,8 @@ impl Session {
         }
         let stmt = stmts.remove(0);
         let catalog = self.shared.catalog.snapshot();
-        let plan = self.plan_statement(&stmt, &catalog)?;
+        let plan = self.plan_statement(&stmt, &catalog).await?;
+        let names_epoch = self.names_epoch(&catalog);
         if self.txn == TxnState::Failed && !plan.ends_failed_block() {
             return Err(aborted_error());
         }
@@ -1057,6 +1069,7 @@ impl Session {
             stmt,
             plan,
             catalog_version: catalog.version,
+            names_epoch,
             meta,
             home_name,
             shard_sql: Mutex::new(HashMap::new()),
@@ -1074,10 +1087,11 @@ impl Session {
             ));
         };
         let catalog = self.shared.catalog.snapshot();
-        if catalog.version == p.catalog_version {
+        if catalog.version == p.catalog_version && self.names_epoch(&catalog) == p.names_epoch {
             return Ok(p);
         }
-        let plan = self.plan_statement(&p.stmt, &catalog)?;
+        let plan = self.plan_statement(&p.stmt, &catalog).await?;
+        let names_epoch = self.names_epoch(&catalog);
         self.isolate_if_stateful(&p.stmt, &plan).await?;
         // As PostgreSQL's plan cache: a statement whose result shape the DDL changed
         // fails until the client prepares it again (0A000).
@@ -1088,6 +1102,7 @@ impl Session {
             stmt: p.stmt.clone(),
             plan,
             catalog_version: catalog.version,
+            names_epoch,
             meta: p.meta.clone(),
             home_name: p.home_name.clone(),
             shard_sql: Mutex::new(HashMap::new()),
@@ -1100,6 +1115,7 @@ impl Session {
 
     async fn bind_message(&mut self, bind: BindMsg) -> PgResult<()> {
         let stmt = self.current_statement(&bind.statement).await?;
+        self.note_names_change(&stmt.stmt);
         if bind.params.len() != stmt.meta.param_types.len() {
             return Err(PgError::new(
                 sqlstate::PROTOCOL_VIOLATION,
@@ -1128,6 +1144,7 @@ impl Session {
                     stmt: s,
                     plan,
                     catalog_version: stmt.catalog_version,
+                    names_epoch: stmt.names_epoch,
                     meta: stmt.meta.clone(),
                     home_name: None,
                     shard_sql: Mutex::new(HashMap::new()),
@@ -1486,7 +1503,8 @@ impl Session {
             None
         };
         if let Some(sc) = &scanned {
-            if let Some(fast) = self.shapes.lookup(catalog.version, sc, sql) {
+            let version = (catalog.version, self.names_epoch(&catalog));
+            if let Some(fast) = self.shapes.lookup(version, sc, sql) {
                 let r = match fast {
                     FastPlan::Local { write } => {
                         let coord = self.shared.coordinator.clone();
@@ -1537,8 +1555,9 @@ impl Session {
             }
         };
         let mut plans = Vec::with_capacity(stmts.len());
+        let mut planned_names = self.names_epoch(&catalog);
         for s in &stmts {
-            match self.plan_statement(s, &catalog) {
+            match self.plan_statement(s, &catalog).await {
                 Ok(p) => plans.push(p),
                 Err(e) => {
                     self.write_client_error(&e);
@@ -1576,17 +1595,13 @@ impl Session {
             plans.as_slice(),
             stateful || sets_config,
         ) {
-            if let Some(node) = &stmt.node {
+            if let (Some(node), false) = (&stmt.node, planner::names::may_change_names(stmt)) {
                 // A routed statement whose functions are evaluated on the coordinator
                 // node is planned each time (a shape would send them to the shard).
                 if matches!(plan, Plan::Local) || !self.evaluates_once(node).await {
-                    self.shapes.remember(
-                        catalog.version,
-                        sc,
-                        node,
-                        plan,
-                        !is_read_only_local(stmt),
-                    );
+                    let version = (catalog.version, planned_names);
+                    self.shapes
+                        .remember(version, sc, node, plan, !is_read_only_local(stmt));
                 }
             }
         }
@@ -1601,12 +1616,19 @@ impl Session {
             let r = self
                 .simple_on_backend(&coord, sql, !stmts.iter().all(is_read_only_local))
                 .await;
+            for stmt in &stmts {
+                self.note_names_change(stmt);
+            }
             self.finish_simple(r).await;
             return Ok(());
         }
         if stmts.len() > 1 && self.txn == TxnState::Idle && self.held.is_empty() {
             if let Some(begin) = implicit::local_with_transaction_control(&plans) {
-                return self.local_with_transaction_control(sql, begin).await;
+                let r = self.local_with_transaction_control(sql, begin).await;
+                for stmt in &stmts {
+                    self.note_names_change(stmt);
+                }
+                return r;
             }
         }
         let planned_with = catalog.version;
@@ -1619,12 +1641,17 @@ impl Session {
             // create_distributed_table): this one and the rest are planned again.
             let replanned;
             let current = (i > 0).then(|| self.shared.catalog.snapshot());
-            let plan = if let Some(current) = current.filter(|c| c.version != planned_with) {
+            // ... and likewise after one that may have changed what names stand for
+            // (`set search_path = s2; select * from t`).
+            let current = current
+                .filter(|c| c.version != planned_with || self.names_epoch(c) != planned_names);
+            let plan = if let Some(current) = current {
                 catalog = current;
-                let planned = match self.plan_statement(stmt, &catalog) {
+                let planned = match self.plan_statement(stmt, &catalog).await {
                     Ok(p) => self.isolate_if_stateful(stmt, &p).await.map(|_| p),
                     Err(e) => Err(e),
                 };
+                planned_names = self.names_epoch(&catalog);
                 match planned {
                     Ok(p) => {
                         replanned = p;
@@ -1673,6 +1700,7 @@ impl Session {
                 types: &[],
                 bind: None,
             };
+            self.note_names_change(stmt);
             let r = match plan {
                 Plan::Local => {
                     // A query string of one statement goes as the client wrote it
@@ -2093,6 +2121,11 @@ impl Session {
                     sink.complete(&d.tag);
                     return Ok(());
                 }
+                let search_path = self.search_path().await?;
+                let caller = commands::ddl::Caller {
+                    role: &caller,
+                    search_path: &search_path,
+                };
                 commands::ddl::propagate_ddl(&self.shared.catalog, d, &caller).await?;
                 sink.complete(&d.tag);
                 Ok(())
@@ -2119,6 +2152,11 @@ impl Session {
                     return Err(PgError::not_supported("DROP INDEX of a distributed table inside a transaction block is not supported by pgshard yet"));
                 }
                 let caller = self.caller().await?;
+                let search_path = self.search_path().await?;
+                let caller = commands::ddl::Caller {
+                    role: &caller,
+                    search_path: &search_path,
+                };
                 commands::ddl::drop_indexes(&self.shared.catalog, d, &stmt.text, indexes, &caller)
                     .await?;
                 self.shared.catalog.reload().await;
@@ -2285,14 +2323,25 @@ impl Session {
             }
             values[pos] = value;
         }
+        // Table arguments are `regclass`: PostgreSQL reads them with the caller's path.
+        let mut relids = vec![None; values.len()];
+        for (i, v) in values.iter().enumerate() {
+            if let Some(v) = v.as_deref().filter(|v| commands::is_table_arg(name, i, v)) {
+                relids[i] = self.regclass(v).await?;
+            }
+        }
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let shared = self.shared.clone();
         let settings = self.citus;
         let call_name = name.to_string();
         let caller = self.caller().await?;
         let mut task = tokio::spawn(async move {
-            commands::call_utility(&shared.catalog, &settings, &call_name, values, tx, &caller)
-                .await
+            let call = commands::UtilityCall {
+                name: &call_name,
+                args: values,
+                relids,
+            };
+            commands::call_utility(&shared.catalog, &settings, call, tx, &caller).await
         });
         let result = loop {
             tokio::select! {
@@ -2412,6 +2461,7 @@ impl Session {
                 Ok(())
             }
             TxnCommand::RollbackTo { name } => {
+                self.names_after_block(false);
                 self.outside_block_check("ROLLBACK TO SAVEPOINT")?;
                 let at = self.savepoint_position(name)?;
                 self.on_every_held(&format!("ROLLBACK TO SAVEPOINT {}", quote_ident(name)))

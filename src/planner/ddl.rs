@@ -7,6 +7,7 @@
 //! PostgreSQL chose on the coordinator's shell table; the executor reads those after
 //! running the statement there and passes them in order to [`shard_statement`].
 
+use super::names::Names;
 use crate::catalog::{shard_table_name, Catalog, DistTable, PartitionMethod, ShardId};
 use crate::commands::distribute::shard_object_name;
 use crate::error::{PgError, PgResult};
@@ -121,12 +122,17 @@ fn partition_column_error() -> PgError {
 /// Plans a DDL statement whose target is a distributed table. `None`: not a DDL
 /// statement pgshard propagates (the caller's usual rules apply). `Some(Err)`: a
 /// refusal (0A000) with the reason.
-pub fn plan_ddl(node: &N, text: &str, catalog: &Catalog) -> Option<PgResult<DdlPlan>> {
+pub fn plan_ddl(
+    node: &N,
+    text: &str,
+    catalog: &Catalog,
+    names: &Names,
+) -> Option<PgResult<DdlPlan>> {
     let resolve = |rv: &protobuf::RangeVar| {
         let schema = (!rv.schemaname.is_empty()).then_some(rv.schemaname.as_str());
-        catalog.resolve(schema, &rv.relname).cloned()
+        names.resolve(catalog, schema, &rv.relname).cloned()
     };
-    if let Some(p) = super::security::plan_policy(node, text, catalog) {
+    if let Some(p) = super::security::plan_policy(node, text, catalog, names) {
         return Some(p);
     }
     let plan = match node {
@@ -149,18 +155,9 @@ pub fn plan_ddl(node: &N, text: &str, catalog: &Catalog) -> Option<PgResult<DdlP
             if a.objtype != ObjectType::ObjectTable as i32 {
                 return None;
             }
-            let Some(table) = resolve(a.relation.as_ref()?) else {
-                // A local table's constraint referring to a distributed table.
-                return catalog
-                    .tables_by_name
-                    .keys()
-                    .find(|n| crate::sql::parse::count_mentions(text, n) > 0)
-                    .and_then(|n| {
-                        refuse(format!(
-                            "pgshard does not support ALTER TABLE of a local table referring to the distributed table \"{n}\""
-                        ))
-                    });
-            };
+            // A local table's: the caller's rules apply (a constraint naming a
+            // distributed table is a reference in its tree).
+            let table = resolve(a.relation.as_ref()?)?;
             let mut p = base(&table, node, text, "ALTER TABLE");
             for c in &a.cmds {
                 let Some(N::AlterTableCmd(cmd)) = c.node.as_ref() else {
@@ -645,7 +642,13 @@ pub(crate) mod tests {
 
     fn plan(sql: &str) -> Option<PgResult<DdlPlan>> {
         let stmts = crate::sql::parse::parse(sql).unwrap();
-        plan_ddl(stmts[0].node.as_ref().unwrap(), sql, &catalog())
+        let c = catalog();
+        plan_ddl(
+            stmts[0].node.as_ref().unwrap(),
+            sql,
+            &c,
+            &crate::planner::Names::on_path(&c, &["public"]),
+        )
     }
 
     fn shard_sql(sql: &str, resolved: &[&str]) -> String {

@@ -86,22 +86,26 @@ pub enum FastPlan {
     },
 }
 
+/// What the cached shapes were planned with: the catalog version and the epoch of the
+/// session's name resolution (`executor::session::names`); shapes of another are dropped.
+pub type ShapeVersion = (i64, u64);
+
 #[derive(Default)]
 pub struct ShapeCache {
-    catalog_version: i64,
+    version: ShapeVersion,
     shapes: HashMap<String, Shape>,
 }
 
 impl ShapeCache {
     pub fn lookup(
         &mut self,
-        catalog_version: i64,
+        version: ShapeVersion,
         scanned: &Scanned,
         sql: &str,
     ) -> Option<FastPlan> {
-        if catalog_version != self.catalog_version {
+        if version != self.version {
             self.shapes.clear();
-            self.catalog_version = catalog_version;
+            self.version = version;
             return None;
         }
         match self.shapes.get(&scanned.key)? {
@@ -114,15 +118,15 @@ impl ShapeCache {
     /// is one a shape can reproduce.
     pub fn remember(
         &mut self,
-        catalog_version: i64,
+        version: ShapeVersion,
         scanned: Scanned,
         node: &N,
         plan: &Plan,
         write: bool,
     ) {
-        if catalog_version != self.catalog_version {
+        if version != self.version {
             self.shapes.clear();
-            self.catalog_version = catalog_version;
+            self.version = version;
         }
         if self.shapes.len() >= MAX_SHAPES {
             self.shapes.clear();

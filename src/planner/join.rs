@@ -433,7 +433,14 @@ mod tests {
 
     fn plan(sql: &str) -> Plan {
         let stmts = crate::sql::parse::parse(sql).unwrap();
-        super::super::plan(&stmts[0], &catalog(), &|_| false).unwrap()
+        let c = catalog();
+        super::super::plan(
+            &stmts[0],
+            &c,
+            &crate::planner::Names::on_path(&c, &["public"]),
+            &|_| false,
+        )
+        .unwrap()
     }
 
     fn shard_sql(p: &Plan) -> String {

@@ -16,6 +16,7 @@ pub mod insert;
 pub mod insert_select;
 pub mod join;
 pub mod multishard;
+pub mod names;
 pub mod propagate;
 pub mod router;
 pub mod security;
@@ -24,6 +25,7 @@ pub mod template;
 use crate::catalog::{Catalog, DistTable, PartitionMethod};
 use crate::error::{sqlstate, PgError, PgResult};
 use crate::sql::parse::{relations, RelRef, Statement};
+pub use names::Names;
 use pg_query::protobuf::node::Node as N;
 use pg_query::protobuf::{self, TransactionStmtKind, VariableSetKind};
 use std::sync::Arc;
@@ -222,10 +224,12 @@ pub enum DefaultUse {
     Any,
 }
 
-/// Plans one parsed statement against a catalog snapshot.
+/// Plans one parsed statement against a catalog snapshot, its unqualified table
+/// names resolved as `names` says (the session's search_path).
 pub fn plan(
     stmt: &Statement,
     catalog: &Catalog,
+    names: &Names,
     is_utility_function: &dyn Fn(&str) -> bool,
 ) -> PgResult<Plan> {
     let Some(node) = &stmt.node else {
@@ -279,7 +283,7 @@ pub fn plan(
     if let Some(p) = security::plan_role(node, &stmt.text) {
         return Ok(Plan::Role(Arc::new(p)));
     }
-    match security::plan_grant(node, &stmt.text, catalog) {
+    match security::plan_grant(node, &stmt.text, catalog, names) {
         Some(Ok(p)) => return Ok(Plan::Grant(Arc::new(p))),
         Some(Err(e)) => return Ok(Plan::Unsupported(e)),
         None => {}
@@ -288,11 +292,11 @@ pub fn plan(
         return Ok(Plan::Local);
     }
     if let N::ExplainStmt(e) = node {
-        return plan_explain(e, stmt, catalog, is_utility_function);
+        return plan_explain(e, stmt, catalog, names, is_utility_function);
     }
     if let N::DropStmt(d) = node {
         if d.remove_type == protobuf::ObjectType::ObjectTable as i32 {
-            return Ok(plan_drop_tables(d, catalog));
+            return Ok(plan_drop_tables(d, catalog, names));
         }
         if d.remove_type == protobuf::ObjectType::ObjectIndex as i32 {
             match ddl::plan_drop_index(d, catalog) {
@@ -307,42 +311,41 @@ pub fn plan(
             }
         }
     }
-    match propagate::plan_propagate(node, &stmt.text, catalog) {
+    match propagate::plan_propagate(node, &stmt.text, catalog, names) {
         Some(Ok(p)) => return Ok(Plan::Propagate(Arc::new(p))),
         Some(Err(e)) => return Ok(Plan::Unsupported(e)),
         None => {}
     }
-    match ddl::plan_ddl(node, &stmt.text, catalog) {
+    match ddl::plan_ddl(node, &stmt.text, catalog, names) {
         Some(Ok(p)) => return Ok(Plan::Ddl(Arc::new(p))),
         Some(Err(e)) => return Ok(Plan::Unsupported(e)),
         None => {}
     }
-    let rels = relations(stmt, catalog.tables_by_name.keys().map(String::as_str));
+    let mut rels = relations(stmt, catalog.tables_by_name.keys().map(String::as_str));
+    // The relation a CREATE makes is not a reference: PostgreSQL creates it in the
+    // path's first schema whatever an existing table of that name is.
+    if let Some(at) = created_relation(node) {
+        rels.retain(|r| r.location != at);
+    }
     let dist: Vec<(&RelRef, Arc<DistTable>)> = rels
         .iter()
         .filter_map(|r| {
-            catalog
-                .resolve(r.schema.as_deref(), &r.name)
+            names
+                .resolve(catalog, r.schema.as_deref(), &r.name)
                 .map(|t| (r, t.clone()))
         })
         .collect();
     if dist.is_empty() {
-        let is_dml = matches!(
-            node,
-            N::SelectStmt(_) | N::InsertStmt(_) | N::UpdateStmt(_) | N::DeleteStmt(_)
-        );
-        // Other statements may name tables outside RangeVars (lists of names, function
-        // bodies): one that mentions a distributed table is refused, not run on its shell.
-        if !is_dml {
-            if let Some(name) = catalog
-                .tables_by_name
-                .keys()
-                .find(|n| crate::sql::parse::count_mentions(&stmt.text, n) > 0)
-            {
-                return Ok(Plan::Unsupported(PgError::not_supported(format!(
-                    "pgshard does not support this statement when it involves the distributed table \"{name}\" yet"
-                ))));
-            }
+        // Statements naming tables by lists of names (COMMENT ON, DROP TRIGGER ...):
+        // one naming a distributed table is refused, not run on its shell.
+        if let Some(t) = object_list_tables(node)
+            .iter()
+            .find_map(|(schema, name)| names.resolve(catalog, schema.as_deref(), name))
+        {
+            return Ok(Plan::Unsupported(PgError::not_supported(format!(
+                "pgshard does not support this statement when it involves the distributed table \"{}\" yet",
+                t.name
+            ))));
         }
         return Ok(Plan::Local);
     }
@@ -397,12 +400,12 @@ pub fn plan(
                     "pgshard could not resolve the table of this COPY",
                 )));
             }
-            let plan_query = |q: &str| plan_text(q, catalog, is_utility_function);
+            let plan_query = |q: &str| plan_text(q, catalog, names, is_utility_function);
             copy::plan_copy(c, &stmt.text, dist[0].1.clone(), &plan_query)
         }
-        N::DeclareCursorStmt(d) => {
-            cursor::plan_declare(d, &|q: &str| plan_text(q, catalog, is_utility_function))
-        }
+        N::DeclareCursorStmt(d) => cursor::plan_declare(d, &|q: &str| {
+            plan_text(q, catalog, names, is_utility_function)
+        }),
         _ => Ok(Plan::Unsupported(PgError::not_supported(format!(
             "pgshard does not support this statement on the distributed table \"{}\" yet",
             dist[0].1.name
@@ -414,10 +417,11 @@ pub fn plan(
 fn plan_text(
     sql: &str,
     catalog: &Catalog,
+    names: &Names,
     is_utility_function: &dyn Fn(&str) -> bool,
 ) -> PgResult<Plan> {
     let mut stmts = crate::sql::parse::parse(sql)?;
-    plan(&stmts.remove(0), catalog, is_utility_function)
+    plan(&stmts.remove(0), catalog, names, is_utility_function)
 }
 
 /// EXPLAIN: the explained statement is planned; where it runs on the coordinator node
@@ -426,12 +430,13 @@ fn plan_explain(
     e: &protobuf::ExplainStmt,
     stmt: &Statement,
     catalog: &Catalog,
+    names: &Names,
     is_utility_function: &dyn Fn(&str) -> bool,
 ) -> PgResult<Plan> {
     let Some((inner, prefix, analyze, costs)) = explain::split_explain(e, &stmt.text)? else {
         return Ok(Plan::Local);
     };
-    let inner_plan = plan(&inner, catalog, is_utility_function)?;
+    let inner_plan = plan(&inner, catalog, names, is_utility_function)?;
     match inner_plan {
         Plan::Local => Ok(Plan::Local),
         Plan::Router(_) | Plan::MultiShard(_) | Plan::MultiShardModify(_) => {
@@ -450,7 +455,7 @@ fn plan_explain(
 }
 
 /// DROP TABLE names its tables as lists of strings, not RangeVars.
-fn plan_drop_tables(d: &protobuf::DropStmt, catalog: &Catalog) -> Plan {
+fn plan_drop_tables(d: &protobuf::DropStmt, catalog: &Catalog, names: &Names) -> Plan {
     let mut tables: Vec<Arc<DistTable>> = Vec::new();
     let mut local = 0;
     for o in &d.objects {
@@ -459,9 +464,9 @@ fn plan_drop_tables(d: &protobuf::DropStmt, catalog: &Catalog) -> Plan {
         };
         let parts = crate::sql::parse::string_items(&l.items);
         let found = match parts.as_slice() {
-            [name] => catalog.resolve(None, name),
-            [schema, name] => catalog.resolve(Some(schema), name),
-            [_, schema, name] => catalog.resolve(Some(schema), name),
+            [name] => names.resolve(catalog, None, name),
+            [schema, name] => names.resolve(catalog, Some(schema), name),
+            [_, schema, name] => names.resolve(catalog, Some(schema), name),
             _ => None,
         };
         match found {
@@ -479,6 +484,67 @@ fn plan_drop_tables(d: &protobuf::DropStmt, catalog: &Catalog) -> Plan {
         ));
     }
     Plan::DropTables { tables }
+}
+
+/// Where the relation a CREATE statement makes is named (its RangeVar's location).
+fn created_relation(node: &N) -> Option<usize> {
+    let rv = match node {
+        N::CreateStmt(c) => c.relation.as_ref()?,
+        N::CreateTableAsStmt(c) => c.into.as_ref()?.rel.as_ref()?,
+        N::ViewStmt(v) => v.view.as_ref()?,
+        N::CreateSeqStmt(c) => c.sequence.as_ref()?,
+        N::CreateForeignTableStmt(c) => c.base_stmt.as_ref()?.relation.as_ref()?,
+        N::SelectStmt(s) => s.into_clause.as_ref()?.rel.as_ref()?,
+        _ => return None,
+    };
+    Some(rv.location.max(0) as usize)
+}
+
+/// The tables a statement names by lists of names rather than RangeVars (schema if
+/// written, name): DROP of tables and of their triggers, rules and policies,
+/// COMMENT ON / SECURITY LABEL ON tables and their columns, constraints, triggers.
+fn object_list_tables(node: &N) -> Vec<(Option<String>, String)> {
+    use protobuf::ObjectType as O;
+    // How many trailing items name something inside the table.
+    let inner_items = |objtype: i32| -> Option<usize> {
+        let t = O::try_from(objtype).ok()?;
+        match t {
+            O::ObjectTable | O::ObjectView | O::ObjectMatview | O::ObjectForeignTable => Some(0),
+            O::ObjectColumn
+            | O::ObjectTabconstraint
+            | O::ObjectTrigger
+            | O::ObjectRule
+            | O::ObjectPolicy => Some(1),
+            _ => None,
+        }
+    };
+    let name_of = |o: &protobuf::Node, inner: usize| -> Option<(Option<String>, String)> {
+        let Some(N::List(l)) = o.node.as_ref() else {
+            return None;
+        };
+        let parts = crate::sql::parse::string_items(&l.items);
+        let parts = parts.get(..parts.len().checked_sub(inner)?)?;
+        match parts {
+            [name] => Some((None, name.to_string())),
+            [.., schema, name] => Some((Some(schema.to_string()), name.to_string())),
+            [] => None,
+        }
+    };
+    match node {
+        N::DropStmt(d) => match inner_items(d.remove_type) {
+            Some(inner) => d.objects.iter().filter_map(|o| name_of(o, inner)).collect(),
+            None => Vec::new(),
+        },
+        N::CommentStmt(c) => match (inner_items(c.objtype), c.object.as_deref()) {
+            (Some(inner), Some(o)) => name_of(o, inner).into_iter().collect(),
+            _ => Vec::new(),
+        },
+        N::SecLabelStmt(c) => match (inner_items(c.objtype), c.object.as_deref()) {
+            (Some(inner), Some(o)) => name_of(o, inner).into_iter().collect(),
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
 }
 
 /// How long a `SET` / `RESET` lasts, which decides where pgshard applies it.

@@ -3,6 +3,7 @@
 //! IDENTITY`, `CASCADE`, `VACUUM (FULL, FREEZE)`, `ANALYZE t (a, b)`, `IN SHARE MODE
 //! NOWAIT`): the parse tree is rewritten and deparsed, never the text edited.
 
+use super::names::Names;
 use crate::catalog::{shard_table_name, Catalog, DistTable, ShardId};
 use crate::error::{PgError, PgResult};
 use pg_query::protobuf::node::Node as N;
@@ -120,22 +121,31 @@ fn range_var(n: &Node) -> Option<&protobuf::RangeVar> {
     }
 }
 
-fn resolve<'a>(catalog: &'a Catalog, rv: &protobuf::RangeVar) -> Option<&'a Arc<DistTable>> {
+fn resolve<'a>(
+    catalog: &'a Catalog,
+    names: &Names,
+    rv: &protobuf::RangeVar,
+) -> Option<&'a Arc<DistTable>> {
     let schema = (!rv.schemaname.is_empty()).then_some(rv.schemaname.as_str());
-    catalog.resolve(schema, &rv.relname)
+    names.resolve(catalog, schema, &rv.relname)
 }
 
 /// `None` when the statement names no distributed table (it runs on the coordinator
 /// node); a refusal when TRUNCATE / VACUUM / ANALYZE mix distributed and other tables
 /// (LOCK takes both: the local ones are locked on the coordinator node).
-pub fn plan_propagate(stmt: &N, text: &str, catalog: &Catalog) -> Option<PgResult<PropagatePlan>> {
+pub fn plan_propagate(
+    stmt: &N,
+    text: &str,
+    catalog: &Catalog,
+    names: &Names,
+) -> Option<PgResult<PropagatePlan>> {
     let mut tables: Vec<TableStatement> = Vec::new();
     let mut local = 0;
     let kind = match stmt {
         N::LockStmt(l) => {
             for r in &l.relations {
                 let Some(rv) = range_var(r) else { continue };
-                match resolve(catalog, rv) {
+                match resolve(catalog, names, rv) {
                     Some(table) if !tables.iter().any(|x| x.table.relid == table.relid) => tables
                         .push(TableStatement {
                             table: table.clone(),
@@ -152,7 +162,7 @@ pub fn plan_propagate(stmt: &N, text: &str, catalog: &Catalog) -> Option<PgResul
         N::TruncateStmt(t) => {
             for r in &t.relations {
                 let Some(rv) = range_var(r) else { continue };
-                match resolve(catalog, rv) {
+                match resolve(catalog, names, rv) {
                     Some(table) if !tables.iter().any(|x| x.table.relid == table.relid) => tables
                         .push(TableStatement {
                             table: table.clone(),
@@ -175,7 +185,7 @@ pub fn plan_propagate(stmt: &N, text: &str, catalog: &Catalog) -> Option<PgResul
                 let Some(rv) = vr.relation.as_ref() else {
                     continue;
                 };
-                match resolve(catalog, rv) {
+                match resolve(catalog, names, rv) {
                     Some(table) => match tables.iter_mut().find(|x| x.table.relid == table.relid) {
                         // `ANALYZE t (a), t (b)`: both column lists, shard by shard.
                         Some(TableStatement {
@@ -251,7 +261,13 @@ mod tests {
 
     fn plan_of(sql: &str) -> Option<PgResult<PropagatePlan>> {
         let stmt = crate::sql::parse::parse(sql).unwrap().remove(0);
-        plan_propagate(stmt.node.as_ref().unwrap(), sql, &catalog())
+        let c = catalog();
+        plan_propagate(
+            stmt.node.as_ref().unwrap(),
+            sql,
+            &c,
+            &crate::planner::Names::on_path(&c, &["public"]),
+        )
     }
 
     fn shard_sql(sql: &str) -> Vec<String> {
@@ -334,14 +350,19 @@ mod tests {
             relid: 3,
             schema: "public".into(),
             name: "we\"ird; drop".into(),
-            ..(*c.resolve(None, "t").unwrap().clone()).clone()
+            ..(*c.qualified("public", "t").unwrap().clone()).clone()
         });
         let stmt = crate::sql::parse::parse("truncate \"we\"\"ird; drop\"")
             .unwrap()
             .remove(0);
-        let p = plan_propagate(stmt.node.as_ref().unwrap(), "", &c)
-            .unwrap()
-            .unwrap();
+        let p = plan_propagate(
+            stmt.node.as_ref().unwrap(),
+            "",
+            &c,
+            &crate::planner::Names::on_path(&c, &["public"]),
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(
             p.tables[0].for_shards(&[7]).unwrap(),
             "TRUNCATE public.\"we\"\"ird; drop_7\""

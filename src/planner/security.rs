@@ -18,6 +18,7 @@
 //! replaces them with the caller's name first.
 
 use super::ddl::DdlPlan;
+use super::names::Names;
 use crate::catalog::{shard_table_name, Catalog, DistTable, ShardId};
 use crate::error::{PgError, PgResult};
 use crate::sql::parse::string_items;
@@ -182,7 +183,12 @@ fn deparse(n: N) -> PgResult<String> {
 /// Plans `GRANT/REVOKE` on objects and `ALTER DEFAULT PRIVILEGES`; `None` when the
 /// statement is neither, or names only objects that live on the coordinator node alone
 /// (local tables and views, types, languages, ...).
-pub fn plan_grant(node: &N, text: &str, catalog: &Catalog) -> Option<PgResult<GrantPlan>> {
+pub fn plan_grant(
+    node: &N,
+    text: &str,
+    catalog: &Catalog,
+    names: &Names,
+) -> Option<PgResult<GrantPlan>> {
     let (g, tag) = match node {
         N::GrantStmt(g) => (g, if g.is_grant { "GRANT" } else { "REVOKE" }),
         N::AlterDefaultPrivilegesStmt(a) => {
@@ -248,7 +254,7 @@ pub fn plan_grant(node: &N, text: &str, catalog: &Catalog) -> Option<PgResult<Gr
                     continue;
                 };
                 let schema = (!rv.schemaname.is_empty()).then_some(rv.schemaname.as_str());
-                if let Some(t) = catalog.resolve(schema, &rv.relname) {
+                if let Some(t) = names.resolve(catalog, schema, &rv.relname) {
                     if !plan.tables.iter().any(|x| x.relid == t.relid) {
                         plan.tables.push(t.clone());
                     }
@@ -355,10 +361,15 @@ fn reads_tables(expr: Option<&protobuf::Node>) -> bool {
 
 /// `CREATE/ALTER/DROP POLICY` and `ALTER POLICY ... RENAME` on a distributed table:
 /// `None` when the table is not distributed (or the statement not a policy's).
-pub fn plan_policy(node: &N, text: &str, catalog: &Catalog) -> Option<PgResult<DdlPlan>> {
+pub fn plan_policy(
+    node: &N,
+    text: &str,
+    catalog: &Catalog,
+    names: &Names,
+) -> Option<PgResult<DdlPlan>> {
     let resolve = |rv: &protobuf::RangeVar| {
         let schema = (!rv.schemaname.is_empty()).then_some(rv.schemaname.as_str());
-        catalog.resolve(schema, &rv.relname).cloned()
+        names.resolve(catalog, schema, &rv.relname).cloned()
     };
     let (table, tag, exprs) = match node {
         N::CreatePolicyStmt(p) => (
@@ -376,7 +387,7 @@ pub fn plan_policy(node: &N, text: &str, catalog: &Catalog) -> Option<PgResult<D
         }
         N::DropStmt(d) if d.remove_type == ObjectType::ObjectPolicy as i32 => {
             let (schema, table, _) = dropped_policy(d)?;
-            let t = catalog.resolve(schema.as_deref(), &table)?.clone();
+            let t = names.resolve(catalog, schema.as_deref(), &table)?.clone();
             (t, "DROP POLICY", [None, None])
         }
         _ => return None,
@@ -454,7 +465,13 @@ mod tests {
     }
 
     fn grant(sql: &str) -> Option<PgResult<GrantPlan>> {
-        plan_grant(&node(sql), sql, &catalog())
+        let c = catalog();
+        plan_grant(
+            &node(sql),
+            sql,
+            &c,
+            &crate::planner::Names::on_path(&c, &["public"]),
+        )
     }
 
     #[test]
@@ -554,7 +571,8 @@ mod tests {
     #[test]
     fn policies_swap_the_table_and_refuse_subqueries() {
         let c = catalog();
-        let plan = |sql: &str| plan_policy(&node(sql), sql, &c);
+        let names = super::super::names::Names::on_path(&c, &["public"]);
+        let plan = |sql: &str| plan_policy(&node(sql), sql, &c, &names);
         let p = plan("CREATE POLICY p ON t FOR SELECT TO app USING (v = current_user)")
             .unwrap()
             .unwrap();

@@ -40,9 +40,15 @@ fn catalog() -> Catalog {
     c
 }
 
+/// Names as PostgreSQL resolves them with the default search path and no local tables.
+fn on_public(c: &Catalog) -> super::Names {
+    super::Names::on_path(c, &["public"])
+}
+
 fn plan_of(sql: &str) -> Plan {
     let stmt = parse(sql).unwrap().remove(0);
-    plan(&stmt, &catalog(), &|n| {
+    let cat = catalog();
+    plan(&stmt, &cat, &on_public(&cat), &|n| {
         n == "create_distributed_table" || n == "citus_table_size"
     })
     .unwrap()
@@ -206,7 +212,8 @@ fn local_and_utility() {
     let stmt = parse("select recover_prepared_transactions()::int8")
         .unwrap()
         .remove(0);
-    match plan(&stmt, &catalog(), &utility).unwrap() {
+    let cat = catalog();
+    match plan(&stmt, &cat, &on_public(&cat), &utility).unwrap() {
         Plan::UtilityInline { calls } => {
             assert_eq!(calls[0].name, "recover_prepared_transactions")
         }
@@ -340,7 +347,8 @@ fn shape_cache_agrees_with_full_plans() {
     use super::fastpath::{scan, FastPlan, ShapeCache};
     let cat = catalog();
     let mut cache = ShapeCache::default();
-    let full = |sql: &str| plan(&parse(sql).unwrap().remove(0), &cat, &|_| false).unwrap();
+    let names = on_public(&cat);
+    let full = |sql: &str| plan(&parse(sql).unwrap().remove(0), &cat, &names, &|_| false).unwrap();
     // Prime with one statement of each shape.
     for sql in [
         "SELECT v FROM t WHERE k = 1;",
@@ -352,9 +360,9 @@ fn shape_cache_agrees_with_full_plans() {
         let st = parse(sql).unwrap().remove(0);
         let p = full(sql);
         let write = !matches!(st.node, Some(N::SelectStmt(_)));
-        cache.lookup(cat.version, &scan(sql).unwrap(), sql);
+        cache.lookup((cat.version, 0), &scan(sql).unwrap(), sql);
         cache.remember(
-            cat.version,
+            (cat.version, 0),
             scan(sql).unwrap(),
             st.node.as_ref().unwrap(),
             &p,
@@ -374,7 +382,7 @@ fn shape_cache_agrees_with_full_plans() {
     ];
     let mut hits = 0;
     for sql in cases {
-        let Some(fast) = cache.lookup(cat.version, &scan(sql).unwrap(), sql) else {
+        let Some(fast) = cache.lookup((cat.version, 0), &scan(sql).unwrap(), sql) else {
             continue;
         };
         hits += 1;
@@ -400,7 +408,7 @@ fn shape_cache_agrees_with_full_plans() {
     // A different catalog version empties the cache.
     let sql = "SELECT v FROM t WHERE k = 77;";
     assert!(cache
-        .lookup(cat.version + 1, &scan(sql).unwrap(), sql)
+        .lookup((cat.version + 1, 0), &scan(sql).unwrap(), sql)
         .is_none());
 }
 

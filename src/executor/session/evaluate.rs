@@ -89,7 +89,7 @@ impl Session {
                 .into_iter()
                 .next()
                 .ok_or_else(|| PgError::internal(format!("no statement in {text}")))?;
-            let plan = self.plan_statement(&stmt, catalog)?;
+            let plan = self.plan_statement(&stmt, catalog).await?;
             (stmt, plan)
         };
         if matches!(plan, Plan::MultiShardModify(_))

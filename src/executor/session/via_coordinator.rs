@@ -447,7 +447,7 @@ impl Session {
         let mut stmts = parse::parse(select)?;
         let stmt = stmts.remove(0);
         let catalog = self.shared.catalog.snapshot();
-        let plan = self.plan_statement(&stmt, &catalog)?;
+        let plan = self.plan_statement(&stmt, &catalog).await?;
         let mut frames = ResultSink::capturing();
         match &plan {
             Plan::Unsupported(e) => return Err(e.clone()),
