@@ -1926,6 +1926,30 @@ impl Session {
                     let mut one = ResultSink::default();
                     self.utility(&c.name, &c.args, params, true, &mut one)
                         .await?;
+                    if let Some(alias) = &c.from_item {
+                        let columns: Vec<(String, u32)> = one
+                            .frames
+                            .iter()
+                            .find(|f| f.tag == b'T')
+                            .and_then(|f| msg::decode_row_description(&f.body).ok())
+                            .map(|fs| fs.into_iter().map(|f| (f.name, f.type_oid)).collect())
+                            .unwrap_or_default();
+                        let rows: Vec<Vec<Option<String>>> = one
+                            .frames
+                            .iter()
+                            .filter(|f| f.tag == b'D')
+                            .filter_map(|f| msg::decode_data_row(&f.body).ok())
+                            .map(|r| {
+                                r.into_iter()
+                                    .map(|v| v.map(|v| String::from_utf8_lossy(&v).into_owned()))
+                                    .collect()
+                            })
+                            .collect();
+                        text.push_str(&stmt.text[at..c.start]);
+                        text.push_str(&commands::result_as_from_item(&columns, &rows, alias));
+                        at = c.end;
+                        continue;
+                    }
                     let value = one.frames.iter().find(|f| f.tag == b'D').and_then(|f| {
                         msg::decode_data_row(&f.body)
                             .ok()
@@ -2844,6 +2868,8 @@ fn route_bound<'a>(
                 attnum: 0,
                 type_oid: 0,
                 collation: 0,
+                typmod: -1,
+                type_sql: String::new(),
             };
             &no_column
         }
@@ -2882,7 +2908,12 @@ fn route_bound<'a>(
                     continue;
                 };
                 let ptype = types.get(i).copied().unwrap_or(0);
-                match crate::planner::distvalue::hash_param(col.type_oid, ptype, bind.param_format(i), bytes) {
+                let usage = if r.is_insert {
+                    crate::planner::distvalue::ValueUse::Store
+                } else {
+                    crate::planner::distvalue::ValueUse::Compare
+                };
+                match crate::planner::distvalue::hash_param(col.type_oid, usage.typmod(col), ptype, bind.param_format(i), bytes) {
                     Some(h) => h,
                     None if crate::planner::distvalue::param_is_invalid(col.type_oid, ptype) => i32::MIN,
                     None => {
