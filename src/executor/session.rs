@@ -1115,7 +1115,10 @@ impl Session {
                 PortalTarget::Backend(coord)
             }
             Plan::Router(r) => {
-                let shard = route_bound(r, &stmt.meta.param_types, &bind, &catalog)?;
+                let hashed = self
+                    .hash_params_on_coordinator(r, &stmt.meta.param_types, &bind)
+                    .await?;
+                let shard = route_bound_with(r, &stmt.meta.param_types, &bind, &hashed)?;
                 let addr = placement_addr(&catalog, shard)?;
                 let (id, sql) =
                     self.shard_statement(&stmt, r, shard.shard_id, catalog.version as u64);
@@ -2858,6 +2861,84 @@ fn route_bound<'a>(
     bind: &BindMsg,
     _catalog: &Catalog,
 ) -> PgResult<&'a ShardInterval> {
+    route_bound_with(r, types, bind, &[])
+}
+
+/// The parameters of the distribution value that pgshard does not hash itself
+/// (a domain's, time's, interval's...): whether `hash_param` reads them.
+fn params_for_postgres(r: &RouterPlan, types: &[u32], bind: &BindMsg) -> Vec<usize> {
+    let Some(col) = r.table.dist_column.as_ref() else {
+        return Vec::new();
+    };
+    let usage = if r.is_insert {
+        crate::planner::distvalue::ValueUse::Store
+    } else {
+        crate::planner::distvalue::ValueUse::Compare
+    };
+    r.values
+        .iter()
+        .filter_map(|v| match *v {
+            ValueSource::Param(i) => {
+                let bytes = bind.params.get(i)?.as_ref()?;
+                let ptype = types.get(i).copied().unwrap_or(0);
+                // A compared parameter of another type is left to the router's error.
+                if !r.is_insert && ptype != col.type_oid {
+                    return None;
+                }
+                let known = crate::planner::distvalue::hash_param(
+                    col.type_oid,
+                    usage.typmod(col),
+                    ptype,
+                    bind.param_format(i),
+                    bytes,
+                )
+                .is_some()
+                    || crate::planner::distvalue::param_is_invalid(col.type_oid, ptype);
+                (!known).then_some(i)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+impl Session {
+    /// Hashes computed by PostgreSQL for the parameters `params_for_postgres` names.
+    async fn hash_params_on_coordinator(
+        &mut self,
+        r: &RouterPlan,
+        types: &[u32],
+        bind: &BindMsg,
+    ) -> PgResult<Vec<(usize, i32)>> {
+        let mut out = Vec::new();
+        for i in params_for_postgres(r, types, bind) {
+            let (Some(col), Some(Some(bytes))) = (r.table.dist_column.as_ref(), bind.params.get(i))
+            else {
+                continue;
+            };
+            let ptype = types.get(i).copied().unwrap_or(0);
+            let h = self
+                .hash_stored_on_coordinator(
+                    col,
+                    bytes,
+                    bind.param_format(i) == 1,
+                    ptype,
+                    r.is_insert,
+                )
+                .await?
+                .unwrap_or(i32::MIN);
+            out.push((i, h));
+        }
+        Ok(out)
+    }
+}
+
+/// As `route_bound`, with the hashes of some parameters already computed (`hashed`).
+fn route_bound_with<'a>(
+    r: &'a RouterPlan,
+    types: &[u32],
+    bind: &BindMsg,
+    hashed: &[(usize, i32)],
+) -> PgResult<&'a ShardInterval> {
     // Reference tables are routed with a fixed hash and have no column.
     let no_column;
     let col = match r.table.dist_column.as_ref() {
@@ -2907,13 +2988,16 @@ fn route_bound<'a>(
                     shard = shard.or(r.table.shards.first());
                     continue;
                 };
-                let ptype = types.get(i).copied().unwrap_or(0);
-                let usage = if r.is_insert {
-                    crate::planner::distvalue::ValueUse::Store
+                if let Some((_, h)) = hashed.iter().find(|(p, _)| *p == i) {
+                    *h
                 } else {
-                    crate::planner::distvalue::ValueUse::Compare
-                };
-                match crate::planner::distvalue::hash_param(col.type_oid, usage.typmod(col), ptype, bind.param_format(i), bytes) {
+                    let ptype = types.get(i).copied().unwrap_or(0);
+                    let usage = if r.is_insert {
+                        crate::planner::distvalue::ValueUse::Store
+                    } else {
+                        crate::planner::distvalue::ValueUse::Compare
+                    };
+                    match crate::planner::distvalue::hash_param(col.type_oid, usage.typmod(col), ptype, bind.param_format(i), bytes) {
                     Some(h) => h,
                     None if crate::planner::distvalue::param_is_invalid(col.type_oid, ptype) => i32::MIN,
                     None => {
@@ -2922,6 +3006,7 @@ fn route_bound<'a>(
                             col.name, col.type_oid
                         )))
                     }
+                }
                 }
             }
         };

@@ -853,14 +853,27 @@ impl Session {
                         return Err(null_key_error(table));
                     };
                     let ptype = params.types.get(*i).copied().unwrap_or(0);
-                    match hash_param(col.type_oid, col.typmod, ptype, bind.param_format(*i), bytes) {
+                    match hash_param(
+                        col.type_oid,
+                        col.typmod,
+                        ptype,
+                        bind.param_format(*i),
+                        bytes,
+                    ) {
                         Some(h) => h,
                         None if param_is_invalid(col.type_oid, ptype) => i32::MIN,
+                        // Another type (a domain, time, interval...): PostgreSQL hashes it.
                         None => {
-                            return Err(PgError::not_supported(format!(
-                                "pgshard cannot route a parameter of type {ptype} for the distribution column \"{}\"",
-                                col.name
-                            )))
+                            let bytes = bytes.clone();
+                            self.hash_stored_on_coordinator(
+                                &col,
+                                &bytes,
+                                bind.param_format(*i) == 1,
+                                ptype,
+                                true,
+                            )
+                            .await?
+                            .unwrap_or(i32::MIN)
                         }
                     }
                 }
@@ -965,11 +978,29 @@ impl Session {
         value: &[u8],
         binary: bool,
     ) -> PgResult<Option<i32>> {
-        let sql = format!(
-            "SELECT {}",
-            hash::hash_sql_expression(col.type_oid, &format!("CAST($1 AS {})", col.type_sql))
-        );
-        let types = [if binary { col.type_oid } else { oid::TEXT }];
+        let value_type = if binary { col.type_oid } else { oid::TEXT };
+        self.hash_stored_on_coordinator(col, value, binary, value_type, true)
+            .await
+    }
+
+    /// As `hash_on_coordinator`, for a value of type `value_type` (a bound parameter:
+    /// a domain, a type pgshard does not read). `store: false`: the value is compared,
+    /// not stored, and `value_type` is the column's base type: hashed as it is.
+    pub(super) async fn hash_stored_on_coordinator(
+        &mut self,
+        col: &crate::catalog::DistColumn,
+        value: &[u8],
+        binary: bool,
+        value_type: u32,
+        store: bool,
+    ) -> PgResult<Option<i32>> {
+        let arg = if store {
+            format!("CAST($1 AS {})", col.type_sql)
+        } else {
+            "$1".to_string()
+        };
+        let sql = format!("SELECT {}", hash::hash_sql_expression(col.type_oid, &arg));
+        let types = [value_type];
         let bind = BindMsg {
             portal: String::new(),
             statement: String::new(),
