@@ -386,6 +386,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn results_as_from_items() {
+        let cols = vec![
+            ("node_name".to_string(), type_oid::TEXT),
+            ("node_port".to_string(), type_oid::INT8),
+        ];
+        let rows = vec![
+            vec![Some("a'b".to_string()), Some("5432".to_string())],
+            vec![Some("c".to_string()), None],
+        ];
+        assert_eq!(
+            result_as_from_item(&cols, &rows, "f"),
+            "(SELECT * FROM (VALUES (CAST('a''b' AS pg_catalog.text), CAST('5432' AS pg_catalog.int8)), \
+             (CAST('c' AS pg_catalog.text), CAST(NULL AS pg_catalog.int8))) AS pgshard_result(\"node_name\", \"node_port\")) AS \"f\""
+        );
+        assert_eq!(
+            result_as_from_item(&cols, &[], ""),
+            "(SELECT CAST(NULL AS pg_catalog.text) AS \"node_name\", CAST(NULL AS pg_catalog.int8) AS \"node_port\" WHERE false)"
+        );
+    }
+
+    #[test]
     fn recognises_functions() {
         assert!(is_utility_function("create_distributed_table"));
         assert!(is_utility_function("MASTER_ADD_NODE"));

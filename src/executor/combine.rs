@@ -202,6 +202,26 @@ mod tests {
     }
 
     #[test]
+    fn min_max_of_text_take_the_arguments_collation() {
+        let source = "SELECT NULL, v FROM t WHERE false";
+        let q = combine_query(
+            &[AggKind::Count, AggKind::Min],
+            &[INT8, 25],
+            &["count".into(), "min".into()],
+            1,
+            Some(source),
+        );
+        assert_eq!(
+            q,
+            "SELECT coalesce(sum(c0), 0)::int8 AS \"count\", min(c1) AS \"min\" FROM \
+             (SELECT NULL, v FROM t WHERE false UNION ALL VALUES ($1, $2)) AS partials(c0, c1)"
+        );
+        // Integers carry no collation: the plain VALUES.
+        let q = combine_query(&[AggKind::Min], &[23], &["min".into()], 1, Some(source));
+        assert!(q.contains("FROM (VALUES ($1))"), "{q}");
+    }
+
+    #[test]
     fn copy_text_escapes() {
         let mut row = bytes::BytesMut::new();
         crate::frontend::messages::write_data_row(

@@ -326,3 +326,91 @@ fn compared_value(expr: &protobuf::Node, col: &DistColumn) -> Option<ValueSource
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::parse::parse;
+
+    /// The value expression of `select 1 from t where k = <expr>`.
+    fn expr(text: &str) -> protobuf::Node {
+        let stmt = parse(&format!("select {text}")).unwrap().remove(0);
+        let Some(N::SelectStmt(s)) = stmt.node else {
+            panic!()
+        };
+        let Some(N::ResTarget(rt)) = s.target_list[0].node.clone() else {
+            panic!()
+        };
+        *rt.val.unwrap()
+    }
+
+    fn numeric_10_1() -> DistColumn {
+        DistColumn {
+            name: "v".into(),
+            attnum: 1,
+            type_oid: oid::NUMERIC,
+            collation: 0,
+            typmod: (10 << 16 | 1) + 4,
+            type_sql: "numeric(10,1)".into(),
+        }
+    }
+
+    #[test]
+    fn stored_values_are_read_with_the_column_typmod() {
+        let col = numeric_10_1();
+        let h = |v: &str| {
+            Some(ValueSource::Hash(
+                hash::hash_text_value(oid::NUMERIC, v).unwrap(),
+            ))
+        };
+        for text in ["1.54", "'1.54'", "'1.54'::numeric", "1.5"] {
+            assert_eq!(
+                value_source(&expr(text), &col, ValueUse::Store),
+                h("1.5"),
+                "{text}"
+            );
+        }
+        // Compared, a constant keeps its own value (typmod -1).
+        assert_eq!(
+            value_source(&expr("1.54"), &col, ValueUse::Compare),
+            h("1.54")
+        );
+        // A cast with its own typmod is left to PostgreSQL.
+        assert_eq!(
+            value_source(&expr("1.54::numeric(10,2)"), &col, ValueUse::Compare),
+            None
+        );
+        // Too large for numeric(10,1) once stored: PostgreSQL's error from any shard.
+        assert_eq!(
+            value_source(&expr("'123456789012'"), &col, ValueUse::Store),
+            Some(ValueSource::Invalid)
+        );
+    }
+
+    #[test]
+    fn stored_parameters_are_read_with_the_column_typmod() {
+        let col = numeric_10_1();
+        let store = hash_param(
+            oid::NUMERIC,
+            ValueUse::Store.typmod(&col),
+            oid::NUMERIC,
+            0,
+            b"1.54",
+        );
+        let compare = hash_param(
+            oid::NUMERIC,
+            ValueUse::Compare.typmod(&col),
+            oid::NUMERIC,
+            0,
+            b"1.54",
+        );
+        assert_eq!(store, hash::hash_text_value(oid::NUMERIC, "1.5"));
+        assert_eq!(compare, hash::hash_text_value(oid::NUMERIC, "1.54"));
+        // varchar(3): trailing spaces beyond the length are cut when stored.
+        let vc = (3 + 4) as i32;
+        assert_eq!(
+            hash_param(oid::VARCHAR, vc, oid::TEXT, 1, b"ab   "),
+            hash::hash_text_value(oid::VARCHAR, "ab ")
+        );
+    }
+}
