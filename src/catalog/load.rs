@@ -25,8 +25,22 @@ pub fn base_type_sql(type_expr: &str) -> String {
     )
 }
 
+/// SQL giving the typmod a value of a column gets stored with: `atttypmod`, or for a
+/// domain column (whose `atttypmod` is -1) the typmod of the innermost domain over the
+/// base type, as PostgreSQL's `getBaseTypeAndTypmod` finds it. -1: none.
+pub fn column_typmod_sql(type_expr: &str, typmod_expr: &str) -> String {
+    format!(
+        "(CASE WHEN {typmod_expr} <> -1 THEN {typmod_expr} ELSE coalesce((WITH RECURSIVE d(depth, typtype, typbasetype, typtypmod) AS (\
+           SELECT 0, t.typtype, t.typbasetype, t.typtypmod FROM pg_catalog.pg_type t WHERE t.oid = {type_expr} \
+           UNION ALL SELECT d.depth + 1, t.typtype, t.typbasetype, t.typtypmod FROM d \
+           JOIN pg_catalog.pg_type t ON t.oid = d.typbasetype WHERE d.typtype = 'd') \
+         SELECT d.typtypmod FROM d WHERE d.typtype = 'd' ORDER BY d.depth DESC LIMIT 1), -1) END)"
+    )
+}
+
 fn load_sql() -> String {
     let base_type = base_type_sql("a.atttypid");
+    let typmod = column_typmod_sql("a.atttypid", "a.atttypmod");
     format!(
         r#"SELECT
  (SELECT version FROM pg_catalog.pgshard_catalog_version LIMIT 1),
@@ -39,6 +53,7 @@ fn load_sql() -> String {
      'relid', p.logicalrelid::oid::int8, 'schema', n.nspname, 'name', c.relname,
      'method', p.partmethod::text, 'partkey', p.partkey, 'colocation_id', p.colocationid,
      'attnum', a.attnum, 'type_oid', ({base_type})::int8, 'collation', a.attcollation::int8,
+     'typmod', {typmod}, 'type_sql', pg_catalog.format_type(a.atttypid, a.atttypmod),
      'columns', ARRAY(SELECT x.attname::text FROM pg_catalog.pg_attribute x
                       WHERE x.attrelid = p.logicalrelid AND x.attnum > 0 AND NOT x.attisdropped
                       ORDER BY x.attnum),
@@ -83,6 +98,12 @@ pub struct TableRow {
     pub attnum: Option<i16>,
     pub type_oid: Option<Oid>,
     pub collation: Option<Oid>,
+    /// The typmod values are stored with (domains resolved; -1: none).
+    #[serde(default)]
+    pub typmod: Option<i32>,
+    /// `format_type(atttypid, atttypmod)` of the column.
+    #[serde(default)]
+    pub type_sql: Option<String>,
     pub columns: Vec<String>,
     /// Names of the shell table's indexes (DROP INDEX planning).
     #[serde(default)]
@@ -155,6 +176,8 @@ pub fn build_table(row: TableRow, shard_rows: Vec<ShardRow>) -> Result<DistTable
             attnum,
             type_oid,
             collation: row.collation.unwrap_or(0),
+            typmod: row.typmod.unwrap_or(-1),
+            type_sql: row.type_sql.clone().unwrap_or_default(),
         }),
         (PartitionMethod::Hash, key, _, _) => {
             tracing::warn!(
@@ -252,6 +275,8 @@ mod tests {
             attnum: Some(1),
             type_oid: Some(23),
             collation: Some(0),
+            typmod: None,
+            type_sql: None,
             columns: vec!["id".into(), "v".into()],
             indexes: vec![],
         }

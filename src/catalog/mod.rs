@@ -44,8 +44,16 @@ pub struct DistColumn {
     pub name: String,
     /// 1-based position among the table's attributes (`pg_attribute.attnum`).
     pub attnum: i16,
+    /// The base type (domains resolved): what the hash is computed on.
     pub type_oid: Oid,
     pub collation: Oid,
+    /// The typmod values are stored with (`numeric(10,1)`, `varchar(3)`,
+    /// `timestamp(0)`; a domain's own), -1 for none: an INSERT or COPY coerces the value
+    /// to it before storing, so routing a written value hashes the coerced value.
+    pub typmod: i32,
+    /// The column's declared type as SQL (`format_type(atttypid, atttypmod)`, a domain
+    /// by its name): `CAST(x AS type_sql)` coerces as storing does.
+    pub type_sql: String,
 }
 
 /// One shard: a hash range of a table and the groups (nodes) holding a copy.

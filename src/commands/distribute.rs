@@ -515,11 +515,13 @@ pub(crate) async fn read_table_shards(
 ) -> Result<Vec<ShardPlan>, PgError> {
     let rows = coord
         .query(
-            "SELECT s.shardid, s.shardminvalue::int4, s.shardmaxvalue::int4, \
+            // A reference table's one shard has no bounds: it covers every hash.
+            "SELECT s.shardid, coalesce(s.shardminvalue::int4, -2147483648), \
+                    coalesce(s.shardmaxvalue::int4, 2147483647), \
                     ARRAY(SELECT p.groupid FROM pg_catalog.pg_dist_placement p \
                           WHERE p.shardid = s.shardid AND p.shardstate = 1 ORDER BY p.placementid) \
              FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid = $1::oid::regclass \
-             ORDER BY s.shardminvalue::int4, s.shardid",
+             ORDER BY 2, s.shardid",
             &[&relid],
         )
         .await
@@ -662,6 +664,7 @@ pub(crate) async fn create_distributed_table(
             )
         })?;
     ensure_hashable(&coord, &dist).await?;
+    ensure_deterministic_collation(&coord, &dist).await?;
     let (constraints, indexes) =
         read_constraints_and_indexes(&coord, relid, &name, Some(dist.attnum)).await?;
     let def = TableDef {
@@ -774,6 +777,29 @@ pub(crate) async fn create_distributed_table(
     .await?;
     cache.reload().await;
     Ok(UtilityResult::void(args.name))
+}
+
+/// Refuses a distribution column with a nondeterministic collation, as Citus does: equal
+/// values ('ABC' and 'abc' under a case-insensitive collation) would hash apart.
+async fn ensure_deterministic_collation(coord: &Client, dist: &ColumnDef) -> Result<(), PgError> {
+    if dist.collation == 0 {
+        return Ok(());
+    }
+    let deterministic: bool = coord
+        .query_one(
+            "SELECT coalesce((SELECT collisdeterministic FROM pg_catalog.pg_collation WHERE oid = $1), true)",
+            &[&dist.collation],
+        )
+        .await
+        .map_err(db_err("cannot read the column's collation"))?
+        .get(0);
+    if deterministic {
+        Ok(())
+    } else {
+        Err(PgError::not_supported(
+            "Hash distributed partition columns may not use a non deterministic collation",
+        ))
+    }
 }
 
 /// Refuses a distribution column whose type has no hash function.

@@ -74,6 +74,62 @@ impl UtilityResult {
     }
 }
 
+/// The SQL name of a result column type of the Citus functions.
+pub fn result_type_sql(type_oid: u32) -> &'static str {
+    match type_oid {
+        type_oid::INT8 => "pg_catalog.int8",
+        type_oid::INT4 => "pg_catalog.int4",
+        16 => "pg_catalog.bool",
+        _ => "pg_catalog.text",
+    }
+}
+
+/// SQL standing for a Citus function's whole result where its call was a FROM item:
+/// a subquery of typed rows with the function's column names, followed by `AS alias`
+/// when the FROM item had none (PostgreSQL names it after the function).
+pub fn result_as_from_item(
+    columns: &[(String, u32)],
+    rows: &[Vec<Option<String>>],
+    alias: &str,
+) -> String {
+    use crate::sql::quote::{quote_ident, quote_literal};
+    let value = |v: &Option<String>, t: u32| match v {
+        Some(v) => format!("CAST({} AS {})", quote_literal(v), result_type_sql(t)),
+        None => format!("CAST(NULL AS {})", result_type_sql(t)),
+    };
+    let names: Vec<String> = columns.iter().map(|(n, _)| quote_ident(n)).collect();
+    let body = if rows.is_empty() {
+        let cols: Vec<String> = columns
+            .iter()
+            .zip(&names)
+            .map(|((_, t), n)| format!("{} AS {n}", value(&None, *t)))
+            .collect();
+        format!("(SELECT {} WHERE false)", cols.join(", "))
+    } else {
+        let tuples: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                let vals: Vec<String> = columns
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (_, t))| value(r.get(i).unwrap_or(&None), *t))
+                    .collect();
+                format!("({})", vals.join(", "))
+            })
+            .collect();
+        format!(
+            "(SELECT * FROM (VALUES {}) AS pgshard_result({}))",
+            tuples.join(", "),
+            names.join(", ")
+        )
+    };
+    if alias.is_empty() {
+        body
+    } else {
+        format!("{body} AS {}", quote_ident(alias))
+    }
+}
+
 /// Every function pgshard runs itself, with its argument names (for named notation).
 const FUNCTIONS: &[(&str, &[&str])] = &[
     (
@@ -360,6 +416,27 @@ pub(crate) fn abbreviate(sql: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn results_as_from_items() {
+        let cols = vec![
+            ("node_name".to_string(), type_oid::TEXT),
+            ("node_port".to_string(), type_oid::INT8),
+        ];
+        let rows = vec![
+            vec![Some("a'b".to_string()), Some("5432".to_string())],
+            vec![Some("c".to_string()), None],
+        ];
+        assert_eq!(
+            result_as_from_item(&cols, &rows, "f"),
+            "(SELECT * FROM (VALUES (CAST('a''b' AS pg_catalog.text), CAST('5432' AS pg_catalog.int8)), \
+             (CAST('c' AS pg_catalog.text), CAST(NULL AS pg_catalog.int8))) AS pgshard_result(\"node_name\", \"node_port\")) AS \"f\""
+        );
+        assert_eq!(
+            result_as_from_item(&cols, &[], ""),
+            "(SELECT CAST(NULL AS pg_catalog.text) AS \"node_name\", CAST(NULL AS pg_catalog.int8) AS \"node_port\" WHERE false)"
+        );
+    }
 
     #[test]
     fn recognises_functions() {

@@ -25,13 +25,24 @@ pub fn add_counts<'a>(partials: impl Iterator<Item = Option<&'a [u8]>>) -> PgRes
     Ok(total)
 }
 
+/// Types whose values may carry a collation (text, varchar, bpchar, name) or might
+/// (user types: domains, citext, ...).
+fn maybe_collatable(t: u32) -> bool {
+    matches!(t, 19 | 25 | 1042 | 1043) || t >= 16384
+}
+
 /// The coordinator query combining `rows` partial rows of `aggs` (parameters
 /// `$1..` hold the partial values row by row, typed as the shards returned them).
+/// `collation_source` (see `MultiShardShape::Aggregate`): when a min/max combines
+/// values that may carry a collation, the partial rows are the UNION ALL of it (no
+/// rows) and the parameters, so their columns take the arguments' collation
+/// (PostgreSQL: a non-default implicit collation beats the parameters' default one).
 pub fn combine_query(
     aggs: &[AggKind],
     partial_types: &[u32],
     names: &[String],
     rows: usize,
+    collation_source: Option<&str>,
 ) -> String {
     let cols: Vec<String> = (0..aggs.len()).map(|i| format!("c{i}")).collect();
     let select: Vec<String> = aggs
@@ -67,10 +78,17 @@ pub fn combine_query(
         })
         .collect();
     let filter = if rows == 0 { " WHERE false" } else { "" };
+    let collated = aggs.iter().enumerate().any(|(i, a)| {
+        matches!(a, AggKind::Min | AggKind::Max)
+            && partial_types.get(i).copied().is_some_and(maybe_collatable)
+    });
+    let source = match collation_source {
+        Some(q) if collated => format!("{q} UNION ALL VALUES {}", values.join(", ")),
+        _ => format!("VALUES {}", values.join(", ")),
+    };
     format!(
-        "SELECT {} FROM (VALUES {}) AS partials({}){}",
+        "SELECT {} FROM ({source}) AS partials({}){}",
         select.join(", "),
-        values.join(", "),
         cols.join(", "),
         filter
     )
@@ -175,11 +193,32 @@ mod tests {
             &[INT8, 25],
             &["sum".into(), "m\"x".into()],
             2,
+            None,
         );
         assert_eq!(
             q,
             "SELECT sum(c0)::int8 AS \"sum\", min(c1) AS \"m\"\"x\" FROM (VALUES ($1, $2), ($3, $4)) AS partials(c0, c1)"
         );
+    }
+
+    #[test]
+    fn min_max_of_text_take_the_arguments_collation() {
+        let source = "SELECT NULL, v FROM t WHERE false";
+        let q = combine_query(
+            &[AggKind::Count, AggKind::Min],
+            &[INT8, 25],
+            &["count".into(), "min".into()],
+            1,
+            Some(source),
+        );
+        assert_eq!(
+            q,
+            "SELECT coalesce(sum(c0), 0)::int8 AS \"count\", min(c1) AS \"min\" FROM \
+             (SELECT NULL, v FROM t WHERE false UNION ALL VALUES ($1, $2)) AS partials(c0, c1)"
+        );
+        // Integers carry no collation: the plain VALUES.
+        let q = combine_query(&[AggKind::Min], &[23], &["min".into()], 1, Some(source));
+        assert!(q.contains("FROM (VALUES ($1))"), "{q}");
     }
 
     #[test]

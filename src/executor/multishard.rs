@@ -166,10 +166,22 @@ impl Session {
                 Ok(())
             }
             MultiShardShape::Combine => Err(PgError::internal("combine plan without stages")),
-            MultiShardShape::Aggregate { aggs, names } => {
+            MultiShardShape::Aggregate {
+                aggs,
+                names,
+                collation_source,
+            } => {
                 let fields = msg::decode_row_description(row_desc.as_deref().unwrap_or(&[0, 0]))?;
                 self.combine_aggregates(
-                    aggs, names, &fields, partials, formats, describe, limit, sink,
+                    aggs,
+                    names,
+                    collation_source.as_deref(),
+                    &fields,
+                    partials,
+                    formats,
+                    describe,
+                    limit,
+                    sink,
                 )
                 .await
             }
@@ -181,6 +193,7 @@ impl Session {
         &mut self,
         aggs: &[AggKind],
         names: &[String],
+        collation_source: Option<&str>,
         partial_fields: &[FieldDesc],
         partials: Vec<Vec<Option<Bytes>>>,
         formats: &[i16],
@@ -219,7 +232,7 @@ impl Session {
             return Ok(());
         }
         let types: Vec<u32> = partial_fields.iter().map(|f| f.type_oid).collect();
-        let query = combine::combine_query(aggs, &types, names, partials.len());
+        let query = combine::combine_query(aggs, &types, names, partials.len(), collation_source);
         let mut param_types = Vec::new();
         let mut values = Vec::new();
         for row in &partials {

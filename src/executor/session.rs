@@ -1168,7 +1168,10 @@ impl Session {
                 PortalTarget::Backend(coord)
             }
             Plan::Router(r) => {
-                let shard = route_bound(r, &stmt.meta.param_types, &bind, &catalog)?;
+                let hashed = self
+                    .hash_params_on_coordinator(r, &stmt.meta.param_types, &bind)
+                    .await?;
+                let shard = route_bound_with(r, &stmt.meta.param_types, &bind, &hashed)?;
                 let addr = placement_addr(&catalog, shard)?;
                 let (id, sql) = if stmt.evaluated {
                     (0, r.template.for_shard(shard.shard_id).into())
@@ -2030,6 +2033,30 @@ impl Session {
                     let mut one = ResultSink::default();
                     self.utility(&c.name, &c.args, params, true, &mut one)
                         .await?;
+                    if let Some(alias) = &c.from_item {
+                        let columns: Vec<(String, u32)> = one
+                            .frames
+                            .iter()
+                            .find(|f| f.tag == b'T')
+                            .and_then(|f| msg::decode_row_description(&f.body).ok())
+                            .map(|fs| fs.into_iter().map(|f| (f.name, f.type_oid)).collect())
+                            .unwrap_or_default();
+                        let rows: Vec<Vec<Option<String>>> = one
+                            .frames
+                            .iter()
+                            .filter(|f| f.tag == b'D')
+                            .filter_map(|f| msg::decode_data_row(&f.body).ok())
+                            .map(|r| {
+                                r.into_iter()
+                                    .map(|v| v.map(|v| String::from_utf8_lossy(&v).into_owned()))
+                                    .collect()
+                            })
+                            .collect();
+                        text.push_str(&stmt.text[at..c.start]);
+                        text.push_str(&commands::result_as_from_item(&columns, &rows, alias));
+                        at = c.end;
+                        continue;
+                    }
                     let value = one.frames.iter().find(|f| f.tag == b'D').and_then(|f| {
                         msg::decode_data_row(&f.body)
                             .ok()
@@ -2960,6 +2987,84 @@ fn route_bound<'a>(
     bind: &BindMsg,
     _catalog: &Catalog,
 ) -> PgResult<&'a ShardInterval> {
+    route_bound_with(r, types, bind, &[])
+}
+
+/// The parameters of the distribution value that pgshard does not hash itself
+/// (a domain's, time's, interval's...): whether `hash_param` reads them.
+fn params_for_postgres(r: &RouterPlan, types: &[u32], bind: &BindMsg) -> Vec<usize> {
+    let Some(col) = r.table.dist_column.as_ref() else {
+        return Vec::new();
+    };
+    let usage = if r.is_insert {
+        crate::planner::distvalue::ValueUse::Store
+    } else {
+        crate::planner::distvalue::ValueUse::Compare
+    };
+    r.values
+        .iter()
+        .filter_map(|v| match *v {
+            ValueSource::Param(i) => {
+                let bytes = bind.params.get(i)?.as_ref()?;
+                let ptype = types.get(i).copied().unwrap_or(0);
+                // A compared parameter of another type is left to the router's error.
+                if !r.is_insert && ptype != col.type_oid {
+                    return None;
+                }
+                let known = crate::planner::distvalue::hash_param(
+                    col.type_oid,
+                    usage.typmod(col),
+                    ptype,
+                    bind.param_format(i),
+                    bytes,
+                )
+                .is_some()
+                    || crate::planner::distvalue::param_is_invalid(col.type_oid, ptype);
+                (!known).then_some(i)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+impl Session {
+    /// Hashes computed by PostgreSQL for the parameters `params_for_postgres` names.
+    async fn hash_params_on_coordinator(
+        &mut self,
+        r: &RouterPlan,
+        types: &[u32],
+        bind: &BindMsg,
+    ) -> PgResult<Vec<(usize, i32)>> {
+        let mut out = Vec::new();
+        for i in params_for_postgres(r, types, bind) {
+            let (Some(col), Some(Some(bytes))) = (r.table.dist_column.as_ref(), bind.params.get(i))
+            else {
+                continue;
+            };
+            let ptype = types.get(i).copied().unwrap_or(0);
+            let h = self
+                .hash_stored_on_coordinator(
+                    col,
+                    bytes,
+                    bind.param_format(i) == 1,
+                    ptype,
+                    r.is_insert,
+                )
+                .await?
+                .unwrap_or(i32::MIN);
+            out.push((i, h));
+        }
+        Ok(out)
+    }
+}
+
+/// As `route_bound`, with the hashes of some parameters already computed (`hashed`).
+fn route_bound_with<'a>(
+    r: &'a RouterPlan,
+    types: &[u32],
+    bind: &BindMsg,
+    hashed: &[(usize, i32)],
+) -> PgResult<&'a ShardInterval> {
     // Reference tables are routed with a fixed hash and have no column.
     let no_column;
     let col = match r.table.dist_column.as_ref() {
@@ -2970,6 +3075,8 @@ fn route_bound<'a>(
                 attnum: 0,
                 type_oid: 0,
                 collation: 0,
+                typmod: -1,
+                type_sql: String::new(),
             };
             &no_column
         }
@@ -3007,8 +3114,16 @@ fn route_bound<'a>(
                     shard = shard.or(r.table.shards.first());
                     continue;
                 };
-                let ptype = types.get(i).copied().unwrap_or(0);
-                match crate::planner::distvalue::hash_param(col.type_oid, ptype, bind.param_format(i), bytes) {
+                if let Some((_, h)) = hashed.iter().find(|(p, _)| *p == i) {
+                    *h
+                } else {
+                    let ptype = types.get(i).copied().unwrap_or(0);
+                    let usage = if r.is_insert {
+                        crate::planner::distvalue::ValueUse::Store
+                    } else {
+                        crate::planner::distvalue::ValueUse::Compare
+                    };
+                    match crate::planner::distvalue::hash_param(col.type_oid, usage.typmod(col), ptype, bind.param_format(i), bytes) {
                     Some(h) => h,
                     None if crate::planner::distvalue::param_is_invalid(col.type_oid, ptype) => i32::MIN,
                     None => {
@@ -3017,6 +3132,7 @@ fn route_bound<'a>(
                             col.name, col.type_oid
                         )))
                     }
+                }
                 }
             }
         };

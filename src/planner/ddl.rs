@@ -630,6 +630,8 @@ pub(crate) mod tests {
                 attnum: 1,
                 type_oid: 23,
                 collation: 0,
+                typmod: -1,
+                type_sql: "integer".into(),
             }),
             colocation_id: 1,
             shards: vec![],

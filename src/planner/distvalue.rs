@@ -21,6 +21,27 @@ pub enum ValueSource {
     Invalid,
 }
 
+/// What a statement does with the value, which decides the typmod it is read with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueUse {
+    /// Compared with the column (`WHERE col = value`): PostgreSQL reads a constant or
+    /// parameter as the bare type (typmod -1), so `numeric(10,1) = 1.54` compares 1.54.
+    Compare,
+    /// Stored in the column (INSERT, COPY): coerced to the column's typmod first, so
+    /// 1.54 is stored, and must be routed, as 1.5.
+    Store,
+}
+
+impl ValueUse {
+    /// The typmod a value of this use is read with for `col`.
+    pub fn typmod(self, col: &DistColumn) -> i32 {
+        match self {
+            ValueUse::Compare => -1,
+            ValueUse::Store => col.typmod,
+        }
+    }
+}
+
 /// Types whose text input pgshard's hash module reads exactly as PostgreSQL does, so
 /// that a value it refuses is a value PostgreSQL refuses too.
 pub fn input_is_exact(t: Oid) -> bool {
@@ -38,9 +59,10 @@ pub fn input_is_exact(t: Oid) -> bool {
     )
 }
 
-/// The type a cast names, for the types pgshard hashes itself.
+/// The type a cast names, for the types pgshard hashes itself. A cast with a typmod
+/// (`::numeric(10,2)`, `::char`, `::varchar(3)`) is left to PostgreSQL.
 fn cast_type(tn: &protobuf::TypeName) -> Option<Oid> {
-    if !tn.array_bounds.is_empty() || tn.setof {
+    if !tn.array_bounds.is_empty() || tn.setof || !tn.typmods.is_empty() {
         return None;
     }
     let name = match tn.names.last()?.node.as_ref()? {
@@ -75,11 +97,16 @@ fn int_fits(t: Oid, v: i64) -> bool {
 }
 
 /// The source of a value expression compared with (or inserted into) the column.
-pub fn value_source(expr: &protobuf::Node, col: &DistColumn) -> Option<ValueSource> {
+pub fn value_source(
+    expr: &protobuf::Node,
+    col: &DistColumn,
+    usage: ValueUse,
+) -> Option<ValueSource> {
+    let typmod = usage.typmod(col);
     match expr.node.as_ref()? {
         N::ParamRef(p) if p.number >= 1 => Some(ValueSource::Param(p.number as usize - 1)),
         N::AConst(c) if c.isnull => Some(ValueSource::Null),
-        N::AConst(c) => match const_hash(c.val.as_ref()?, col.type_oid) {
+        N::AConst(c) => match const_hash(c.val.as_ref()?, col.type_oid, typmod) {
             Some(h) => Some(ValueSource::Hash(h)),
             // An untyped string literal the column's type refuses: PostgreSQL errors.
             None if matches!(c.val, Some(Val::Sval(_))) && input_is_exact(col.type_oid) => {
@@ -100,14 +127,12 @@ pub fn value_source(expr: &protobuf::Node, col: &DistColumn) -> Option<ValueSour
                 }
                 N::AConst(c) if c.isnull => Some(ValueSource::Null),
                 N::AConst(c) => {
-                    // The literal is first read as the cast type, then compared as the column
-                    // type: both are integers here or the same type.
-                    let h = const_hash(c.val.as_ref()?, t)?;
-                    if t == col.type_oid {
-                        Some(ValueSource::Hash(h))
-                    } else {
-                        const_hash(c.val.as_ref()?, col.type_oid).map(ValueSource::Hash)
-                    }
+                    // The literal is first read as the cast type (bare), then compared as
+                    // the column type or stored with the column's typmod: both are integers
+                    // here or the same type. Reading with the typmod at once coerces alike
+                    // (the input functions apply the typmod to the value they read).
+                    const_hash(c.val.as_ref()?, t, -1)?;
+                    const_hash(c.val.as_ref()?, col.type_oid, typmod).map(ValueSource::Hash)
                 }
                 _ => None,
             }
@@ -116,8 +141,8 @@ pub fn value_source(expr: &protobuf::Node, col: &DistColumn) -> Option<ValueSour
     }
 }
 
-/// Hash of a literal read as type `t`.
-fn const_hash(v: &Val, t: Oid) -> Option<i32> {
+/// Hash of a literal read as type `t` with `typmod` (-1: none).
+fn const_hash(v: &Val, t: Oid, typmod: i32) -> Option<i32> {
     match v {
         Val::Ival(i) => {
             let i = i.ival as i64;
@@ -126,7 +151,7 @@ fn const_hash(v: &Val, t: Oid) -> Option<i32> {
                     .then(|| hash::hash_text_value(t, &i.to_string()))
                     .flatten()
             } else if t == oid::NUMERIC {
-                hash::hash_text_value(t, &i.to_string())
+                hash::hash_text_value_typmod(t, typmod, &i.to_string())
             } else {
                 None
             }
@@ -138,13 +163,13 @@ fn const_hash(v: &Val, t: Oid) -> Option<i32> {
                     .then(|| hash::hash_text_value(t, &i.to_string()))
                     .flatten()
             } else if t == oid::NUMERIC {
-                hash::hash_text_value(t, &f.fval)
+                hash::hash_text_value_typmod(t, typmod, &f.fval)
             } else {
                 None
             }
         }
         // An untyped string literal takes the column's type: PostgreSQL's input rules.
-        Val::Sval(s) => hash::hash_text_value(t, &s.sval),
+        Val::Sval(s) => hash::hash_text_value_typmod(t, typmod, &s.sval),
         Val::Boolval(b) if t == oid::BOOL => {
             hash::hash_text_value(t, if b.boolval { "t" } else { "f" })
         }
@@ -158,14 +183,25 @@ pub fn param_is_invalid(col_type: Oid, param_type: Oid) -> bool {
     param_type == col_type && input_is_exact(col_type)
 }
 
-/// Hash of a bound parameter of type `param_type` for a column of type `col_type`.
-pub fn hash_param(col_type: Oid, param_type: Oid, format: i16, bytes: &[u8]) -> Option<i32> {
+/// Hash of a bound parameter of type `param_type` for a column of type `col_type`,
+/// read with `typmod` (`ValueUse::typmod`).
+pub fn hash_param(
+    col_type: Oid,
+    typmod: i32,
+    param_type: Oid,
+    format: i16,
+    bytes: &[u8],
+) -> Option<i32> {
     let text_like = |t: Oid| matches!(t, oid::TEXT | oid::VARCHAR);
     if param_type == col_type || (text_like(param_type) && text_like(col_type)) {
         return if format == 0 {
-            hash::hash_text_value(col_type, std::str::from_utf8(bytes).ok()?)
+            hash::hash_text_value_typmod(col_type, typmod, std::str::from_utf8(bytes).ok()?)
+        } else if param_type == col_type {
+            hash::hash_binary_value_typmod(col_type, typmod, bytes)
         } else {
-            hash::hash_binary_value(col_type, bytes)
+            // text and varchar share their binary format (the UTF-8 bytes).
+            let s = std::str::from_utf8(bytes).ok()?;
+            hash::hash_text_value_typmod(col_type, typmod, s)
         };
     }
     if is_int(param_type) && is_int(col_type) {
@@ -255,7 +291,7 @@ pub fn is_column(
 /// literal. Values no row can hold (out of range, fractional, overflowing) are left
 /// to every shard, as before.
 fn compared_value(expr: &protobuf::Node, col: &DistColumn) -> Option<ValueSource> {
-    if let Some(v) = value_source(expr, col) {
+    if let Some(v) = value_source(expr, col, ValueUse::Compare) {
         return Some(v);
     }
     if !is_int(col.type_oid) {
@@ -288,5 +324,93 @@ fn compared_value(expr: &protobuf::Node, col: &DistColumn) -> Option<ValueSource
         Ok(Some((_, v))) => whole(v),
         // Parameters inside (not known at plan time) or an overflow error.
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::parse::parse;
+
+    /// The value expression of `select 1 from t where k = <expr>`.
+    fn expr(text: &str) -> protobuf::Node {
+        let stmt = parse(&format!("select {text}")).unwrap().remove(0);
+        let Some(N::SelectStmt(s)) = stmt.node else {
+            panic!()
+        };
+        let Some(N::ResTarget(rt)) = s.target_list[0].node.clone() else {
+            panic!()
+        };
+        *rt.val.unwrap()
+    }
+
+    fn numeric_10_1() -> DistColumn {
+        DistColumn {
+            name: "v".into(),
+            attnum: 1,
+            type_oid: oid::NUMERIC,
+            collation: 0,
+            typmod: (10 << 16 | 1) + 4,
+            type_sql: "numeric(10,1)".into(),
+        }
+    }
+
+    #[test]
+    fn stored_values_are_read_with_the_column_typmod() {
+        let col = numeric_10_1();
+        let h = |v: &str| {
+            Some(ValueSource::Hash(
+                hash::hash_text_value(oid::NUMERIC, v).unwrap(),
+            ))
+        };
+        for text in ["1.54", "'1.54'", "'1.54'::numeric", "1.5"] {
+            assert_eq!(
+                value_source(&expr(text), &col, ValueUse::Store),
+                h("1.5"),
+                "{text}"
+            );
+        }
+        // Compared, a constant keeps its own value (typmod -1).
+        assert_eq!(
+            value_source(&expr("1.54"), &col, ValueUse::Compare),
+            h("1.54")
+        );
+        // A cast with its own typmod is left to PostgreSQL.
+        assert_eq!(
+            value_source(&expr("1.54::numeric(10,2)"), &col, ValueUse::Compare),
+            None
+        );
+        // Too large for numeric(10,1) once stored: PostgreSQL's error from any shard.
+        assert_eq!(
+            value_source(&expr("'123456789012'"), &col, ValueUse::Store),
+            Some(ValueSource::Invalid)
+        );
+    }
+
+    #[test]
+    fn stored_parameters_are_read_with_the_column_typmod() {
+        let col = numeric_10_1();
+        let store = hash_param(
+            oid::NUMERIC,
+            ValueUse::Store.typmod(&col),
+            oid::NUMERIC,
+            0,
+            b"1.54",
+        );
+        let compare = hash_param(
+            oid::NUMERIC,
+            ValueUse::Compare.typmod(&col),
+            oid::NUMERIC,
+            0,
+            b"1.54",
+        );
+        assert_eq!(store, hash::hash_text_value(oid::NUMERIC, "1.5"));
+        assert_eq!(compare, hash::hash_text_value(oid::NUMERIC, "1.54"));
+        // varchar(3): trailing spaces beyond the length are cut when stored.
+        let vc = (3 + 4) as i32;
+        assert_eq!(
+            hash_param(oid::VARCHAR, vc, oid::TEXT, 1, b"ab   "),
+            hash::hash_text_value(oid::VARCHAR, "ab ")
+        );
     }
 }

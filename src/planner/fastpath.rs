@@ -6,7 +6,7 @@
 //! full plan, from a copy of the original value expression with the new constant in
 //! it; whenever anything does not fit, the statement takes the full path.
 
-use super::distvalue::{value_source, ValueSource};
+use super::distvalue::{value_source, ValueSource, ValueUse};
 use super::{Plan, RouterPlan};
 use crate::catalog::DistTable;
 use crate::sql::quote::{quote_ident, quote_qualified};
@@ -68,6 +68,8 @@ pub struct RouterShape {
     /// The value expression (a constant, maybe cast) and the token holding its constant.
     value: protobuf::Node,
     value_token: usize,
+    /// Whether the value is stored (INSERT) or compared.
+    usage: ValueUse,
     /// Token ranges [first, last] of the table reference to replace by the shard's name.
     relation: (usize, usize),
     add_alias: bool,
@@ -169,6 +171,11 @@ fn router_shape(r: &RouterPlan, tokens: &[ScanToken]) -> Option<RouterShape> {
         read_only: r.read_only,
         value,
         value_token,
+        usage: if r.is_insert {
+            ValueUse::Store
+        } else {
+            ValueUse::Compare
+        },
         relation: (first, last),
         add_alias: r.add_alias,
     })
@@ -224,7 +231,7 @@ fn apply_router(r: &RouterShape, tokens: &[ScanToken], sql: &str) -> Option<Fast
     let col = r.table.dist_column.as_ref()?;
     let val = constant_of(tokens.get(r.value_token)?, sql)?;
     let expr = with_constant(&r.value, val)?;
-    let ValueSource::Hash(hash) = value_source(&expr, col)? else {
+    let ValueSource::Hash(hash) = value_source(&expr, col, r.usage)? else {
         return None;
     };
     let start = tokens.get(r.relation.0)?.start as usize;

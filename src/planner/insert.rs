@@ -5,7 +5,7 @@
 //! Parameters keep their numbers: every shard statement is prepared with all the
 //! statement's parameter types and receives all bound values.
 
-use super::distvalue::{value_source, ValueSource};
+use super::distvalue::{value_source, ValueSource, ValueUse};
 use super::template::{Edit, ShardSqlTemplate};
 use crate::catalog::{DistColumn, DistTable, Oid};
 use crate::sharding::hash::oid;
@@ -374,7 +374,7 @@ pub fn eval_int(
 
 /// The key of one VALUES item for the distribution column.
 pub fn row_key(item: &protobuf::Node, span: (usize, usize), col: &DistColumn) -> RowKey {
-    if let Some(v) = value_source(item, col) {
+    if let Some(v) = value_source(item, col, ValueUse::Store) {
         return RowKey::Source(v);
     }
     if width_of(col.type_oid).is_some() {

@@ -310,6 +310,11 @@ pub fn plan_insert_select(
             "the distribution column must be filled with the source table's distribution column",
         );
     }
+    // The target stores the source's value coerced to its own typmod (numeric(10,2)
+    // into numeric(10,1) rounds): shard by shard only when that cannot change it.
+    if tcol.typmod != -1 && tcol.typmod != scol.typmod {
+        return refuse("the distribution columns have different type modifiers");
+    }
     let mut functions = Vec::new();
     for t in &s.target_list {
         let Some(N::ResTarget(rt)) = t.node.as_ref() else {

@@ -413,6 +413,8 @@ mod tests {
                 attnum: 1,
                 type_oid: 23,
                 collation: 0,
+                typmod: -1,
+                type_sql: "integer".into(),
             }),
             colocation_id: coloc,
             indexer: ShardIndexer::for_intervals(&shards),

@@ -85,6 +85,10 @@ pub struct InlineCall {
     pub end: usize,
     pub name: String,
     pub args: Vec<(Option<String>, UtilityArg)>,
+    /// The call is the one function of a FROM item (`FROM f() [AS a]`): its whole
+    /// result takes its place as a subquery, under the function's name when the item
+    /// has no alias of its own (`Some(name)`), or under the item's alias (`Some("")`).
+    pub from_item: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -696,6 +700,23 @@ fn inline_utility_calls(
     if !UTILITY_NAME_HINTS.iter().any(|k| lower.contains(k)) {
         return None;
     }
+    // Calls that are the one function of a FROM item, by location: whether the item
+    // has an alias.
+    let mut from_items: Vec<(i32, bool)> = Vec::new();
+    for (n, _, _, _) in node.nodes() {
+        let pg_query::NodeRef::RangeFunction(rf) = n else {
+            continue;
+        };
+        if rf.ordinality || rf.is_rowsfrom || rf.functions.len() != 1 {
+            continue;
+        }
+        let Some(N::List(l)) = rf.functions[0].node.as_ref() else {
+            continue;
+        };
+        if let Some(N::FuncCall(fc)) = l.items.first().and_then(|f| f.node.as_ref()) {
+            from_items.push((fc.location, rf.alias.is_some()));
+        }
+    }
     let mut calls = Vec::new();
     for (n, _, _, _) in node.nodes() {
         let pg_query::NodeRef::FuncCall(fc) = n else {
@@ -726,11 +747,22 @@ fn inline_utility_calls(
                 }
             }
         }
+        let from_item = from_items
+            .iter()
+            .find(|(l, _)| *l == fc.location)
+            .map(|(_, has_alias)| {
+                if *has_alias {
+                    String::new()
+                } else {
+                    name.clone()
+                }
+            });
         calls.push(InlineCall {
             start,
             end,
             name,
             args,
+            from_item,
         });
     }
     if calls.is_empty() {

@@ -30,6 +30,12 @@ pub enum MultiShardShape {
     Aggregate {
         aggs: Vec<AggKind>,
         names: Vec<String>,
+        /// When min/max are among them: the client's FROM clause read with each
+        /// aggregate's argument (NULL for count/sum) and `WHERE false`, to run on the
+        /// coordinator node's empty shells. Its columns carry the arguments' types and
+        /// collations, so that the combine's `min`/`max` compare as the shards did
+        /// (`collate "en-x-icu"`), not in the default collation of bare parameters.
+        collation_source: Option<String>,
     },
     /// Shards fill a temporary table on the coordinator node, which runs the
     /// client's statement over it (`aggregate.rs`).
@@ -274,6 +280,7 @@ fn plan_streamed(
     let mut functions = Vec::new();
     let mut aggs = Vec::new();
     let mut names = Vec::new();
+    let mut agg_args: Vec<Option<protobuf::Node>> = Vec::new();
     let mut plain_columns = 0;
     for t in &s.target_list {
         let Some(N::ResTarget(rt)) = t.node.as_ref() else {
@@ -285,6 +292,12 @@ fn plan_streamed(
         match aggregate_of(val) {
             Some(Ok(kind)) => {
                 aggs.push(kind);
+                agg_args.push(match (kind, val.node.as_ref()) {
+                    (AggKind::Min | AggKind::Max, Some(N::FuncCall(fc))) => {
+                        fc.args.first().cloned()
+                    }
+                    _ => None,
+                });
                 names.push(if rt.name.is_empty() {
                     agg_name(kind).to_string()
                 } else {
@@ -328,7 +341,23 @@ fn plan_streamed(
         }
         MultiShardShape::Plain
     } else {
-        MultiShardShape::Aggregate { aggs, names }
+        let collation_source = if aggs
+            .iter()
+            .any(|a| matches!(a, AggKind::Min | AggKind::Max))
+        {
+            match collation_source(s, &agg_args) {
+                Some(q) => Some(q),
+                // Arguments with parameters: the combine step reads them exactly.
+                None => return Ok(None),
+            }
+        } else {
+            None
+        };
+        MultiShardShape::Aggregate {
+            aggs,
+            names,
+            collation_source,
+        }
     };
     if !matches!(shape, MultiShardShape::Plain)
         && (s.limit_count.is_some() || s.limit_offset.is_some())
@@ -349,6 +378,62 @@ fn plan_streamed(
         combine,
         node_tasks,
     }))))
+}
+
+/// `SELECT <arg or NULL per aggregate> FROM <the client's FROM> WHERE false`, deparsed
+/// (see `MultiShardShape::Aggregate::collation_source`). None when an argument holds a
+/// parameter (its type would be unknown there) or deparsing fails.
+fn collation_source(s: &protobuf::SelectStmt, args: &[Option<protobuf::Node>]) -> Option<String> {
+    let null = || protobuf::Node {
+        node: Some(N::AConst(protobuf::AConst {
+            isnull: true,
+            val: None,
+            location: -1,
+        })),
+    };
+    let mut targets = Vec::new();
+    for a in args {
+        let val = match a {
+            Some(a) => {
+                let has_param = N::ResTarget(Box::new(protobuf::ResTarget {
+                    val: Some(Box::new(a.clone())),
+                    ..Default::default()
+                }))
+                .nodes()
+                .iter()
+                .any(|(n, _, _, _)| matches!(n, pg_query::NodeRef::ParamRef(_)));
+                if has_param {
+                    return None;
+                }
+                a.clone()
+            }
+            None => null(),
+        };
+        targets.push(protobuf::Node {
+            node: Some(N::ResTarget(Box::new(protobuf::ResTarget {
+                val: Some(Box::new(val)),
+                location: -1,
+                ..Default::default()
+            }))),
+        });
+    }
+    let probe = protobuf::SelectStmt {
+        target_list: targets,
+        from_clause: s.from_clause.clone(),
+        where_clause: Some(Box::new(protobuf::Node {
+            node: Some(N::AConst(protobuf::AConst {
+                isnull: false,
+                val: Some(Val::Boolval(protobuf::Boolean { boolval: false })),
+                location: -1,
+            })),
+        })),
+        limit_option: LimitOption::Default as i32,
+        op: SetOperation::SetopNone as i32,
+        ..Default::default()
+    };
+    N::SelectStmt(Box::new(probe))
+        .deparse(Default::default())
+        .ok()
 }
 
 /// System columns: they differ per shard and a UNION ALL subquery has none.

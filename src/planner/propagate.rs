@@ -248,6 +248,8 @@ mod tests {
                     attnum: 1,
                     type_oid: oid::INT4,
                     collation: 0,
+                    typmod: -1,
+                    type_sql: "integer".into(),
                 }),
                 colocation_id: 1,
                 indexer: ShardIndexer::for_intervals::<crate::catalog::ShardInterval>(&[]),

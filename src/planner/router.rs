@@ -1,7 +1,7 @@
 //! Router planning: statements on one distributed table whose distribution column is
 //! fixed to one value run whole on the one shard that holds it.
 
-use super::distvalue::{constant_location, find_equality, value_source, ValueSource};
+use super::distvalue::{constant_location, find_equality, value_source, ValueSource, ValueUse};
 use super::multishard;
 use super::template::EditWith;
 use super::template::{Edit, ShardSqlTemplate};
@@ -238,7 +238,7 @@ fn plan_insert(
         if matches!(item.node.as_ref(), Some(N::SetToDefault(_))) {
             return no_value();
         }
-        match value_source(item, &col) {
+        match value_source(item, &col, ValueUse::Store) {
             Some(ValueSource::Null) => {
                 return Ok(Plan::Unsupported(PgError::new(
                     sqlstate::NOT_NULL_VIOLATION,

@@ -30,6 +30,8 @@ fn catalog() -> Catalog {
             attnum: 1,
             type_oid: oid::INT4,
             collation: 0,
+            typmod: -1,
+            type_sql: "integer".into(),
         }),
         colocation_id: 1,
         indexer: ShardIndexer::for_intervals(&shards),
@@ -156,7 +158,8 @@ fn multi_shard_shapes() {
                 m.shape,
                 MultiShardShape::Aggregate {
                     aggs: vec![AggKind::Count, AggKind::Sum, AggKind::Max],
-                    names: vec!["count".into(), "s".into(), "max".into()]
+                    names: vec!["count".into(), "s".into(), "max".into()],
+                    collation_source: Some("SELECT NULL, NULL, v FROM t WHERE false".into()),
                 }
             );
         }

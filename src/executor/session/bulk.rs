@@ -71,8 +71,39 @@ fn type_sql_name(t: u32) -> Option<&'static str> {
         oid::NUMERIC => "pg_catalog.numeric",
         oid::DATE => "pg_catalog.date",
         oid::TIMESTAMP => "pg_catalog.timestamp",
+        oid::TIMESTAMPTZ => "pg_catalog.timestamptz",
+        oid::TIME => "pg_catalog.time",
+        oid::TIMETZ => "pg_catalog.timetz",
+        oid::INTERVAL => "pg_catalog.interval",
+        oid::OID => "pg_catalog.oid",
+        oid::NAME => "pg_catalog.name",
+        oid::FLOAT4 => "pg_catalog.float4",
+        oid::FLOAT8 => "pg_catalog.float8",
         _ => return None,
     })
+}
+
+/// Types whose binary form `hash::hash_binary_value_typmod` reads exactly (None from it
+/// then means PostgreSQL refuses the value).
+fn binary_is_exact(t: u32) -> bool {
+    matches!(
+        t,
+        oid::INT2
+            | oid::INT4
+            | oid::INT8
+            | oid::OID
+            | oid::TEXT
+            | oid::VARCHAR
+            | oid::BPCHAR
+            | oid::NAME
+            | oid::CHAR
+            | oid::BOOL
+            | oid::UUID
+            | oid::DATE
+            | oid::TIMESTAMP
+            | oid::TIMESTAMPTZ
+            | oid::NUMERIC
+    )
 }
 
 fn int_width(t: u32) -> Option<u8> {
@@ -121,15 +152,6 @@ pub(super) fn encoding_is_utf8(enc: &str) -> bool {
 struct ShardBuffer {
     data: BytesMut,
     rows: u64,
-}
-
-/// Whether pgshard can hash a distribution value of type `t` given as COPY text.
-pub(super) fn text_hashable(t: u32) -> bool {
-    input_is_exact(t)
-        || matches!(
-            t,
-            oid::DATE | oid::TIMESTAMP | oid::OID | oid::NAME | oid::CHAR
-        )
 }
 
 /// A COPY of rows with `columns` into every shard of `table`, nothing sent yet.
@@ -291,34 +313,8 @@ impl Session {
         }
         let utf8 = encoding_is_utf8(&enc);
         let binary = opts.format == CopyFormat::Binary;
-        let t = col.type_oid;
-        let hashable = if binary {
-            matches!(
-                t,
-                oid::INT2
-                    | oid::INT4
-                    | oid::INT8
-                    | oid::OID
-                    | oid::TEXT
-                    | oid::VARCHAR
-                    | oid::BPCHAR
-                    | oid::NAME
-                    | oid::CHAR
-                    | oid::BOOL
-                    | oid::UUID
-                    | oid::DATE
-                    | oid::TIMESTAMP
-                    | oid::TIMESTAMPTZ
-                    | oid::NUMERIC
-            )
-        } else {
-            text_hashable(t)
-        };
-        if !hashable {
-            return Err(PgError::not_supported(format!(
-                "pgshard cannot route COPY rows by a distribution column of type {t} yet"
-            )));
-        }
+        // Every type routes: values pgshard does not read itself are hashed by
+        // PostgreSQL on the coordinator node (`hash_on_coordinator`).
         let key = KeySpec {
             index: key_index,
             force_null: opts.force_null.contains(&col.name),
@@ -502,6 +498,12 @@ impl Session {
             .map(|c| c.type_oid)
             .unwrap_or(0);
         let exact_text = input_is_exact(col_type);
+        let col_typmod = st
+            .table
+            .dist_column
+            .as_ref()
+            .map(|c| c.typmod)
+            .unwrap_or(-1);
         if *binary_header {
             match cf::binary_header_len(pending)? {
                 Some(n) => {
@@ -542,22 +544,30 @@ impl Session {
                             "pgshard routes COPY rows with non-ASCII distribution values only in UTF8",
                         ));
                     }
+                    // COPY reads the value with the column's typmod (numeric(10,1) rounds).
                     let hashed = if st.binary {
-                        hash::hash_binary_value(col_type, &v)
+                        hash::hash_binary_value_typmod(col_type, col_typmod, &v)
                     } else {
                         match std::str::from_utf8(&v) {
-                            Ok(s) => hash::hash_text_value(col_type, s),
+                            Ok(s) => hash::hash_text_value_typmod(col_type, col_typmod, s),
                             Err(_) => Some(i32::MIN),
                         }
                     };
+                    let rust_is_exact = if st.binary {
+                        binary_is_exact(col_type)
+                    } else {
+                        exact_text
+                    };
                     match hashed {
                         Some(h) => h,
-                        None if st.binary || exact_text => i32::MIN,
+                        None if rust_is_exact => i32::MIN,
+                        // Values pgshard does not read itself (timestamptz text, time,
+                        // interval, other spellings): PostgreSQL hashes them.
                         None => {
-                            return Err(PgError::not_supported(format!(
-                            "pgshard cannot compute the shard of the value \"{}\" (use ISO format)",
-                            String::from_utf8_lossy(&v)
-                        )))
+                            let col = st.table.dist_column.clone().expect("routed by a column");
+                            self.hash_on_coordinator(&col, &v, st.binary)
+                                .await?
+                                .unwrap_or(i32::MIN)
                         }
                     }
                 }
@@ -843,14 +853,27 @@ impl Session {
                         return Err(null_key_error(table));
                     };
                     let ptype = params.types.get(*i).copied().unwrap_or(0);
-                    match hash_param(col.type_oid, ptype, bind.param_format(*i), bytes) {
+                    match hash_param(
+                        col.type_oid,
+                        col.typmod,
+                        ptype,
+                        bind.param_format(*i),
+                        bytes,
+                    ) {
                         Some(h) => h,
                         None if param_is_invalid(col.type_oid, ptype) => i32::MIN,
+                        // Another type (a domain, time, interval...): PostgreSQL hashes it.
                         None => {
-                            return Err(PgError::not_supported(format!(
-                                "pgshard cannot route a parameter of type {ptype} for the distribution column \"{}\"",
-                                col.name
-                            )))
+                            let bytes = bytes.clone();
+                            self.hash_stored_on_coordinator(
+                                &col,
+                                &bytes,
+                                bind.param_format(*i) == 1,
+                                ptype,
+                                true,
+                            )
+                            .await?
+                            .unwrap_or(i32::MIN)
                         }
                     }
                 }
@@ -898,30 +921,107 @@ impl Session {
         if evaluate.is_empty() {
             return Ok((hashes, replace));
         }
-        let Some(tname) = type_sql_name(col.type_oid) else {
-            return Err(PgError::not_supported(format!(
-                "pgshard cannot compute expressions for the distribution column \"{}\" of this type",
-                col.name
-            )));
+        // The value as the bare type is what the shard's INSERT receives (it coerces it to
+        // the column itself, errors included); the hash is PostgreSQL's own of the value
+        // coerced to the column's type, typmod and domain (`OFFSET 0`: each expression
+        // is evaluated once, volatile ones included).
+        let tname = match (type_sql_name(col.type_oid), col.typmod) {
+            (Some(t), _) => t.to_string(),
+            (None, -1) if !col.type_sql.is_empty() => col.type_sql.clone(),
+            _ => {
+                return Err(PgError::not_supported(format!(
+                    "pgshard cannot compute expressions for the distribution column \"{}\" of this type",
+                    col.name
+                )))
+            }
         };
         let exprs: Vec<String> = evaluate
             .iter()
-            .map(|(_, s, e)| format!("CAST(({}) AS {tname})", &plan.text[*s..*e]))
+            .enumerate()
+            .map(|(i, (_, s, e))| format!("CAST(({}) AS {tname}) AS v{i}", &plan.text[*s..*e]))
             .collect();
-        let sql = format!("SELECT {}", exprs.join(", "));
+        let outputs: Vec<String> = (0..evaluate.len())
+            .map(|i| {
+                format!(
+                    "v{i}::text, {}",
+                    hash::hash_sql_expression(
+                        col.type_oid,
+                        &format!("CAST(v{i} AS {})", col.type_sql)
+                    )
+                )
+            })
+            .collect();
+        let sql = format!(
+            "SELECT {} FROM (SELECT {} OFFSET 0) AS pgshard_keys",
+            outputs.join(", "),
+            exprs.join(", ")
+        );
         let values = self.evaluate_on_coordinator(&sql, params).await?;
-        for ((r, _, _), v) in evaluate.iter().zip(values) {
-            let Some(v) = v else {
+        for (k, (r, _, _)) in evaluate.iter().enumerate() {
+            let (Some(Some(v)), Some(Some(h))) = (values.get(2 * k), values.get(2 * k + 1)) else {
                 return Err(null_key_error(table));
             };
-            hashes[*r] = hash::hash_text_value(col.type_oid, &v).ok_or_else(|| {
-                PgError::not_supported(format!(
-                    "pgshard cannot compute the shard of the value \"{v}\""
-                ))
+            hashes[*r] = h.parse::<i32>().map_err(|_| {
+                PgError::internal(format!("unexpected hash {h:?} from the coordinator node"))
             })?;
-            replace.push((*r, format!("CAST({} AS {tname})", quote_literal(&v))));
+            replace.push((*r, format!("CAST({} AS {tname})", quote_literal(v))));
         }
         Ok((hashes, replace))
+    }
+
+    /// The hash PostgreSQL computes for a stored distribution value given in COPY text
+    /// or binary form (cast to the column's type, typmod and domain as storing does).
+    /// None: PostgreSQL refuses the value (any one shard then reports its own error).
+    pub(super) async fn hash_on_coordinator(
+        &mut self,
+        col: &crate::catalog::DistColumn,
+        value: &[u8],
+        binary: bool,
+    ) -> PgResult<Option<i32>> {
+        let value_type = if binary { col.type_oid } else { oid::TEXT };
+        self.hash_stored_on_coordinator(col, value, binary, value_type, true)
+            .await
+    }
+
+    /// As `hash_on_coordinator`, for a value of type `value_type` (a bound parameter:
+    /// a domain, a type pgshard does not read). `store: false`: the value is compared,
+    /// not stored, and `value_type` is the column's base type: hashed as it is.
+    pub(super) async fn hash_stored_on_coordinator(
+        &mut self,
+        col: &crate::catalog::DistColumn,
+        value: &[u8],
+        binary: bool,
+        value_type: u32,
+        store: bool,
+    ) -> PgResult<Option<i32>> {
+        let arg = if store {
+            format!("CAST($1 AS {})", col.type_sql)
+        } else {
+            "$1".to_string()
+        };
+        let sql = format!("SELECT {}", hash::hash_sql_expression(col.type_oid, &arg));
+        let types = [value_type];
+        let bind = BindMsg {
+            portal: String::new(),
+            statement: String::new(),
+            param_formats: vec![i16::from(binary)],
+            params: vec![Some(Bytes::copy_from_slice(value))],
+            result_formats: vec![],
+        };
+        let params = BoundParams {
+            types: &types,
+            bind: Some(&bind),
+        };
+        match self.evaluate_on_coordinator(&sql, &params).await {
+            Ok(row) => Ok(row
+                .first()
+                .cloned()
+                .flatten()
+                .and_then(|h| h.parse::<i32>().ok())),
+            // Data exceptions and constraint violations (a domain's CHECK): the value.
+            Err(e) if e.code.starts_with("22") || e.code.starts_with("23") => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Runs one row-returning statement on the coordinator node with the statement's

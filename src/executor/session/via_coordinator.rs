@@ -18,7 +18,7 @@
 //! coordinator node over the rows as typed VALUES.
 
 use super::bulk::{
-    copy_state, encoding_is_ascii_safe, encoding_is_utf8, null_key_error, text_hashable, CopyState,
+    copy_state, encoding_is_ascii_safe, encoding_is_utf8, null_key_error, CopyState,
 };
 use super::*;
 use crate::backend::BackendConn;
@@ -77,12 +77,6 @@ impl Session {
         let catalog = self.shared.catalog.snapshot();
         let table = catalog.current(&plan.table);
         let col = table.dist_column.clone().expect("planned with a column");
-        if !text_hashable(col.type_oid) {
-            return Err(PgError::not_supported(format!(
-                "pgshard cannot route INSERT ... SELECT rows by a distribution column of type {} yet",
-                col.type_oid
-            )));
-        }
         // Every column the shards take (generated ones are computed there).
         let columns = self.copy_columns(&table).await?;
         let Some(index) = columns.iter().position(|c| *c == col.name) else {
