@@ -765,6 +765,10 @@ pub(crate) async fn create_distributed_table(
                 .await
                 .map_err(db_err(&format!("cannot empty the local table {qualified}")))?;
         }
+        coord
+            .execute(crate::catalog::guard::GUARD_ONE_SQL, &[&relid])
+            .await
+            .map_err(db_err(&format!("cannot guard the shell {qualified}")))?;
         bump_version(&coord).await
     })
     .await?;

@@ -157,6 +157,10 @@ pub(crate) async fn create_reference_table(
             .batch_execute(&format!("TRUNCATE ONLY {qualified}"))
             .await
             .map_err(db_err(&format!("cannot empty the local table {qualified}")))?;
+        coord
+            .execute(crate::catalog::guard::GUARD_ONE_SQL, &[&relid])
+            .await
+            .map_err(db_err(&format!("cannot guard the shell {qualified}")))?;
         bump_version(&coord).await
     })
     .await?;

@@ -462,6 +462,10 @@ pub(crate) async fn undistribute_table(
         .batch_execute(&format!("LOCK TABLE ONLY {shell} IN ACCESS EXCLUSIVE MODE"))
         .await
         .map_err(db_err(&format!("cannot lock {shell}")))?;
+    coord
+        .execute(crate::catalog::guard::UNGUARD_ONE_SQL, &[&relid])
+        .await
+        .map_err(db_err(&format!("cannot remove the guard of {shell}")))?;
     let columns: Vec<String> = coord
         .query(
             "SELECT attname::text FROM pg_catalog.pg_attribute WHERE attrelid = $1 AND attnum > 0 \
