@@ -743,7 +743,9 @@ pub(crate) async fn create_distributed_table(
             }
         }
     }
-    prepare_workers(cache.config(), &coord, &def, &shards, &node_by_group).await?;
+    let deps = super::dependencies::read(&coord, relid).await?;
+    super::dependencies::record(&coord, &deps).await?;
+    prepare_workers(cache.config(), &coord, &def, &deps, &shards, &node_by_group).await?;
     let slots = plan_slots(&def, &shards, &node_by_group)?;
     let participants = run_slots(
         cache.config(),
@@ -1034,12 +1036,14 @@ async fn insert_catalog_rows(
 
 /// What the shards of `def` need on their workers before they are made, committed at
 /// once (leftovers of a failure are harmless): the roles their owner, ACL and policies
-/// name (copied from the coordinator node if missing), and their schema, created with
-/// its owner and ACL on the coordinator node if the worker lacks it.
+/// name (copied from the coordinator node if missing), their schema, created with
+/// its owner and ACL on the coordinator node if the worker lacks it, and the objects
+/// the table depends on (`dependencies`: types, collations, functions, extensions).
 pub(crate) async fn prepare_workers(
     cfg: &Config,
     coord: &Client,
     def: &TableDef,
+    deps: &[super::dependencies::Dependency],
     shards: &[ShardPlan],
     nodes: &HashMap<GroupId, &NodeInfo>,
 ) -> Result<(), PgError> {
@@ -1051,7 +1055,10 @@ pub(crate) async fn prepare_workers(
     groups.dedup();
     let schema = def.schema.as_str();
     let schema_acl = privileges::read_schema_acl(coord, schema).await?;
-    let roles = def.security.roles();
+    let mut roles = def.security.roles();
+    roles.extend(deps.iter().filter_map(|d| d.owner.clone()));
+    roles.sort();
+    roles.dedup();
     let results = futures_util::future::join_all(groups.iter().map(|g| {
         let node = nodes[g];
         let (schema_acl, roles) = (&schema_acl, &roles);
@@ -1082,6 +1089,19 @@ pub(crate) async fn prepare_workers(
                     .await
                     .map_err(db_err(&format!(
                         "cannot create schema {schema} on node {at}"
+                    )))?;
+            }
+            if !deps.is_empty() {
+                client
+                    .batch_execute("BEGIN")
+                    .await
+                    .map_err(db_err(&format!("cannot begin on node {at}")))?;
+                super::dependencies::create_on_worker(&client, &at, deps).await?;
+                client
+                    .batch_execute("COMMIT")
+                    .await
+                    .map_err(db_err(&format!(
+                        "cannot create the table's dependencies on node {at}"
                     )))?;
             }
             Ok::<(), PgError>(())

@@ -18,6 +18,7 @@
 //!   these functions, shards' owner/ACL/policies, GRANT propagation
 
 pub mod ddl;
+pub mod dependencies;
 pub mod distribute;
 pub mod nodes;
 pub mod privileges;

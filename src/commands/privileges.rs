@@ -458,6 +458,7 @@ const MISSING_OBJECT: &[&str] = &[
     sqlstate::UNDEFINED_FUNCTION,
     sqlstate::INVALID_SCHEMA_NAME,
     sqlstate::INVALID_CATALOG_NAME,
+    sqlstate::UNDEFINED_OBJECT,
 ];
 
 /// Whether SQLSTATE `code` says a statement's object does not exist (see `MISSING_OBJECT`).

@@ -134,10 +134,13 @@ pub(crate) async fn create_reference_table(
         .map_err(db_err("cannot insert into pg_dist_placement"))?;
 
     let node_by_group: HashMap<_, _> = nodes.iter().map(|n| (n.group, n)).collect();
+    let deps = super::dependencies::read(&coord, relid).await?;
+    super::dependencies::record(&coord, &deps).await?;
     prepare_workers(
         cache.config(),
         &coord,
         &def,
+        &deps,
         std::slice::from_ref(&shard),
         &node_by_group,
     )

@@ -15,6 +15,7 @@ pub mod insert;
 pub mod insert_select;
 pub mod join;
 pub mod multishard;
+pub mod objects;
 pub mod propagate;
 pub mod router;
 pub mod security;
@@ -285,6 +286,10 @@ pub fn plan(
     }
     if catalog.is_empty() {
         return Ok(Plan::Local);
+    }
+    // Types, domains, collations, functions and schemas: every worker too.
+    if let Some(p) = objects::plan_objects(node, &stmt.text) {
+        return Ok(Plan::Grant(Arc::new(p)));
     }
     if let N::ExplainStmt(e) = node {
         return plan_explain(e, stmt, catalog, is_utility_function);
