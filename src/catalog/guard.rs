@@ -76,7 +76,7 @@ $pgshard$;
 CREATE OR REPLACE FUNCTION pg_catalog.pgshard_guard_of(rel regclass) RETURNS regclass
     LANGUAGE sql STABLE SET search_path = pg_catalog AS $pgshard$
     SELECT i.inhrelid::regclass FROM pg_inherits i JOIN pg_class g ON g.oid = i.inhrelid
-     WHERE i.inhparent = rel AND g.relnamespace = 'pgshard_guard'::regnamespace
+     WHERE i.inhparent = rel AND g.relnamespace = pg_catalog.to_regnamespace('pgshard_guard')
 $pgshard$;
 
 CREATE OR REPLACE FUNCTION pg_catalog.pgshard_guard_shell(rel regclass) RETURNS void
@@ -133,7 +133,7 @@ BEGIN
                FROM pg_inherits i
                JOIN pg_class g ON g.oid = i.inhrelid
                JOIN pg_class p ON p.oid = i.inhparent
-              WHERE g.relnamespace = 'pgshard_guard'::regnamespace AND g.relowner <> p.relowner
+              WHERE g.relnamespace = pg_catalog.to_regnamespace('pgshard_guard') AND g.relowner <> p.relowner
     LOOP
         EXECUTE format('ALTER FOREIGN TABLE %s OWNER TO %I', r.guard, r.owner);
     END LOOP;
