@@ -21,8 +21,8 @@
 //!   (38000, "program ... failed", the message naming the table). Planning, EXPLAIN,
 //!   `CREATE TABLE AS ... WITH NO DATA` (pgshard's combine step) never run it, and
 //!   ANALYZE skips program foreign tables. Its dependency on the shell is made
-//!   automatic, so dropping the shell drops it. Known hole: `SELECT ... FROM ONLY t`
-//!   reads the empty shell alone.
+//!   automatic, so dropping the shell drops it. Known holes: `SELECT ... FROM ONLY t`
+//!   and `COPY t TO` read the empty shell alone.
 //! - **Drops**: `pgshard_on_sql_drop` (an `sql_drop` event trigger, as Citus's
 //!   `citus_drop_trigger`) deletes the catalog rows of every distributed or reference
 //!   table dropped by any statement (`DROP SCHEMA ... CASCADE`, `DROP OWNED`, a drop on
