@@ -180,6 +180,27 @@ async fn a_reference_table_gets_its_types_too() {
 }
 
 #[tokio::test]
+async fn extension_types_bring_their_extension() {
+    let cl = cluster();
+    let c = cl.client().await;
+    let o = plain_postgres().client().await;
+    both(
+        &c,
+        &o,
+        &[
+            "CREATE SCHEMA dep_ext",
+            "CREATE EXTENSION IF NOT EXISTS citext SCHEMA dep_ext",
+            "CREATE TABLE ext_ty (k int, name dep_ext.citext)",
+            "SELECT create_distributed_table('ext_ty', 'k')",
+            "INSERT INTO ext_ty VALUES (1, 'Alice'), (2, 'BOB'), (3, 'carol')",
+        ],
+    )
+    .await;
+    same_rows(&c, &o, "SELECT k FROM ext_ty WHERE name = 'bob'").await;
+    same_rows(&c, &o, "SELECT * FROM ext_ty").await;
+}
+
+#[tokio::test]
 async fn drop_schema_cascade_drops_shards_and_catalog_rows() {
     let cl = cluster();
     let c = cl.client().await;
