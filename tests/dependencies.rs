@@ -281,6 +281,17 @@ async fn drop_owned_and_direct_drops_keep_the_catalog_true() {
         .await
             > 0
     );
+    // The shards it left are dropped by pgshard (periodically, or at once here).
+    exec(&c, "SELECT citus_cleanup_orphaned_resources()").await;
+    assert_eq!(shards_on_workers("public", "ddirect").await, 0);
+    assert_eq!(
+        count(
+            &coord,
+            "SELECT count(*) FROM pg_dist_cleanup WHERE object_name LIKE 'public.ddirect\\_%'"
+        )
+        .await,
+        0
+    );
     // pgshard sees a drop made on the coordinator node directly at its next catalog
     // poll (the drop's transaction may be prepared, so the trigger cannot NOTIFY).
     let mut tries = 0;

@@ -27,7 +27,7 @@
 //!   `citus_drop_trigger`) deletes the catalog rows of every distributed or reference
 //!   table dropped by any statement (`DROP SCHEMA ... CASCADE`, `DROP OWNED`, a drop on
 //!   the coordinator node directly), records its shard placements in
-//!   `pg_dist_cleanup` for pgshard to drop if still there, removes dropped objects from
+//!   `pg_dist_cleanup` for pgshard to drop if still there (`commands::shards::drop_orphaned_shards`), removes dropped objects from
 //!   `pg_dist_object`, and raises the catalog version, all in the dropping transaction.
 //! - **Owners**: ALTER TABLE on a parent recurses to the guard as the caller, who must
 //!   own it: the guard's owner follows the shell's (`pgshard_guard_owners`, an event

@@ -27,6 +27,7 @@ const SUPERUSER_FUNCTIONS: &[&str] = &[
     "citus_remove_node",
     "master_remove_node",
     "recover_prepared_transactions",
+    "citus_cleanup_orphaned_resources",
 ];
 
 /// Whether `function` (lower-case, unqualified) is for superusers only.
