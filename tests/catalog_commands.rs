@@ -641,7 +641,23 @@ async fn catalog_and_distribution_end_to_end() {
     let e = e.unwrap_err();
     assert_eq!(e.code, "23502", "{e}");
     assert!(e.message.contains("public.bad"), "{e}");
-    // ... and a shard that cannot be created on a worker (its type exists only here).
+    // ... and a shard that cannot be created on a worker (a table of its name is there).
+    let next: i64 = coord
+        .query_one(
+            "SELECT last_value + CASE WHEN is_called THEN 1 ELSE 0 END FROM pg_dist_shardid_seq",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let squatters: Vec<String> = (next..next + 64).map(|id| format!("moods_{id}")).collect();
+    for c in &w {
+        for t in &squatters {
+            c.batch_execute(&format!("CREATE TABLE {t} (x int)"))
+                .await
+                .unwrap();
+        }
+    }
     let e = call(
         &cache,
         "create_distributed_table",
@@ -651,6 +667,11 @@ async fn catalog_and_distribution_end_to_end() {
     .unwrap_err();
     assert!(e.message.contains("on node 127.0.0.1:"), "{e}");
     assert!(e.message.contains("moods_"), "{e}");
+    for c in &w {
+        for t in &squatters {
+            c.batch_execute(&format!("DROP TABLE {t}")).await.unwrap();
+        }
+    }
     for table in ["bad", "moods"] {
         assert_eq!(
             count(&coord, &format!("SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = '{table}'::regclass")).await,

@@ -6,6 +6,7 @@
 //! reloads (see `cache.rs`).
 
 pub mod cache;
+pub mod guard;
 pub mod load;
 pub mod schema;
 

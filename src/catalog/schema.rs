@@ -1,6 +1,7 @@
 //! Creation of the catalog in the coordinator node's PostgreSQL: Citus's `pg_dist_*`
 //! tables, sequences and views (same names, columns and keys as Citus), in
-//! `pg_catalog` as Citus keeps them, plus `pgshard_catalog_version`.
+//! `pg_catalog` as Citus keeps them, plus `pgshard_catalog_version`; then the shell
+//! guards and event triggers of `catalog::guard`.
 //!
 //! `ensure_schema` is idempotent and safe to run from several pgshard processes at
 //! once: it takes a transaction-scoped advisory lock first. Creating objects in
@@ -95,6 +96,30 @@ CREATE TABLE IF NOT EXISTS pg_catalog.pg_dist_transaction (
     CONSTRAINT pg_dist_transaction_unique_constraint UNIQUE (groupid, gid)
 );
 
+CREATE TABLE IF NOT EXISTS pg_catalog.pg_dist_object (
+    classid oid NOT NULL,
+    objid oid NOT NULL,
+    objsubid integer NOT NULL,
+    type text DEFAULT NULL,
+    object_names text[] DEFAULT NULL,
+    object_args text[] DEFAULT NULL,
+    distribution_argument_index int,
+    colocationid int,
+    force_delegation bool,
+    CONSTRAINT pg_dist_object_pkey PRIMARY KEY (classid, objid, objsubid)
+);
+
+CREATE SEQUENCE IF NOT EXISTS pg_catalog.pg_dist_cleanup_recordid_seq;
+CREATE TABLE IF NOT EXISTS pg_catalog.pg_dist_cleanup (
+    record_id bigint NOT NULL DEFAULT nextval('pg_catalog.pg_dist_cleanup_recordid_seq'),
+    operation_id bigint NOT NULL DEFAULT 0,
+    object_type int NOT NULL,
+    object_name text NOT NULL,
+    node_group_id int NOT NULL,
+    policy_type int NOT NULL,
+    CONSTRAINT pg_dist_cleanup_pkey PRIMARY KEY (record_id)
+);
+
 CREATE TABLE IF NOT EXISTS pg_catalog.pgshard_catalog_version (version bigint NOT NULL);
 CREATE UNIQUE INDEX IF NOT EXISTS pgshard_catalog_version_one_row
     ON pg_catalog.pgshard_catalog_version ((true));
@@ -142,6 +167,7 @@ CREATE OR REPLACE VIEW pg_catalog.citus_shards AS
 GRANT SELECT ON pg_catalog.pg_dist_node, pg_catalog.pg_dist_colocation,
     pg_catalog.pg_dist_partition, pg_catalog.pg_dist_shard, pg_catalog.pg_dist_placement,
     pg_catalog.pg_dist_transaction, pg_catalog.pgshard_catalog_version,
+    pg_catalog.pg_dist_object, pg_catalog.pg_dist_cleanup,
     pg_catalog.pg_dist_shard_placement, pg_catalog.citus_tables, pg_catalog.citus_shards
     TO PUBLIC;
 "#;
@@ -151,7 +177,8 @@ GRANT SELECT ON pg_catalog.pg_dist_node, pg_catalog.pg_dist_colocation,
 pub async fn ensure_schema(client: &Client) -> Result<(), PgError> {
     let script = format!(
         "BEGIN;\nSELECT pg_catalog.pg_advisory_xact_lock({SCHEMA_LOCK_KEY});\n\
-         SET LOCAL allow_system_table_mods = on;\n{SCHEMA_SQL}\nCOMMIT;"
+         SET LOCAL allow_system_table_mods = on;\n{SCHEMA_SQL}\n{}\nCOMMIT;",
+        super::guard::GUARD_SQL
     );
     if let Err(e) = client.batch_execute(&script).await {
         // A failed statement leaves the session inside an aborted transaction.

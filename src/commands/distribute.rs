@@ -750,7 +750,9 @@ pub(crate) async fn create_distributed_table(
             }
         }
     }
-    prepare_workers(cache.config(), &coord, &def, &shards, &node_by_group).await?;
+    let deps = super::dependencies::read(&coord, relid).await?;
+    super::dependencies::record(&coord, &deps).await?;
+    prepare_workers(cache.config(), &coord, &def, &deps, &shards, &node_by_group).await?;
     let slots = plan_slots(&def, &shards, &node_by_group)?;
     let participants = run_slots(
         cache.config(),
@@ -772,6 +774,10 @@ pub(crate) async fn create_distributed_table(
                 .await
                 .map_err(db_err(&format!("cannot empty the local table {qualified}")))?;
         }
+        coord
+            .execute(crate::catalog::guard::GUARD_ONE_SQL, &[&relid])
+            .await
+            .map_err(db_err(&format!("cannot guard the shell {qualified}")))?;
         bump_version(&coord).await
     })
     .await?;
@@ -1063,12 +1069,14 @@ async fn insert_catalog_rows(
 
 /// What the shards of `def` need on their workers before they are made, committed at
 /// once (leftovers of a failure are harmless): the roles their owner, ACL and policies
-/// name (copied from the coordinator node if missing), and their schema, created with
-/// its owner and ACL on the coordinator node if the worker lacks it.
+/// name (copied from the coordinator node if missing), their schema, created with
+/// its owner and ACL on the coordinator node if the worker lacks it, and the objects
+/// the table depends on (`dependencies`: types, collations, functions, extensions).
 pub(crate) async fn prepare_workers(
     cfg: &Config,
     coord: &Client,
     def: &TableDef,
+    deps: &[super::dependencies::Dependency],
     shards: &[ShardPlan],
     nodes: &HashMap<GroupId, &NodeInfo>,
 ) -> Result<(), PgError> {
@@ -1080,7 +1088,10 @@ pub(crate) async fn prepare_workers(
     groups.dedup();
     let schema = def.schema.as_str();
     let schema_acl = privileges::read_schema_acl(coord, schema).await?;
-    let roles = def.security.roles();
+    let mut roles = def.security.roles();
+    roles.extend(deps.iter().filter_map(|d| d.owner.clone()));
+    roles.sort();
+    roles.dedup();
     let results = futures_util::future::join_all(groups.iter().map(|g| {
         let node = nodes[g];
         let (schema_acl, roles) = (&schema_acl, &roles);
@@ -1111,6 +1122,19 @@ pub(crate) async fn prepare_workers(
                     .await
                     .map_err(db_err(&format!(
                         "cannot create schema {schema} on node {at}"
+                    )))?;
+            }
+            if !deps.is_empty() {
+                client
+                    .batch_execute("BEGIN")
+                    .await
+                    .map_err(db_err(&format!("cannot begin on node {at}")))?;
+                super::dependencies::create_on_worker(&client, &at, deps).await?;
+                client
+                    .batch_execute("COMMIT")
+                    .await
+                    .map_err(db_err(&format!(
+                        "cannot create the table's dependencies on node {at}"
                     )))?;
             }
             Ok::<(), PgError>(())

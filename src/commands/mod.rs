@@ -13,11 +13,13 @@
 //!   `undistribute_table`, and the helpers `drop_distributed_table` and
 //!   `maintain_shards` for the executor
 //! - `recover_prepared_transactions`: `crate::transaction::recovery`
+//! - `citus_cleanup_orphaned_resources`: `shards::drop_orphaned_shards`
 //! - `twopc`: two-phase commit of control-plane work anchored in the coordinator node
 //! - `roles`: roles made equal on every node; `privileges`: the privilege checks of
 //!   these functions, shards' owner/ACL/policies, GRANT propagation
 
 pub mod ddl;
+pub mod dependencies;
 pub mod distribute;
 pub mod nodes;
 pub mod privileges;
@@ -170,6 +172,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
         &["table_name", "cascade_via_foreign_keys"],
     ),
     ("recover_prepared_transactions", &[]),
+    ("citus_cleanup_orphaned_resources", &[]),
 ];
 
 fn normalize(name: &str) -> String {
@@ -226,7 +229,7 @@ pub fn result_columns(name: &str) -> Vec<(String, u32)> {
         | "citus_relation_size"
         | "citus_table_size"
         | "citus_total_relation_size" => col(type_oid::INT8),
-        "recover_prepared_transactions" => col(type_oid::INT4),
+        "recover_prepared_transactions" | "citus_cleanup_orphaned_resources" => col(type_oid::INT4),
         _ => col(type_oid::VOID),
     }
 }
@@ -280,6 +283,14 @@ pub async fn call_utility(
         "undistribute_table" => shards::undistribute_table(cache, &args, &notices, caller).await,
         "recover_prepared_transactions" => {
             let n = crate::transaction::recovery::recover(cache).await?;
+            Ok(UtilityResult::scalar(
+                &name,
+                type_oid::INT4,
+                Some(n.to_string()),
+            ))
+        }
+        "citus_cleanup_orphaned_resources" => {
+            let n = shards::drop_orphaned_shards(cache).await?;
             Ok(UtilityResult::scalar(
                 &name,
                 type_oid::INT4,

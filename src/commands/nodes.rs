@@ -107,6 +107,25 @@ pub(crate) async fn add_node(
     check_node(cache, &host, port).await?;
     // Before any shard reaches it: shards are owned by and granted to these roles.
     super::roles::copy_all_roles(cache.config(), &coord, &host, port).await?;
+    // And the objects distributed tables depend on (types, collations, functions...).
+    if group != 0 {
+        let deps = super::dependencies::recorded(&coord).await?;
+        if !deps.is_empty() {
+            let at = format!("{host}:{port}");
+            let client = crate::backend::control::connect(cache.config(), &host, port).await?;
+            client
+                .batch_execute("BEGIN")
+                .await
+                .map_err(db_err(&format!("cannot begin on node {at}")))?;
+            super::dependencies::create_on_worker(&client, &at, &deps).await?;
+            client
+                .batch_execute("COMMIT")
+                .await
+                .map_err(db_err(&format!(
+                    "cannot create distributed objects on node {at}"
+                )))?;
+        }
+    }
     let row = coord
         .query_one(
             "INSERT INTO pg_catalog.pg_dist_node (groupid, nodename, nodeport, hasmetadata, metadatasynced) \

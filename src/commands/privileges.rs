@@ -27,6 +27,7 @@ const SUPERUSER_FUNCTIONS: &[&str] = &[
     "citus_remove_node",
     "master_remove_node",
     "recover_prepared_transactions",
+    "citus_cleanup_orphaned_resources",
 ];
 
 /// Whether `function` (lower-case, unqualified) is for superusers only.
@@ -458,6 +459,7 @@ const MISSING_OBJECT: &[&str] = &[
     sqlstate::UNDEFINED_FUNCTION,
     sqlstate::INVALID_SCHEMA_NAME,
     sqlstate::INVALID_CATALOG_NAME,
+    sqlstate::UNDEFINED_OBJECT,
 ];
 
 /// Whether SQLSTATE `code` says a statement's object does not exist (see `MISSING_OBJECT`).

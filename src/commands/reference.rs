@@ -133,10 +133,13 @@ pub(crate) async fn create_reference_table(
         .map_err(db_err("cannot insert into pg_dist_placement"))?;
 
     let node_by_group: HashMap<_, _> = nodes.iter().map(|n| (n.group, n)).collect();
+    let deps = super::dependencies::read(&coord, relid).await?;
+    super::dependencies::record(&coord, &deps).await?;
     prepare_workers(
         cache.config(),
         &coord,
         &def,
+        &deps,
         std::slice::from_ref(&shard),
         &node_by_group,
     )
@@ -156,6 +159,10 @@ pub(crate) async fn create_reference_table(
             .batch_execute(&format!("TRUNCATE ONLY {qualified}"))
             .await
             .map_err(db_err(&format!("cannot empty the local table {qualified}")))?;
+        coord
+            .execute(crate::catalog::guard::GUARD_ONE_SQL, &[&relid])
+            .await
+            .map_err(db_err(&format!("cannot guard the shell {qualified}")))?;
         bump_version(&coord).await
     })
     .await?;

@@ -276,6 +276,62 @@ pub async fn drop_distributed_table(
     Ok(())
 }
 
+/// Drops the shard placements listed in `pg_dist_cleanup` (tables dropped on the
+/// coordinator node directly: its `sql_drop` trigger lists them, `catalog::guard`),
+/// each with `DROP TABLE IF EXISTS` on its node, and deletes their records; under the
+/// catalog lock. A name that is not one qualified table name is left alone. Returns
+/// how many records were resolved.
+pub async fn drop_orphaned_shards(cache: &CatalogCache) -> Result<usize, PgError> {
+    let coord = begin_catalog_change(cache).await?;
+    let rows = coord
+        .query(
+            "SELECT c.record_id, c.object_name, n.nodename::text, n.nodeport FROM pg_catalog.pg_dist_cleanup c \
+             JOIN pg_catalog.pg_dist_node n ON n.groupid = c.node_group_id AND n.noderole = 'primary' \
+             WHERE c.object_type = 1 ORDER BY c.record_id",
+            &[],
+        )
+        .await
+        .map_err(db_err("cannot read pg_dist_cleanup"))?;
+    let mut done = 0;
+    for r in rows {
+        let (id, name, host, port): (i64, String, String, i32) =
+            (r.get(0), r.get(1), r.get(2), r.get(3));
+        // The name was written by the trigger with format('%I.%I'); checked again
+        // here to be one table name before it goes into a statement.
+        let sql = format!("DROP TABLE IF EXISTS {name}");
+        let one_table = pg_query::parse(&sql, 0).ok().is_some_and(|p| {
+            matches!(p.protobuf.stmts.as_slice(), [s] if matches!(
+                s.stmt.as_ref().and_then(|n| n.node.as_ref()),
+                Some(pg_query::protobuf::node::Node::DropStmt(d)) if d.objects.len() == 1
+            ))
+        });
+        if !one_table {
+            tracing::warn!(
+                "pg_dist_cleanup record {id}: \"{name}\" is not a table name, left alone"
+            );
+            continue;
+        }
+        let worker = control::connect(cache.config(), &host, port as u16).await?;
+        worker
+            .batch_execute(&sql)
+            .await
+            .map_err(|e| PgError::from_client_error(&node_context(&host, port as u16, &sql), &e))?;
+        coord
+            .execute(
+                "DELETE FROM pg_catalog.pg_dist_cleanup WHERE record_id = $1",
+                &[&id],
+            )
+            .await
+            .map_err(db_err("cannot delete from pg_dist_cleanup"))?;
+        done += 1;
+    }
+    coord
+        .batch_execute("COMMIT")
+        .await
+        .map_err(db_err("cannot commit the cleanup"))?;
+    Ok(done)
+}
+
 /// VACUUM / ANALYZE outside a transaction block: on every node holding placements of
 /// the table, one statement naming that node's shards, on a connection of its own (VACUUM
 /// cannot run in a transaction); nodes in parallel. An error names the node and statement.
@@ -460,6 +516,10 @@ pub(crate) async fn undistribute_table(
         .batch_execute(&format!("LOCK TABLE ONLY {shell} IN ACCESS EXCLUSIVE MODE"))
         .await
         .map_err(db_err(&format!("cannot lock {shell}")))?;
+    coord
+        .execute(crate::catalog::guard::UNGUARD_ONE_SQL, &[&relid])
+        .await
+        .map_err(db_err(&format!("cannot remove the guard of {shell}")))?;
     let columns: Vec<String> = coord
         .query(
             "SELECT attname::text FROM pg_catalog.pg_attribute WHERE attrelid = $1 AND attnum > 0 \

@@ -2197,7 +2197,6 @@ impl Session {
             // commit (2PC) for all.
             Plan::Role(p) => {
                 let caller = self.caller().await?;
-                self.refuse_drop_owned_of_distributed(p, &caller).await?;
                 let own = self.begin_own_block().await?;
                 let done = self.role_in_block(p, &caller, sink).await;
                 self.end_own_block(own, done.is_ok(), params.bind.is_some())
@@ -2209,6 +2208,9 @@ impl Session {
                 let p = p.for_caller(&caller)?;
                 let own = self.begin_own_block().await?;
                 let done = self.grant_in_block(&p, sink).await;
+                if p.drops_tables && done.is_ok() {
+                    self.catalog_changed = true;
+                }
                 self.end_own_block(own, done.is_ok(), params.bind.is_some())
                     .await?;
                 done

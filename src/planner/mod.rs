@@ -17,6 +17,7 @@ pub mod insert_select;
 pub mod join;
 pub mod multishard;
 pub mod names;
+pub mod objects;
 pub mod propagate;
 pub mod router;
 pub mod security;
@@ -294,6 +295,10 @@ pub fn plan(
     }
     if catalog.is_empty() {
         return Ok(Plan::Local);
+    }
+    // Types, domains, collations, functions and schemas: every worker too.
+    if let Some(p) = objects::plan_objects(node, &stmt.text) {
+        return Ok(Plan::Grant(Arc::new(p)));
     }
     if let N::ExplainStmt(e) = node {
         return plan_explain(e, stmt, catalog, names, is_utility_function);

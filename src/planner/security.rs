@@ -56,8 +56,8 @@ pub struct RolePlan {
     /// The statement itself also runs on every worker as the caller: what it changes
     /// is each node's own (`ALTER ROLE ... SET`, `REASSIGN OWNED`, `DROP OWNED`).
     pub text_on_workers: bool,
-    /// `DROP OWNED BY` these roles: refused while one of them owns a distributed or
-    /// reference table (its shell and shards would go without the catalog's rows).
+    /// `DROP OWNED BY` these roles: it may drop distributed tables' shells (their
+    /// catalog rows go with them: `catalog::guard`) and, on the workers, their shards.
     pub drop_owned: Vec<RoleRef>,
     pub tag: &'static str,
 }
@@ -138,6 +138,10 @@ pub struct GrantPlan {
     /// Roles the statement grants to or revokes from (made to exist on the workers).
     pub grantees: Vec<RoleRef>,
     pub tag: &'static str,
+    /// The statement may drop distributed tables by cascade (`planner::objects`): the
+    /// coordinator node's `sql_drop` trigger deletes their catalog rows, so the
+    /// catalog is reloaded after the commit.
+    pub drops_tables: bool,
 }
 
 impl GrantPlan {
@@ -215,6 +219,7 @@ pub fn plan_grant(
                     }))
                     .collect(),
                 tag: "ALTER DEFAULT PRIVILEGES",
+                drops_tables: false,
             }));
         }
         _ => return None,
@@ -228,6 +233,7 @@ pub fn plan_grant(
         worker_statements: Vec::new(),
         grantees: role_refs(&g.grantees),
         tag,
+        drops_tables: false,
     };
     let every_worker = matches!(
         objtype,

@@ -100,6 +100,12 @@ pub fn start_periodic(cache: Arc<CatalogCache>, interval: Duration) {
                 Ok(n) => tracing::info!("recovered {n} prepared transactions"),
                 Err(e) => tracing::debug!("recovery of prepared transactions: {e}"),
             }
+            // Shards of tables dropped on the coordinator node directly.
+            match crate::commands::shards::drop_orphaned_shards(&cache).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!("dropped {n} orphaned shard placements"),
+                Err(e) => tracing::debug!("dropping orphaned shards: {e}"),
+            }
             tokio::time::sleep(interval).await;
         }
     });

@@ -160,42 +160,16 @@ impl Session {
                 .await
                 .map_err(|e| e.in_context(&format!("{} on node {addr}", plan.tag)))?;
         }
+        // DROP OWNED drops the role's shells (and, on the workers, its shards): the
+        // coordinator node's sql_drop trigger deletes their catalog rows.
+        if !plan.drop_owned.is_empty() {
+            self.catalog_changed = true;
+        }
         self.roles_to_sync
             .extend(plan.roles.iter().map(|r| r.resolve(caller)));
         if let Some((_, new)) = &plan.renamed {
             self.roles_to_sync.push(new.clone());
         }
         Ok(())
-    }
-
-    /// `DROP OWNED BY` a role owning a distributed or reference table is refused: its
-    /// shell and shards would go, the catalog's rows of it would stay.
-    pub(super) async fn refuse_drop_owned_of_distributed(
-        &mut self,
-        plan: &RolePlan,
-        caller: &str,
-    ) -> PgResult<()> {
-        if plan.drop_owned.is_empty() {
-            return Ok(());
-        }
-        let names: Vec<String> = plan
-            .drop_owned
-            .iter()
-            .map(|r| quote_literal(&r.resolve(caller)))
-            .collect();
-        let sql = format!(
-            "SELECT p.logicalrelid::regclass::text FROM pg_catalog.pg_dist_partition p \
-             JOIN pg_catalog.pg_class c ON c.oid = p.logicalrelid \
-             WHERE pg_catalog.pg_get_userbyid(c.relowner) IN ({}) LIMIT 1",
-            names.join(", ")
-        );
-        match self.home_column(&sql).await?.into_iter().next() {
-            Some(table) => Err(PgError::not_supported(format!(
-                "pgshard does not support DROP OWNED BY a role that owns a distributed or \
-                 reference table yet (table {table})"
-            ))
-            .with_hint("Drop the table, or REASSIGN OWNED, first.")),
-            None => Ok(()),
-        }
     }
 }

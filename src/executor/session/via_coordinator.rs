@@ -34,6 +34,9 @@ pub(super) const ROWS_PER_INSERT: usize = 500;
 const ROUTE_BYTES: usize = 256 * 1024;
 /// The savepoint around the shell INSERT (rolled back: the shell stays empty).
 const SAVEPOINT: &str = "pgshard_insert_select";
+/// The setting that lets this INSERT through the shell's write guard
+/// (`catalog::guard`); undone with the savepoint.
+use crate::catalog::guard::SHELL_WRITE;
 
 /// The target's rows on their way to the shards: COPY text not routed yet.
 struct Router {
@@ -218,7 +221,9 @@ impl Session {
         let idx = self.bulk_conn(&coord, false).await?;
         self.held[idx]
             .conn
-            .simple(&format!("SAVEPOINT {SAVEPOINT}"))
+            .simple(&format!(
+                "SAVEPOINT {SAVEPOINT}; SET LOCAL {SHELL_WRITE} = on"
+            ))
             .await?;
         let empty = BindMsg::default_empty();
         let bind = params.bind.unwrap_or(&empty);
