@@ -182,7 +182,7 @@ async fn syntax_errors_are_postgresql_own() {
     let cl = cluster();
     let coordinator = cl.direct(cl.coordinator_port).await;
     let shell: i64 = coordinator
-        .query_one("select count(*) from pa_dist", &[])
+        .query_one("select count(*) from only pa_dist", &[])
         .await
         .unwrap()
         .get(0);
