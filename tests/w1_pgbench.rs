@@ -181,7 +181,7 @@ async fn data_sits_in_32_shards_on_the_two_workers() {
         .get(0);
     if local == 1 {
         assert_eq!(
-            count(&node, "pgbench_accounts").await,
+            count(&node, "only pgbench_accounts").await,
             0,
             "rows left in the coordinator node's local pgbench_accounts"
         );
