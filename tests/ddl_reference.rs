@@ -842,10 +842,10 @@ async fn truncate_in_blocks_and_maintenance_options_behave_as_in_postgres() {
 
 /// Issue 18: shard DDL renames every reference to the table its expressions carry
 /// (whole rows `li.*`, qualified columns `li.a` and `public.li.b`, in index
-/// expressions, partial-index WHERE and policies; CHECK constraints unqualified), so
-/// PostgreSQL's accepted statements run on every shard with the same result. Known gap:
-/// a CHECK naming the table (`CHECK (li.a > 0)`) fails on the shell, whose read guard
-/// (an inheritance child) PostgreSQL recurses the constraint to, where `li` is unknown.
+/// expressions, partial-index WHERE, CHECK constraints and policies), so PostgreSQL's
+/// accepted statements run on every shard with the same result. A CHECK naming the
+/// table runs unqualified on the shell, whose read guard (an inheritance child)
+/// PostgreSQL recurses the constraint to.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ddl_expressions_naming_the_table() {
     let pgs = cluster().client().await;
@@ -859,8 +859,8 @@ async fn ddl_expressions_naming_the_table() {
         "CREATE INDEX li_whole ON li (record_ne(li.*, NULL))",
         "CREATE INDEX li_sum ON li ((li.a + li.b)) WHERE li.b > 0",
         "CREATE INDEX li_schema ON li ((public.li.b * 2)) WHERE li IS NOT NULL",
-        "ALTER TABLE li ADD CONSTRAINT li_check CHECK (a > -100 AND b < 1000)",
-        "ALTER TABLE li ADD COLUMN c int DEFAULT 3 CONSTRAINT li_c CHECK (c > 0)",
+        "ALTER TABLE li ADD CONSTRAINT li_check CHECK (li.a > -100 AND public.li.b < 1000)",
+        "ALTER TABLE li ADD COLUMN c int DEFAULT 3 CONSTRAINT li_c CHECK (li.c > 0)",
         "CREATE POLICY li_pol ON li USING (li.a > 0) WITH CHECK (li.b IS NOT NULL)",
         "INSERT INTO li VALUES (1, 2), (5, 6), (7, NULL)",
     ];

@@ -47,10 +47,22 @@ pub struct DdlPlan {
 impl DdlPlan {
     /// The plan of `node` (the client's `text`) on `table`, answered with `tag`.
     pub fn new(table: &Arc<DistTable>, node: &N, text: &str, tag: &str) -> DdlPlan {
+        // A CHECK naming the table runs unqualified on the shell (see
+        // `sql::walk::unqualify_check_columns`); other statements run as the client wrote them.
+        let mut unqualified = node.clone();
+        let shell_text = match crate::sql::walk::unqualify_check_columns(
+            &mut unqualified,
+            (&table.schema, &table.name),
+        ) {
+            true => unqualified
+                .deparse(Default::default())
+                .unwrap_or_else(|_| text.to_string()),
+            false => text.to_string(),
+        };
         DdlPlan {
             table: table.clone(),
             stmt: node.clone(),
-            text: text.to_string(),
+            text: shell_text,
             concurrent: false,
             new_table_name: None,
             new_dist_column: None,

@@ -292,3 +292,55 @@ pub fn rename_table_references(
         _ => {}
     }
 }
+
+/// The table qualifier dropped from column references in an `ALTER TABLE`'s CHECK
+/// constraints (`li.a`, `public.li.a` become `a`; the same column, as a CHECK sees only
+/// its table). The shell needs it: PostgreSQL recurses a CHECK to the shell's read-guard
+/// child (an inheritance child of another name), where the qualified form names no
+/// table. Returns whether anything changed.
+pub fn unqualify_check_columns(stmt: &mut N, (schema, name): (&str, &str)) -> bool {
+    let N::AlterTableStmt(a) = stmt else {
+        return false;
+    };
+    let mut changed = false;
+    let mut unqualify = |n: &mut protobuf::Node, _: bool| {
+        let Some(N::ColumnRef(c)) = n.node.as_mut() else {
+            return false;
+        };
+        let text = |i: usize| match c.fields.get(i).and_then(|f| f.node.as_ref()) {
+            Some(N::String(s)) => Some(s.sval.as_str()),
+            _ => None,
+        };
+        let qualifiers = match c.fields.len() {
+            2 if text(0) == Some(name) && text(1).is_some() => 1,
+            3 if text(0) == Some(schema) && text(1) == Some(name) && text(2).is_some() => 2,
+            _ => 0,
+        };
+        if qualifiers > 0 {
+            c.fields.drain(..qualifiers);
+            changed = true;
+        }
+        false
+    };
+    for c in a.cmds.iter_mut() {
+        let Some(N::AlterTableCmd(cmd)) = c.node.as_mut() else {
+            continue;
+        };
+        let constraints: Vec<&mut protobuf::Node> =
+            match cmd.def.as_deref_mut().and_then(|d| d.node.as_mut()) {
+                Some(N::Constraint(_)) => vec![cmd.def.as_deref_mut().expect("def")],
+                Some(N::ColumnDef(d)) => d.constraints.iter_mut().collect(),
+                _ => Vec::new(),
+            };
+        for k in constraints {
+            if let Some(N::Constraint(k)) = k.node.as_mut() {
+                if k.contype == protobuf::ConstrType::ConstrCheck as i32 {
+                    if let Some(e) = k.raw_expr.as_deref_mut() {
+                        expression(e, false, &mut unqualify);
+                    }
+                }
+            }
+        }
+    }
+    changed
+}
