@@ -963,12 +963,7 @@ impl Session {
             }
             return r;
         }
-        let mut conn = self.home.acquire().await?;
-        if conn.settings_fingerprint != self.settings_fp {
-            conn.simple(&settings_replay_sql(&self.creds, &self.settings, &[]))
-                .await?;
-            conn.settings_fingerprint = self.settings_fp;
-        }
+        let mut conn = self.home_with_settings().await?;
         let meta = describe_on(&mut conn, name, sql, types, false).await;
         self.absorb_home_reports(&mut conn);
         meta

@@ -136,12 +136,7 @@ impl Session {
             let idx = self.bulk_conn(&coord, false).await?;
             return self.held[idx].conn.simple_rows(sql).await;
         }
-        let mut conn = self.home.acquire().await?;
-        if conn.settings_fingerprint != self.settings_fp {
-            conn.simple(&settings_replay_sql(&self.creds, &self.settings, &[]))
-                .await?;
-            conn.settings_fingerprint = self.settings_fp;
-        }
+        let mut conn = self.home_with_settings().await?;
         let rows = conn.simple_rows(sql).await?;
         self.absorb_home_reports(&mut conn);
         Ok(rows)

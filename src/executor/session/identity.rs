@@ -312,6 +312,18 @@ impl Session {
             .ok_or_else(|| PgError::internal("current_user gave no row"))
     }
 
+    /// The client's own coordinator-node connection outside any block, carrying the
+    /// session's settings.
+    pub(super) async fn home_with_settings(&mut self) -> PgResult<PooledConn> {
+        let mut conn = self.home.acquire().await?;
+        if conn.settings_fingerprint != self.settings_fp {
+            conn.simple(&settings_replay_sql(&self.creds, &self.settings, &[]))
+                .await?;
+            conn.settings_fingerprint = self.settings_fp;
+        }
+        Ok(conn)
+    }
+
     /// The first column of `sql`'s rows on the client's own coordinator-node
     /// connection, in its block if it is in one, with its settings.
     pub(super) async fn home_column(&mut self, sql: &str) -> PgResult<Vec<String>> {
@@ -320,12 +332,7 @@ impl Session {
             self.drain_all().await?;
             return self.held[i].conn.simple_column(sql).await;
         }
-        let mut conn = self.home.acquire().await?;
-        if conn.settings_fingerprint != self.settings_fp {
-            conn.simple(&settings_replay_sql(&self.creds, &self.settings, &[]))
-                .await?;
-            conn.settings_fingerprint = self.settings_fp;
-        }
+        let mut conn = self.home_with_settings().await?;
         let rows = conn.simple_column(sql).await?;
         self.absorb_home_reports(&mut conn);
         Ok(rows)

@@ -135,12 +135,7 @@ impl Session {
             }
             return r;
         }
-        let mut conn = self.home.acquire().await?;
-        if conn.settings_fingerprint != self.settings_fp {
-            conn.simple(&settings_replay_sql(&self.creds, &self.settings, &[]))
-                .await?;
-            conn.settings_fingerprint = self.settings_fp;
-        }
+        let mut conn = self.home_with_settings().await?;
         let r = row_with_params(&mut conn, sql, params, false).await;
         self.absorb_home_reports(&mut conn);
         r
