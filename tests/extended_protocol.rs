@@ -12,13 +12,11 @@
 
 mod common;
 
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
+use common::raw::{raw_targets, Msg, Raw};
 use common::{cluster, plain_postgres};
-use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256};
 use postgres_protocol::message::frontend;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// A statement's rows as text, or its SQLSTATE.
@@ -216,76 +214,7 @@ async fn a_changed_result_type_of_a_distributed_table_is_postgresqls_0a000() {
     assert!(matches!(&plain[6].1, Ok(r) if r.len() == 1));
 }
 
-/// A raw protocol connection (startup and SCRAM-SHA-256 by hand), for batches of
-/// extended-protocol messages no client library sends.
-struct Raw {
-    s: TcpStream,
-    buf: BytesMut,
-}
-
-/// One backend message: its type byte and body.
-type Msg = (u8, Vec<u8>);
-
 impl Raw {
-    async fn login(host: &str, port: u16, user: &str, password: &str, database: &str) -> Raw {
-        let s = TcpStream::connect((host, port)).await.unwrap();
-        let mut r = Raw {
-            s,
-            buf: BytesMut::new(),
-        };
-        let mut out = BytesMut::new();
-        frontend::startup_message([("user", user), ("database", database)], &mut out).unwrap();
-        r.s.write_all(&out).await.unwrap();
-        let (tag, body) = r.next().await;
-        assert_eq!(
-            (tag, &body[..4]),
-            (b'R', &10i32.to_be_bytes()[..]),
-            "SASL expected"
-        );
-        let mut scram = ScramSha256::new(password.as_bytes(), ChannelBinding::unsupported());
-        out.clear();
-        frontend::sasl_initial_response("SCRAM-SHA-256", scram.message(), &mut out).unwrap();
-        r.s.write_all(&out).await.unwrap();
-        let (_, body) = r.next().await;
-        scram.update(&body[4..]).unwrap();
-        out.clear();
-        frontend::sasl_response(scram.message(), &mut out).unwrap();
-        r.s.write_all(&out).await.unwrap();
-        let msgs = r.until_ready().await;
-        assert!(msgs.iter().all(|m| m.0 != b'E'), "login failed: {msgs:?}");
-        r
-    }
-
-    async fn next(&mut self) -> Msg {
-        loop {
-            if self.buf.len() >= 5 {
-                let len = i32::from_be_bytes(self.buf[1..5].try_into().unwrap()) as usize;
-                if self.buf.len() > len {
-                    let tag = self.buf.get_u8();
-                    self.buf.advance(4);
-                    return (tag, self.buf.split_to(len - 4).to_vec());
-                }
-            }
-            let n = tokio::time::timeout(Duration::from_secs(20), self.s.read_buf(&mut self.buf))
-                .await
-                .expect("an answer within 20 s")
-                .unwrap();
-            assert!(n > 0, "connection closed");
-        }
-    }
-
-    async fn until_ready(&mut self) -> Vec<Msg> {
-        let mut all = vec![];
-        loop {
-            let m = self.next().await;
-            let done = m.0 == b'Z';
-            all.push(m);
-            if done {
-                return all;
-            }
-        }
-    }
-
     /// Parse / Bind / Execute of each statement (unnamed, no parameters), then one
     /// Sync: the answers in a comparable form (tags, SQLSTATEs, rows, status).
     async fn batch(&mut self, statements: &[&str]) -> Vec<String> {
@@ -294,7 +223,7 @@ impl Raw {
             write_statement(&mut out, sql);
         }
         frontend::sync(&mut out);
-        self.s.write_all(&out).await.unwrap();
+        self.send(&out).await;
         self.until_ready().await.iter().map(comparable).collect()
     }
 }
@@ -331,15 +260,6 @@ fn comparable((tag, body): &Msg) -> String {
         b'Z' => format!("Z {}", body[0] as char),
         other => format!("{}", *other as char),
     }
-}
-
-async fn raw_targets() -> [Raw; 2] {
-    let c = cluster();
-    let p = plain_postgres();
-    [
-        Raw::login(&c.host, c.port, &c.user, &c.password, &c.database).await,
-        Raw::login(&p.host, p.port, &p.user, &p.password, &p.database).await,
-    ]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -424,31 +344,19 @@ async fn a_query_string_is_one_implicit_transaction_around_commit() {
 }
 
 impl Raw {
-    /// Whatever arrives within `wait`.
+    /// Whatever arrives within `wait`, comparable.
     async fn drain_for(&mut self, wait: Duration) -> Vec<String> {
-        let mut all = vec![];
-        let until = tokio::time::Instant::now() + wait;
-        while let Ok(Ok(n)) = tokio::time::timeout_at(until, self.s.read_buf(&mut self.buf)).await {
-            if n == 0 {
-                break;
-            }
-        }
-        while self.buf.len() >= 5 {
-            let len = i32::from_be_bytes(self.buf[1..5].try_into().unwrap()) as usize;
-            if self.buf.len() <= len {
-                break;
-            }
-            let tag = self.buf.get_u8();
-            self.buf.advance(4);
-            all.push(comparable(&(tag, self.buf.split_to(len - 4).to_vec())));
-        }
-        all
+        self.received_within(wait)
+            .await
+            .iter()
+            .map(comparable)
+            .collect()
     }
 
-    async fn send(&mut self, build: impl FnOnce(&mut BytesMut)) {
+    async fn send_built(&mut self, build: impl FnOnce(&mut BytesMut)) {
         let mut out = BytesMut::new();
         build(&mut out);
-        self.s.write_all(&out).await.unwrap();
+        self.send(&out).await;
     }
 }
 
@@ -456,16 +364,16 @@ impl Raw {
 async fn statement_timeout_runs_between_parse_and_describe() {
     let mut seen = vec![];
     for mut r in raw_targets().await {
-        r.send(|b| frontend::query("set statement_timeout = '100ms'", b).unwrap())
+        r.send_built(|b| frontend::query("set statement_timeout = '100ms'", b).unwrap())
             .await;
         r.until_ready().await;
-        r.send(|b| {
+        r.send_built(|b| {
             frontend::parse("ep_timeout", "select $1::varchar", std::iter::empty(), b).unwrap();
             frontend::flush(b);
         })
         .await;
         tokio::time::sleep(Duration::from_millis(300)).await;
-        r.send(|b| {
+        r.send_built(|b| {
             frontend::describe(b'S', "ep_timeout", b).unwrap();
             frontend::sync(b);
         })
@@ -482,11 +390,11 @@ async fn statement_timeout_runs_between_parse_and_describe() {
             r.drain_for(Duration::from_millis(300)).await,
             Vec::<String>::new()
         );
-        r.send(|b| frontend::query("set statement_timeout = default", b).unwrap())
+        r.send_built(|b| frontend::query("set statement_timeout = default", b).unwrap())
             .await;
         r.until_ready().await;
         // The statement was prepared before the timeout; a batch without pauses runs.
-        r.send(|b| {
+        r.send_built(|b| {
             frontend::query(
                 "select count(*) from pg_prepared_statements where name = 'ep_timeout'",
                 b,
@@ -495,7 +403,7 @@ async fn statement_timeout_runs_between_parse_and_describe() {
         })
         .await;
         o.push(r.until_ready().await.iter().map(comparable).collect());
-        r.send(|b| frontend::query("set statement_timeout = '100ms'", b).unwrap())
+        r.send_built(|b| frontend::query("set statement_timeout = '100ms'", b).unwrap())
             .await;
         r.until_ready().await;
         o.push(r.batch(&["select 1", "select 2"]).await);
@@ -513,7 +421,7 @@ async fn statement_timeout_runs_between_parse_and_describe() {
 async fn a_flushed_pipeline_with_an_error_answers_as_postgresql() {
     let mut seen = vec![];
     for mut r in raw_targets().await {
-        r.send(|b| {
+        r.send_built(|b| {
             write_statement(b, "select 1");
             write_statement(b, "select 1/(3-n) from generate_series(1,5) n");
             write_statement(b, "select 2");
@@ -521,7 +429,7 @@ async fn a_flushed_pipeline_with_an_error_answers_as_postgresql() {
         })
         .await;
         let mut o = vec![r.drain_for(Duration::from_millis(1500)).await];
-        r.send(|b| {
+        r.send_built(|b| {
             write_statement(b, "select 3");
             frontend::sync(b);
         })

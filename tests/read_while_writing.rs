@@ -15,96 +15,12 @@
 
 mod common;
 
-use bytes::{Buf, BufMut, BytesMut};
-use common::{cluster, plain_postgres};
-use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256};
+use bytes::{BufMut, BytesMut};
+use common::raw::{raw_targets, Msg, Raw};
 use postgres_protocol::message::frontend;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
-
-type Msg = (u8, Vec<u8>);
-
-/// A raw protocol client: its write half can be handed to another task.
-struct Raw {
-    rd: OwnedReadHalf,
-    wr: Option<OwnedWriteHalf>,
-    buf: BytesMut,
-}
 
 impl Raw {
-    async fn login(host: &str, port: u16, user: &str, password: &str, database: &str) -> Raw {
-        let (rd, wr) = TcpStream::connect((host, port)).await.unwrap().into_split();
-        let mut r = Raw {
-            rd,
-            wr: Some(wr),
-            buf: BytesMut::new(),
-        };
-        let mut out = BytesMut::new();
-        frontend::startup_message([("user", user), ("database", database)], &mut out).unwrap();
-        r.send(&out).await;
-        let (tag, body) = r.next().await;
-        assert_eq!(
-            (tag, &body[..4]),
-            (b'R', &10i32.to_be_bytes()[..]),
-            "SASL expected"
-        );
-        let mut scram = ScramSha256::new(password.as_bytes(), ChannelBinding::unsupported());
-        out.clear();
-        frontend::sasl_initial_response("SCRAM-SHA-256", scram.message(), &mut out).unwrap();
-        r.send(&out).await;
-        let (_, body) = r.next().await;
-        scram.update(&body[4..]).unwrap();
-        out.clear();
-        frontend::sasl_response(scram.message(), &mut out).unwrap();
-        r.send(&out).await;
-        let msgs = r.until_ready().await;
-        assert!(msgs.iter().all(|m| m.0 != b'E'), "login failed: {msgs:?}");
-        r
-    }
-
-    async fn send(&mut self, bytes: &[u8]) {
-        self.wr.as_mut().unwrap().write_all(bytes).await.unwrap();
-    }
-
-    /// Writes `bytes` from another task while the caller goes on reading.
-    fn send_meanwhile(&mut self, bytes: Vec<u8>) -> tokio::task::JoinHandle<OwnedWriteHalf> {
-        let mut wr = self.wr.take().unwrap();
-        tokio::spawn(async move {
-            // The server may stop reading after an error: a failed write is fine.
-            let _ = wr.write_all(&bytes).await;
-            wr
-        })
-    }
-
-    async fn next(&mut self) -> Msg {
-        loop {
-            if self.buf.len() >= 5 {
-                let len = i32::from_be_bytes(self.buf[1..5].try_into().unwrap()) as usize;
-                if self.buf.len() > len {
-                    let tag = self.buf.get_u8();
-                    self.buf.advance(4);
-                    return (tag, self.buf.split_to(len - 4).to_vec());
-                }
-            }
-            let n = self.rd.read_buf(&mut self.buf).await.unwrap();
-            assert!(n > 0, "connection closed");
-        }
-    }
-
-    async fn until_ready(&mut self) -> Vec<Msg> {
-        let mut all = vec![];
-        loop {
-            let m = self.next().await;
-            let done = m.0 == b'Z';
-            all.push(m);
-            if done {
-                return all;
-            }
-        }
-    }
-
     async fn simple(&mut self, sql: &str) -> Vec<String> {
         let mut out = BytesMut::new();
         frontend::query(sql, &mut out).unwrap();
@@ -144,16 +60,6 @@ fn copy_data(row: &[u8], out: &mut BytesMut) {
     out.put_u8(b'd');
     out.put_i32(4 + row.len() as i32);
     out.put_slice(row);
-}
-
-/// Through pgshard first, then the plain server.
-async fn raw_targets() -> [Raw; 2] {
-    let c = cluster();
-    let p = plain_postgres();
-    [
-        Raw::login(&c.host, c.port, &c.user, &c.password, &c.database).await,
-        Raw::login(&p.host, p.port, &p.user, &p.password, &p.database).await,
-    ]
 }
 
 /// Runs `case` on both targets (told whether through pgshard), each under a time limit (a hang fails the test).

@@ -12,6 +12,7 @@
 
 #![allow(dead_code)]
 
+pub mod raw;
 pub mod rng;
 
 use pgshard::cluster::node::{self, Node, Settings};
