@@ -6,7 +6,7 @@
 use super::*;
 use crate::planner::aggregate::{CombinePlan, CombineStage, PARTIALS_TABLE};
 use crate::planner::explain::ExplainPlan;
-use crate::planner::multishard::ModifyPlan;
+use crate::planner::multishard::{ModifyPlan, LARGE_STATEMENT_BYTES};
 
 /// Types created by initdb: their binary form is the same on every node (user-defined
 /// types' oids differ between nodes, so their rows travel as text).
@@ -33,6 +33,46 @@ fn shards_by_node<'a>(
         }
     }
     Ok(by_node)
+}
+
+/// Statements around a large task: JIT off for it alone (`LARGE_STATEMENT_BYTES`).
+/// Each returns no row (the call is a one-time filter) and is never described, so the
+/// node answers them with ParseComplete, BindComplete and CommandComplete only, which
+/// the readers skip. `set_config(.., true)` ends with the node's transaction: at the
+/// batch's Sync in autocommit; inside a block the last statement puts back what the
+/// session had (kept in the placeholder `pgshard.jit_before`).
+const JIT_OFF: [&str; 2] = [
+    "SELECT WHERE pg_catalog.set_config('pgshard.jit_before', pg_catalog.current_setting('jit'), true) IS NULL",
+    "SELECT WHERE pg_catalog.set_config('jit', 'off', true) IS NULL",
+];
+const JIT_RESTORE: &str =
+    "SELECT WHERE pg_catalog.set_config('jit', pg_catalog.current_setting('pgshard.jit_before'), true) IS NULL";
+
+/// Writes one node's tasks into its batch (before the Sync), each as an unnamed
+/// Parse/Bind/Execute; `describe`: whether the next task is described (cleared after
+/// the first). A task larger than `LARGE_STATEMENT_BYTES` runs without JIT.
+fn write_tasks(
+    buf: &mut BytesMut,
+    tasks: &[String],
+    param_types: &[u32],
+    bind: &BindMsg,
+    formats: &[i16],
+    describe: &mut bool,
+) {
+    let empty = BindMsg::default_empty();
+    for sql in tasks {
+        let large = sql.len() > LARGE_STATEMENT_BYTES;
+        if large {
+            for s in JIT_OFF {
+                msg::write_unnamed_run(buf, s, &[], &empty, &[], false);
+            }
+        }
+        msg::write_unnamed_run(buf, sql, param_types, bind, formats, *describe);
+        *describe = false;
+        if large {
+            msg::write_unnamed_run(buf, JIT_RESTORE, &[], &empty, &[], false);
+        }
+    }
 }
 
 /// The shard ids of a node's shards.
@@ -92,17 +132,14 @@ impl Session {
             let idx = self.join(addr, false).await?;
             self.drain_all().await?;
             let h = &mut self.held[idx];
-            for sql in plan.tasks(None, &ids_of(shards)) {
-                msg::write_unnamed_run(
-                    &mut h.conn.wbuf,
-                    &sql,
-                    params.types,
-                    bind,
-                    &shard_formats,
-                    first,
-                );
-                first = false;
-            }
+            write_tasks(
+                &mut h.conn.wbuf,
+                &plan.tasks(None, &ids_of(shards)),
+                params.types,
+                bind,
+                &shard_formats,
+                &mut first,
+            );
             msg::write_sync(&mut h.conn.wbuf);
             h.in_batch = false;
             h.conn.flush().await?;
@@ -544,16 +581,14 @@ impl Session {
             let idx = self.join(addr, false).await?;
             self.drain_all().await?;
             let h = &mut self.held[idx];
-            for sql in plan.tasks(Some(stage), &ids_of(shards)) {
-                msg::write_unnamed_run(
-                    &mut h.conn.wbuf,
-                    &sql,
-                    params.types,
-                    bind,
-                    &row_format,
-                    false,
-                );
-            }
+            write_tasks(
+                &mut h.conn.wbuf,
+                &plan.tasks(Some(stage), &ids_of(shards)),
+                params.types,
+                bind,
+                &row_format,
+                &mut false,
+            );
             msg::write_sync(&mut h.conn.wbuf);
             h.in_batch = false;
             h.conn.flush().await?;
