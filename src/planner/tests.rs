@@ -495,7 +495,7 @@ fn other_shapes_pull_the_rows_they_read() {
     assert_eq!(c.raw.worker_sql("S"), "SELECT \"k\" FROM S AS \"t\"");
     // An output name shadowing a column: no pushdown.
     let c = combine_of("select v as k from t order by k limit 5");
-    assert_eq!(c.raw.worker_sql("S"), "SELECT \"k\", \"v\" FROM S AS \"t\"");
+    assert_eq!(c.raw.worker_sql("S"), "SELECT \"v\", \"k\" FROM S AS \"t\"");
     assert!(unsupported("select k from t union select k from t"));
 }
 
