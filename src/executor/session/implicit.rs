@@ -38,7 +38,7 @@ pub(super) fn local_with_transaction_control(plans: &[Plan]) -> Option<Option<St
     for plan in plans {
         match plan {
             Plan::Local => {}
-            Plan::Transaction(cmd) => {
+            Plan::Session(SessionCommand::Transaction(cmd)) => {
                 control = true;
                 match cmd {
                     TxnCommand::Begin { text } => begin = Some(text.clone()),
@@ -80,7 +80,9 @@ pub(super) fn needs_own_transaction(plan: &Plan) -> bool {
 pub(super) fn alone_in_implicit_transaction(rest: &[Plan]) -> bool {
     matches!(
         rest.first(),
-        None | Some(Plan::Transaction(TxnCommand::Commit { chain: false }))
+        None | Some(Plan::Session(SessionCommand::Transaction(
+            TxnCommand::Commit { chain: false }
+        )))
     )
 }
 
@@ -200,14 +202,22 @@ mod tests {
     use super::*;
 
     fn begin(text: &str) -> Plan {
-        Plan::Transaction(TxnCommand::Begin { text: text.into() })
+        Plan::Session(SessionCommand::Transaction(TxnCommand::Begin {
+            text: text.into(),
+        }))
     }
 
     #[test]
     fn a_statement_alone_in_its_implicit_transaction() {
-        let commit = Plan::Transaction(TxnCommand::Commit { chain: false });
-        let rollback = Plan::Transaction(TxnCommand::Rollback { chain: false });
-        let chain = Plan::Transaction(TxnCommand::Commit { chain: true });
+        let commit = Plan::Session(SessionCommand::Transaction(TxnCommand::Commit {
+            chain: false,
+        }));
+        let rollback = Plan::Session(SessionCommand::Transaction(TxnCommand::Rollback {
+            chain: false,
+        }));
+        let chain = Plan::Session(SessionCommand::Transaction(TxnCommand::Commit {
+            chain: true,
+        }));
         assert!(alone_in_implicit_transaction(&[]));
         assert!(alone_in_implicit_transaction(&[commit, Plan::Local]));
         // A ROLLBACK after it would have to undo it.
@@ -219,8 +229,16 @@ mod tests {
 
     #[test]
     fn strings_that_run_whole_on_the_coordinator_node() {
-        let commit = || Plan::Transaction(TxnCommand::Commit { chain: false });
-        let savepoint = || Plan::Transaction(TxnCommand::Savepoint { name: "sp".into() });
+        let commit = || {
+            Plan::Session(SessionCommand::Transaction(TxnCommand::Commit {
+                chain: false,
+            }))
+        };
+        let savepoint = || {
+            Plan::Session(SessionCommand::Transaction(TxnCommand::Savepoint {
+                name: "sp".into(),
+            }))
+        };
         assert_eq!(
             local_with_transaction_control(&[Plan::Local, commit(), Plan::Local]),
             Some(None)
@@ -242,10 +260,16 @@ mod tests {
             local_with_transaction_control(&[begin("BEGIN"), savepoint()]),
             None
         );
-        let chain = Plan::Transaction(TxnCommand::Commit { chain: true });
+        let chain = Plan::Session(SessionCommand::Transaction(TxnCommand::Commit {
+            chain: true,
+        }));
         assert_eq!(local_with_transaction_control(&[Plan::Local, chain]), None);
         assert_eq!(
-            local_with_transaction_control(&[Plan::Local, commit(), Plan::DiscardAll]),
+            local_with_transaction_control(&[
+                Plan::Local,
+                commit(),
+                Plan::Session(SessionCommand::DiscardAll)
+            ]),
             None
         );
     }

@@ -245,15 +245,9 @@ pub(super) fn set_config_calls(text: &str) -> Vec<(String, bool)> {
 fn reaches_shared_connections(plan: &Plan) -> bool {
     !matches!(
         plan,
-        Plan::Empty
+        Plan::Session(_)
             | Plan::Unsupported(_)
             | Plan::Local
-            | Plan::Transaction(_)
-            | Plan::SessionSetting(_)
-            | Plan::DiscardAll
-            | Plan::Deallocate { .. }
-            | Plan::SetCitus { .. }
-            | Plan::ShowCitus { .. }
             | Plan::Utility { .. }
             | Plan::UtilityInline { .. }
             | Plan::Role(_)
