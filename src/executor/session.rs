@@ -30,6 +30,7 @@ use crate::planner::{
 };
 use crate::sql::parse::{self, Statement};
 use crate::sql::quote::{quote_ident, quote_literal};
+use crate::transaction::two_phase_commit as tpc;
 use crate::transaction::{deadlock, decision, recovery, InFlight};
 use bytes::{Bytes, BytesMut};
 use std::collections::{HashMap, VecDeque};
@@ -2367,76 +2368,8 @@ impl Session {
             std::process::id(),
             self.txn_serial
         );
-        let gid_of = |i: usize| format!("{prefix}_{i}");
         // Recovery leaves the transaction alone until this function returns.
         let _in_flight = InFlight::register(prefix.clone());
-        // 1. Prepare every participant, all nodes at once (readers just commit).
-        let gids: Vec<Option<String>> = held
-            .iter()
-            .enumerate()
-            .map(|(i, h)| h.wrote.then(|| gid_of(i)))
-            .collect();
-        let outcomes = futures_util::future::join_all(held.iter_mut().zip(gids.iter()).map(
-            |(h, gid)| async move {
-                // Deferred triggers fire here: their notices are the client's.
-                let mut kept = Vec::new();
-                let outcome = match gid {
-                    None => {
-                        h.conn
-                            .simple_keeping_messages("COMMIT", &mut kept)
-                            .await
-                            .ok();
-                        Ok(false)
-                    }
-                    Some(gid) => h
-                        .conn
-                        .simple_keeping_messages(
-                            &format!("PREPARE TRANSACTION {}", quote_literal(gid)),
-                            &mut kept,
-                        )
-                        .await
-                        .map(|_| true),
-                };
-                (outcome, kept)
-            },
-        ))
-        .await;
-        let mut prepared = Vec::new();
-        let mut failure = None;
-        let outcomes: Vec<_> = outcomes
-            .into_iter()
-            .map(|(outcome, kept)| {
-                self.end_messages.extend(kept);
-                outcome
-            })
-            .collect();
-        for (i, outcome) in outcomes.into_iter().enumerate() {
-            match outcome {
-                Ok(true) => prepared.push((i, gids[i].clone().expect("writers have a gid"))),
-                Ok(false) => {}
-                Err(e) => {
-                    failure.get_or_insert(e);
-                }
-            }
-        }
-        if let Some(e) = failure {
-            if e.code == sqlstate::CONNECTION_FAILURE {
-                // A node lost mid-PREPARE may still have prepared: recovery rolls it back.
-                recovery::recover_soon(self.shared.catalog.clone());
-            }
-            for (i, h) in held.iter_mut().enumerate() {
-                if let Some((_, gid)) = prepared.iter().find(|(j, _)| *j == i) {
-                    let sql = format!("ROLLBACK PREPARED {}", quote_literal(gid));
-                    if h.conn.simple(&sql).await.is_err() {
-                        recovery::recover_soon(self.shared.catalog.clone());
-                    }
-                } else if h.conn.txn_status != b'I' {
-                    h.conn.simple("ROLLBACK").await.ok();
-                }
-            }
-            return Err(e);
-        }
-        // 2. The commit decision, durable in the coordinator node's catalog.
         let group_of = |addr: &NodeAddr| {
             catalog
                 .workers
@@ -2445,13 +2378,31 @@ impl Session {
                 .map(|w| w.group_id)
                 .unwrap_or(0)
         };
-        let rows: Vec<(i32, String)> = prepared
-            .iter()
-            .map(|(i, gid)| (group_of(&held[*i].conn.addr), gid.clone()))
+        let mut participants: Vec<tpc::Participant<&mut BackendConn>> = held
+            .iter_mut()
+            .map(|h| {
+                let group = group_of(&h.conn.addr);
+                tpc::Participant::new(&mut *h.conn, group, h.wrote)
+            })
             .collect();
-        // The commit point: durable (flushed whatever the coordinator node's
-        // synchronous_commit) before any COMMIT PREPARED; written together with the
-        // records of other sessions committing at the same time.
+        // 1. Prepare every participant, all nodes at once (readers just commit);
+        // deferred triggers fire here: their notices are the client's.
+        let prepared = tpc::prepare(&mut participants, &prefix, &mut self.end_messages).await;
+        if let Err(e) = prepared {
+            if e.code == sqlstate::CONNECTION_FAILURE {
+                // A node lost mid-PREPARE may still have prepared: recovery rolls it back.
+                recovery::recover_soon(self.shared.catalog.clone());
+            }
+            if !tpc::abort(&mut participants).await {
+                recovery::recover_soon(self.shared.catalog.clone());
+            }
+            return Err(e);
+        }
+        // 2. The commit decision, durable in the coordinator node's catalog: the
+        // commit point, flushed whatever the coordinator node's synchronous_commit
+        // before any COMMIT PREPARED, written together with the records of other
+        // sessions committing at the same time.
+        let rows = tpc::decision_rows(&participants);
         let decided = decision::record(&self.shared.decisions, rows).await;
         if let Err(e) = decided {
             if e.code == sqlstate::CONNECTION_FAILURE {
@@ -2463,35 +2414,16 @@ impl Session {
                      on every node or on none, as recover_prepared_transactions() finds.",
                 ));
             }
-            for (i, gid) in &prepared {
-                let sql = format!("ROLLBACK PREPARED {}", quote_literal(gid));
-                if held[*i].conn.simple(&sql).await.is_err() {
-                    recovery::recover_soon(self.shared.catalog.clone());
-                }
+            if !tpc::abort(&mut participants).await {
+                recovery::recover_soon(self.shared.catalog.clone());
             }
             return Err(e);
         }
-        // 3. Commit everywhere, all nodes at once; a failure here is finished by recovery later.
-        let commits = held.iter_mut().enumerate().filter_map(|(i, h)| {
-            let gid = prepared.iter().find(|(j, _)| *j == i)?.1.clone();
-            Some(async move {
-                let r = h
-                    .conn
-                    .simple(&format!("COMMIT PREPARED {}", quote_literal(&gid)))
-                    .await;
-                (h.conn.addr.clone(), gid, r)
-            })
-        });
-        // Decision records stay for the prepared transactions not committed yet.
-        let mut committed = Vec::new();
-        for (addr, gid, r) in futures_util::future::join_all(commits).await {
-            if r.is_ok() {
-                committed.push(gid);
-            } else if let Err(e) = r {
-                tracing::warn!("COMMIT PREPARED {gid} failed on {addr}: {e}");
-            }
-        }
-        if committed.len() < prepared.len() {
+        // 3. Commit everywhere, all nodes at once; a failure here is finished by
+        // recovery later (decision records stay for what is not committed yet).
+        let prepared = participants.iter().filter(|p| p.gid.is_some()).count();
+        let committed = tpc::commit_prepared(&mut participants).await;
+        if committed.len() < prepared {
             recovery::recover_soon(self.shared.catalog.clone());
         }
         let gids: Vec<String> = committed.iter().map(|g| quote_literal(g)).collect();

@@ -11,6 +11,7 @@
 pub mod deadlock;
 pub mod decision;
 pub mod recovery;
+pub mod two_phase_commit;
 
 use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
