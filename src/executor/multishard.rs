@@ -85,75 +85,47 @@ impl Session {
                 .transpose()?,
         };
         let by_node = shards_by_node(&catalog, table)?;
-        let empty = BindMsg::default_empty();
-        let bind = params.bind.unwrap_or(&empty);
-        let mut first = true;
-        for (addr, shards) in &by_node {
-            let idx = self.join(addr, false).await?;
-            self.drain_all().await?;
-            let h = &mut self.held[idx];
-            for sql in plan.tasks(None, &ids_of(shards)) {
-                msg::write_unnamed_run(
-                    &mut h.conn.wbuf,
-                    &sql,
-                    params.types,
-                    bind,
-                    &shard_formats,
-                    first,
-                );
-                first = false;
-            }
-            msg::write_sync(&mut h.conn.wbuf);
-            h.in_batch = false;
-            h.conn.flush().await?;
-        }
-        // Read every node's answers (they ran in parallel meanwhile).
-        let mut err: Option<PgError> = None;
+        let tasks: Vec<NodeTasks> = by_node
+            .iter()
+            .map(|(addr, shards)| NodeTasks {
+                addr: addr.clone(),
+                sql: plan.tasks(None, &ids_of(shards)),
+            })
+            .collect();
         let mut row_desc: Option<Bytes> = None;
         let mut partials: Vec<Vec<Option<Bytes>>> = Vec::new();
         let mut seen: u64 = 0;
         let mut sent: u64 = 0;
-        for (addr, _) in &by_node {
-            let idx = self.held_index(addr).expect("joined above");
-            loop {
-                let f = self.held[idx].conn.read().await?;
-                match f.tag {
-                    b'Z' => break,
-                    b'E' => {
-                        if err.is_none() {
-                            err = Some(PgError::from_server_fields(f.body));
-                        }
-                    }
-                    b'T' => row_desc = Some(f.body),
-                    b'D' if err.is_none() => {
-                        if aggregate {
-                            partials.push(msg::decode_data_row(&f.body)?);
-                        } else {
-                            if combine::row_selected(seen, plan.offset, limit) {
-                                if sent == 0 && describe {
-                                    if let Some(rd) = &row_desc {
-                                        sink.push_frame(b'T', rd.clone());
-                                    }
-                                }
-                                sink.push_frame(b'D', f.body);
-                                sent += 1;
-                                if sink.should_spill() {
-                                    let frames: Vec<Frame> = sink.frames.drain(..).collect();
-                                    sink.spill(frames, &mut self.out);
-                                    self.flush_client().await?;
-                                }
+        let mut on_reply = |f: Frame, sink: &mut ResultSink| -> PgResult<()> {
+            match f.tag {
+                b'T' => row_desc = Some(f.body),
+                b'D' if aggregate => partials.push(msg::decode_data_row(&f.body)?),
+                b'D' => {
+                    if combine::row_selected(seen, plan.offset, limit) {
+                        if sent == 0 && describe {
+                            if let Some(rd) = &row_desc {
+                                sink.push_frame(b'T', rd.clone());
                             }
-                            seen += 1;
                         }
+                        sink.push_frame(b'D', f.body);
+                        sent += 1;
                     }
-                    b'N' => sink.push_frame(b'N', f.body),
-                    _ => {}
+                    seen += 1;
                 }
+                _ => {}
             }
-        }
-        if let Some(e) = err {
-            return Err(e);
-        }
+            Ok(())
+        };
+        self.run_tasks(
+            &tasks,
+            false,
+            params,
+            &shard_formats,
+            Describe::FirstTask,
+            sink,
+            &mut on_reply,
+        )
+        .await?;
         match &plan.shape {
             MultiShardShape::Plain => {
                 if sent == 0 && describe {
@@ -686,65 +658,38 @@ impl Session {
         describe: bool,
         sink: &mut ResultSink,
     ) -> PgResult<()> {
-        let empty = BindMsg::default_empty();
-        let bind = params.bind.unwrap_or(&empty);
-        let mut first = true;
-        for (addr, shards) in by_node {
-            let idx = self.join(addr, true).await?;
-            self.drain_all().await?;
-            let h = &mut self.held[idx];
-            for s in shards {
-                msg::write_unnamed_run(
-                    &mut h.conn.wbuf,
-                    &m.template.for_shard(s.shard_id),
-                    params.types,
-                    bind,
-                    formats,
-                    first && describe && m.returning,
-                );
-                first = false;
-            }
-            msg::write_sync(&mut h.conn.wbuf);
-            h.in_batch = false;
-            h.conn.flush().await?;
-        }
-        let mut err: Option<PgError> = None;
+        let tasks: Vec<NodeTasks> = by_node
+            .iter()
+            .map(|(addr, shards)| NodeTasks {
+                addr: addr.clone(),
+                sql: shards
+                    .iter()
+                    .map(|s| m.template.for_shard(s.shard_id))
+                    .collect(),
+            })
+            .collect();
+        let describe = match describe && m.returning {
+            true => Describe::FirstTask,
+            false => Describe::None,
+        };
         let mut total: u64 = 0;
-        for (addr, _) in by_node {
-            let idx = self.held_index(addr).expect("joined above");
-            loop {
-                let f = self.held[idx].conn.read().await?;
-                match f.tag {
-                    b'Z' => break,
-                    b'E' => {
-                        if err.is_none() {
-                            err = Some(PgError::from_server_fields(f.body));
-                        }
-                    }
-                    b'T' | b'D' if err.is_none() => {
-                        sink.push_frame(f.tag, f.body);
-                        if sink.should_spill() {
-                            let frames: Vec<Frame> = sink.frames.drain(..).collect();
-                            sink.spill(frames, &mut self.out);
-                            self.flush_client().await?;
-                        }
-                    }
-                    b'C' => {
-                        let tag = msg::command_tag(&f.body);
-                        total += tag
-                            .rsplit(' ')
-                            .next()
-                            .and_then(|n| n.parse::<u64>().ok())
-                            .unwrap_or(0);
-                    }
-                    b'N' => sink.push_frame(b'N', f.body),
-                    _ => {}
+        let mut on_reply = |f: Frame, sink: &mut ResultSink| -> PgResult<()> {
+            match f.tag {
+                b'T' | b'D' => sink.push_frame(f.tag, f.body),
+                b'C' => {
+                    let tag = msg::command_tag(&f.body);
+                    total += tag
+                        .rsplit(' ')
+                        .next()
+                        .and_then(|n| n.parse::<u64>().ok())
+                        .unwrap_or(0);
                 }
+                _ => {}
             }
-        }
-        if let Some(e) = err {
-            return Err(e);
-        }
+            Ok(())
+        };
+        self.run_tasks(&tasks, true, params, formats, describe, sink, &mut on_reply)
+            .await?;
         sink.complete(&format!("{} {total}", m.verb));
         Ok(())
     }

@@ -11,6 +11,9 @@
 use super::combine;
 #[path = "multishard.rs"]
 mod multishard;
+#[path = "tasks.rs"]
+mod tasks;
+use tasks::{Describe, NodeTasks};
 use super::shared::{
     CancelTargets, FunctionKind, PipelinedBatch, RunningBackends, Shared, FUNCTION_KINDS_TTL,
 };

@@ -1,0 +1,89 @@
+//! The task executor: runs a list of tasks (node, SQL, the statement's parameters)
+//! over the connections the session's distributed transaction leases for them. Every
+//! node gets its tasks as one pipelined batch (Parse/Bind/Execute per task, one
+//! Sync), all nodes at once; then each node's replies are read up to its
+//! ReadyForQuery and handed to the caller, which decides how results merge
+//! (streamed rows, added counts, partial aggregates). An error of one node is
+//! returned once every node is ready again, as PostgreSQL reports the first error
+//! of a statement.
+
+use super::*;
+
+/// The tasks of one node, run in order in one batch.
+pub(super) struct NodeTasks {
+    pub addr: NodeAddr,
+    pub sql: Vec<String>,
+}
+
+/// How the batch describes its results: a RowDescription for the first task only
+/// (the columns of every task are the same) or for none.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Describe {
+    FirstTask,
+    None,
+}
+
+impl Session {
+    /// Runs `tasks` (`write`: they modify data: the nodes join the transaction as
+    /// writers). Every reply but errors and ReadyForQuery goes to `on_reply` (NOTICEs
+    /// straight to the client) until the first error; rows the sink holds beyond its
+    /// spill size go to the client as they come.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn run_tasks(
+        &mut self,
+        tasks: &[NodeTasks],
+        write: bool,
+        params: &BoundParams<'_>,
+        formats: &[i16],
+        describe: Describe,
+        sink: &mut ResultSink,
+        on_reply: &mut (dyn FnMut(Frame, &mut ResultSink) -> PgResult<()> + Send),
+    ) -> PgResult<()> {
+        let empty = BindMsg::default_empty();
+        let bind = params.bind.unwrap_or(&empty);
+        let mut first = describe == Describe::FirstTask;
+        let mut nodes = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            let idx = self.join(&t.addr, write).await?;
+            self.drain_all().await?;
+            let h = &mut self.held[idx];
+            for sql in &t.sql {
+                msg::write_unnamed_run(&mut h.conn.wbuf, sql, params.types, bind, formats, first);
+                first = false;
+            }
+            msg::write_sync(&mut h.conn.wbuf);
+            h.in_batch = false;
+            h.conn.flush().await?;
+            nodes.push(idx);
+        }
+        // Read every node's answers (they ran in parallel meanwhile).
+        let mut err: Option<PgError> = None;
+        for idx in nodes {
+            loop {
+                let f = self.held[idx].conn.read().await?;
+                match f.tag {
+                    b'Z' => break,
+                    b'E' => {
+                        if err.is_none() {
+                            err = Some(PgError::from_server_fields(f.body));
+                        }
+                    }
+                    b'N' => sink.push_frame(b'N', f.body),
+                    _ if err.is_none() => {
+                        on_reply(f, sink)?;
+                        if sink.should_spill() {
+                            let frames: Vec<Frame> = sink.frames.drain(..).collect();
+                            sink.spill(frames, &mut self.out);
+                            self.flush_client().await?;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        match err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
