@@ -5,12 +5,26 @@
 //! distribution column `k` or on another column, and set operations (UNION, INTERSECT,
 //! EXCEPT, with and without ALL). The writing shapes are in `writes.rs`.
 //!
+//! A third of the cases are tenant-scoped (`TENANT`): co-located tables filtered on one `k`.
+//!
 //! Every statement is deterministic: LIMIT only under an ORDER BY on the unique `(k, id)`,
 //! scalar subqueries always aggregate, joins of writes match on the unique `(k, id)`.
 
 use super::common::rng::Rng;
 use super::schema::SCHEMA;
 use super::writes;
+use std::cell::Cell;
+
+thread_local! {
+    /// The tenant (`k`) of a tenant-scoped case, as applications write them: its tables
+    /// are the co-located ones (and the reference table) and every filter fixes `k`, so
+    /// that much of it routes to one shard.
+    static TENANT: Cell<Option<i64>> = const { Cell::new(None) };
+}
+
+fn tenant() -> Option<i64> {
+    TENANT.with(Cell::get)
+}
 
 /// One statement of a case.
 pub struct Stmt {
@@ -73,6 +87,15 @@ pub const CATEGORIES: &[&str] = &[
 /// A table to read: distributed more often than reference or local ones; the lane's own
 /// tables among them.
 pub fn table(rng: &mut Rng, lane: usize) -> String {
+    if tenant().is_some() {
+        let name = match rng.below(5) {
+            0 | 1 => "d1".to_string(),
+            2 => "d2".to_string(),
+            3 => format!("wd{lane}"),
+            _ => "r".to_string(),
+        };
+        return format!("{SCHEMA}.{name}");
+    }
     let name = match rng.below(10) {
         0..=2 => "d1".to_string(),
         3 | 4 => "d2".to_string(),
@@ -99,16 +122,20 @@ pub fn predicate(rng: &mut Rng, a: &str) -> String {
             format!("{a}.id between {lo} and {}", lo + rng.range(0, 20))
         }
     };
-    match rng.below(5) {
+    let p = match rng.below(5) {
         0 => format!("({} or {})", one(rng), one(rng)),
         1 => format!("{} and {}", one(rng), one(rng)),
         _ => one(rng),
+    };
+    match tenant() {
+        Some(k) => format!("{a}.k = {k} and {p}"),
+        None => p,
     }
 }
 
 /// `where P` or nothing.
 fn maybe_where(rng: &mut Rng, a: &str) -> String {
-    if rng.chance(0.6) {
+    if tenant().is_some() || rng.chance(0.6) {
         format!(" where {}", predicate(rng, a))
     } else {
         String::new()
@@ -354,6 +381,8 @@ pub fn any_read(rng: &mut Rng, lane: usize) -> String {
 pub fn generate(seed: u64, index: usize, lane: usize) -> Case {
     let mut rng = Rng::new(seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let category = *rng.pick(CATEGORIES);
+    let scoped = rng.chance(0.35).then(|| rng.range(0, 11));
+    TENANT.with(|t| t.set(scoped));
     let mut cleanup = Vec::new();
     let statements = match category {
         "cte" => cte(&mut rng, lane),
@@ -367,6 +396,7 @@ pub fn generate(seed: u64, index: usize, lane: usize) -> Case {
         "set_operation" => set_operation(&mut rng, lane),
         other => writes::generate(other, &mut rng, lane, &mut cleanup),
     };
+    TENANT.with(|t| t.set(None));
     Case {
         category,
         statements,
