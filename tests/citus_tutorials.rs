@@ -56,14 +56,17 @@ async fn copy_csv(c: &Client, table: &str, csv: &str) {
     let sink = c.copy_in::<_, bytes::Bytes>(&statement).await;
     let sink = sink.unwrap_or_else(|e| panic!("{statement}: {e:?}"));
     futures_util::pin_mut!(sink);
-    sink.send(bytes::Bytes::from(csv.to_string())).await.unwrap();
-    sink.finish().await.unwrap_or_else(|e| panic!("{statement}: {e:?}"));
+    sink.send(bytes::Bytes::from(csv.to_string()))
+        .await
+        .unwrap();
+    sink.finish()
+        .await
+        .unwrap_or_else(|e| panic!("{statement}: {e:?}"));
 }
 
 /// The tutorials' schema, distribution and data on both sides.
 async fn load(shard: &Client, plain: &Client) {
-    let now_hour = match compare::run(plain, "SELECT date_trunc('hour', now())::timestamp").await
-    {
+    let now_hour = match compare::run(plain, "SELECT date_trunc('hour', now())::timestamp").await {
         Outcome::Rows { rows, .. } => rows[0][0].clone().unwrap(),
         e => panic!("reading the hour: {e:?}"),
     };
@@ -229,6 +232,9 @@ async fn tutorials_answer_as_postgres_does() {
         "refused, and not in EXPECTED_REFUSALS: {unexpected:#?}"
     );
     if std::env::var_os("PGSHARD_TUTORIALS_STRICT").is_some() {
-        assert!(now_pass.is_empty(), "listed as refused but pass: {now_pass:#?}");
+        assert!(
+            now_pass.is_empty(),
+            "listed as refused but pass: {now_pass:#?}"
+        );
     }
 }

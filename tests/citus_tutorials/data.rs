@@ -91,8 +91,13 @@ pub fn csv_data() -> Vec<(&'static str, String)> {
             sec % 60
         )
     };
-    let (mut companies, mut campaigns, mut ads, mut clicks, mut impressions) =
-        (String::new(), String::new(), String::new(), String::new(), String::new());
+    let (mut companies, mut campaigns, mut ads, mut clicks, mut impressions) = (
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+    );
     let states = ["running", "paused", "ended", "running"];
     let models = ["cost_per_click", "cost_per_impression"];
     for c in 1..=20i64 {
@@ -125,7 +130,11 @@ pub fn csv_data() -> Vec<(&'static str, String)> {
                 let ad = campaign * 6 + a;
                 ads += &format!(
                     "{ad},{c},{campaign},Ad {ad},{},http://target{}.com,{},{},{},{}\n",
-                    if a % 4 == 0 { String::new() } else { format!("http://img/{ad}") },
+                    if a % 4 == 0 {
+                        String::new()
+                    } else {
+                        format!("http://img/{ad}")
+                    },
                     ad % 9,
                     rng.range(0, 5000),
                     rng.range(0, 300),
@@ -139,7 +148,12 @@ pub fn csv_data() -> Vec<(&'static str, String)> {
                         1 => r#"{""is_mobile"": false, ""agent"": ""firefox""}"#.to_string(),
                         _ => format!(r#"{{""cookie"": ""c{}""}}"#, rng.below(50)),
                     };
-                    let ip = format!("10.{}.{}.{}", rng.below(8), rng.below(256), 1 + rng.below(250));
+                    let ip = format!(
+                        "10.{}.{}.{}",
+                        rng.below(8),
+                        rng.below(256),
+                        1 + rng.below(250)
+                    );
                     clicks += &format!(
                         "{id},{c},{ad},{},http://site{}.com,0.{:010},{ip},\"{mobile}\"\n",
                         ts(e, id % 86_000),
@@ -216,7 +230,10 @@ pub fn http_request_insert(now_hour: &str) -> String {
             let when = if i % 4 == 3 {
                 format!("'{now_hour}+00'::timestamptz - interval '{} hours'", 30 + i)
             } else {
-                format!("'{now_hour}+00'::timestamptz + interval '2 hours {} seconds'", i * 7)
+                format!(
+                    "'{now_hour}+00'::timestamptz + interval '2 hours {} seconds'",
+                    i * 7
+                )
             };
             format!(
                 "({}, {when}, 'http://example.com/{}', '{}', '{}.{}.{}.{}', {}, {})",

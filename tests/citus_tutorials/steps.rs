@@ -28,9 +28,7 @@ pub struct Step {
 /// What the contents of a written table are compared by (now() columns as a flag).
 pub fn contents_query(table: &str) -> String {
     match table {
-        "companies" => {
-            "SELECT id, name, image_url, created_at = updated_at FROM companies".into()
-        }
+        "companies" => "SELECT id, name, image_url, created_at = updated_at FROM companies".into(),
         t => format!("SELECT * FROM {t}"),
     }
 }

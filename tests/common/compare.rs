@@ -12,8 +12,14 @@ pub type Row = Vec<Option<String>>;
 pub enum Outcome {
     /// Rows as text (NULL: None) in the order received, and each statement's row count
     /// (`UPDATE 3`: 3).
-    Rows { rows: Vec<Row>, counts: Vec<u64> },
-    Error { code: String, message: String },
+    Rows {
+        rows: Vec<Row>,
+        counts: Vec<u64>,
+    },
+    Error {
+        code: String,
+        message: String,
+    },
 }
 
 impl Outcome {

@@ -114,7 +114,11 @@ pub fn predicate(rng: &mut Rng, a: &str) -> String {
         0 | 1 => format!("{a}.k = {}", rng.range(0, 11)),
         2 => format!("{a}.v > {}", rng.range(0, 19)),
         3 => format!("{a}.v <= {}", rng.range(0, 19)),
-        4 => format!("{a}.{} is {}null", rng.pick(&["v", "t"]), if rng.chance(0.5) { "not " } else { "" }),
+        4 => format!(
+            "{a}.{} is {}null",
+            rng.pick(&["v", "t"]),
+            if rng.chance(0.5) { "not " } else { "" }
+        ),
         5 => format!("{a}.k in ({}, {})", rng.range(0, 11), rng.range(0, 11)),
         6 => format!("{a}.t = {}", rng.pick(&["'a'", "'b'", "'ab'", "''"])),
         _ => {
@@ -332,7 +336,10 @@ fn subquery_having(rng: &mut Rng, lane: usize) -> Vec<Stmt> {
     let (t1, t2) = (table(rng, lane), table(rng, lane));
     let having = match rng.below(3) {
         0 => format!("count(*) > (select count(*) / 12 from {t2})"),
-        1 => format!("max(a.v) >= (select avg(v) from {t2} b{})", maybe_where(rng, "b")),
+        1 => format!(
+            "max(a.v) >= (select avg(v) from {t2} b{})",
+            maybe_where(rng, "b")
+        ),
         _ => format!("a.k in (select k from {t2} b{})", maybe_where(rng, "b")),
     };
     vec![Stmt::read(format!(
@@ -343,7 +350,14 @@ fn subquery_having(rng: &mut Rng, lane: usize) -> Vec<Stmt> {
 
 fn set_operation(rng: &mut Rng, lane: usize) -> Vec<Stmt> {
     let (t1, t2) = (table(rng, lane), table(rng, lane));
-    let op = *rng.pick(&["union", "union all", "intersect", "intersect all", "except", "except all"]);
+    let op = *rng.pick(&[
+        "union",
+        "union all",
+        "intersect",
+        "intersect all",
+        "except",
+        "except all",
+    ]);
     let cols = *rng.pick(&["k, v", "k", "v, t", "k, id, v"]);
     let arm = |rng: &mut Rng, t: &str| format!("select {cols} from {t} x{}", maybe_where(rng, "x"));
     let (a1, a2) = (arm(rng, &t1), arm(rng, &t2));

@@ -49,7 +49,10 @@ async fn load() {
     for (client, distributed) in [(&shard, true), (&plain, false)] {
         for sql in schema::load_steps(DATA_SEED, LANES, distributed) {
             if let Err(e) = client.batch_execute(&sql).await {
-                panic!("loading ({}): {sql}: {e:?}", if distributed { "pgshard" } else { "plain" });
+                panic!(
+                    "loading ({}): {sql}: {e:?}",
+                    if distributed { "pgshard" } else { "plain" }
+                );
             }
         }
     }
@@ -113,7 +116,9 @@ async fn run_stmt(shard: &Client, plain: &Client, stmt: &Stmt) -> (Finding, bool
     match (judge(&got, &want, stmt.ordered), &got, &want) {
         (Verdict::Same, ..) => {}
         (Verdict::Refused(m), ..) => return (Finding::Refused(m), false),
-        (Verdict::Differ, Outcome::Error { message, .. }, Outcome::Error { code, .. }) if refused => {
+        (Verdict::Differ, Outcome::Error { message, .. }, Outcome::Error { code, .. })
+            if refused =>
+        {
             let m = format!("{message} (PostgreSQL errors too: {code})");
             return (Finding::Refused(m), true);
         }
@@ -280,7 +285,11 @@ async fn generated_shapes_match_postgres() {
     for m in t.mismatches.iter().take(show_n) {
         eprintln!("MISMATCH {m}");
     }
-    assert!(t.mismatches.is_empty(), "{} mismatches (seed {seed})", t.mismatches.len());
+    assert!(
+        t.mismatches.is_empty(),
+        "{} mismatches (seed {seed})",
+        t.mismatches.len()
+    );
     if ASSERT_REFUSAL_SHARE || std::env::var_os("PGSHARD_SHAPES_ASSERT_REFUSALS").is_some() {
         assert!(
             share < MAX_REFUSED_SHARE,
@@ -289,7 +298,11 @@ async fn generated_shapes_match_postgres() {
         );
     }
     if only.is_none() && cases >= DEFAULT_CASES {
-        assert!(t.statements >= MIN_STATEMENTS, "only {} statements", t.statements);
+        assert!(
+            t.statements >= MIN_STATEMENTS,
+            "only {} statements",
+            t.statements
+        );
     }
 }
 
@@ -316,9 +329,11 @@ async fn select_into_creates_the_table_where_the_client_sees_it() {
         shard.batch_execute(call).await.unwrap();
     }
     for c in [&shard, &plain] {
-        c.batch_execute("insert into si.r values (1, 10), (2, 20); insert into si.d values (3, 30)")
-            .await
-            .unwrap();
+        c.batch_execute(
+            "insert into si.r values (1, 10), (2, 20); insert into si.d values (3, 30)",
+        )
+        .await
+        .unwrap();
     }
     for sql in [
         "select k, v into si.from_reference from si.r",

@@ -89,7 +89,10 @@ pub fn load_steps(seed: u64, lanes: usize, distributed: bool) -> Vec<String> {
             _ => 16,
         };
         let rows: Vec<String> = (1..=n).map(|id| row(&mut rng, id)).collect();
-        steps.push(format!("insert into {qualified} values {}", rows.join(", ")));
+        steps.push(format!(
+            "insert into {qualified} values {}",
+            rows.join(", ")
+        ));
     }
     steps
 }

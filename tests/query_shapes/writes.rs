@@ -195,21 +195,31 @@ fn view(rng: &mut Rng, lane: usize, cleanup: &mut Vec<String>) -> Vec<Stmt> {
                 ),
                 Vec::new(),
             ),
-            Stmt::read(format!("select k, count(*), sum(v) from {name} where v > 3 group by k")),
+            Stmt::read(format!(
+                "select k, count(*), sum(v) from {name} where v > 3 group by k"
+            )),
             Stmt::read(format!(
                 "select y.k, y.id, y.v from {name} y join {t2} z on y.k = z.k and y.id = z.id"
             )),
         ]
     } else {
         vec![
-            Stmt::write(format!("create view {name} as {}", any_read(rng, lane)), Vec::new()),
+            Stmt::write(
+                format!("create view {name} as {}", any_read(rng, lane)),
+                Vec::new(),
+            ),
             Stmt::read(format!("select * from {name}")),
         ]
     }
 }
 
 /// The statements of a writing case of `category`; `cleanup` collects what undoes it.
-pub fn generate(category: &str, rng: &mut Rng, lane: usize, cleanup: &mut Vec<String>) -> Vec<Stmt> {
+pub fn generate(
+    category: &str,
+    rng: &mut Rng,
+    lane: usize,
+    cleanup: &mut Vec<String>,
+) -> Vec<Stmt> {
     let stmts = match category {
         "cte_modifying" => cte_modifying(rng, lane),
         "update_from" => update_from(rng, lane),
