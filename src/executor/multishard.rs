@@ -216,7 +216,7 @@ impl Session {
         let coord = self.shared.coordinator.clone();
         let idx = self.join(&coord, false).await?;
         self.drain_all().await?;
-        let h = &mut self.held[idx];
+        let h = &mut self.tx.held[idx];
         msg::write_parse(&mut h.conn.wbuf, "", &query, &param_types);
         msg::write_bind(&mut h.conn.wbuf, "", "", &[], &values, formats);
         if describe {
@@ -228,7 +228,7 @@ impl Session {
         h.conn.flush().await?;
         let mut err = None;
         loop {
-            let f = self.held[idx].conn.read().await?;
+            let f = self.tx.held[idx].conn.read().await?;
             match f.tag {
                 b'Z' => break,
                 b'E' => err = Some(PgError::from_server_fields(f.body)),
@@ -515,7 +515,7 @@ impl Session {
         for (addr, shards) in &by_node {
             let idx = self.join(addr, false).await?;
             self.drain_all().await?;
-            let h = &mut self.held[idx];
+            let h = &mut self.tx.held[idx];
             for sql in plan.tasks(Some(stage), &ids_of(shards)) {
                 msg::write_unnamed_run(
                     &mut h.conn.wbuf,
@@ -536,7 +536,7 @@ impl Session {
         for (addr, _) in &by_node {
             let idx = self.held_index(addr).expect("joined above");
             loop {
-                let f = self.held[idx].conn.read().await?;
+                let f = self.tx.held[idx].conn.read().await?;
                 match f.tag {
                     b'Z' => break,
                     b'E' => {
@@ -632,7 +632,7 @@ impl Session {
     ) -> PgResult<()> {
         let catalog = self.shared.catalog.snapshot();
         let by_node = shards_by_node(&catalog, &m.table)?;
-        let implicit = self.txn == TxnState::Idle && by_node.len() > 1;
+        let implicit = self.tx.state == TxnState::Idle && by_node.len() > 1;
         if implicit {
             self.upgrade_to_implicit_block().await?;
         }
@@ -641,7 +641,7 @@ impl Session {
             .await;
         if implicit && params.bind.is_none() {
             // Simple protocol: the statement is its own transaction.
-            self.implicit_block = false;
+            self.tx.implicit_block = false;
             let finished = self.finish_transaction(r.is_ok()).await;
             r?;
             return finished;
@@ -706,7 +706,7 @@ impl Session {
     ) -> PgResult<Vec<String>> {
         let idx = self.join(addr, write).await?;
         self.drain_all().await?;
-        let h = &mut self.held[idx];
+        let h = &mut self.tx.held[idx];
         h.in_batch = false;
         h.conn.simple_column(sql).await
     }

@@ -13,7 +13,6 @@ use super::combine;
 mod multishard;
 #[path = "tasks.rs"]
 mod tasks;
-use tasks::{Describe, NodeTasks};
 use super::shared::{
     CancelTargets, FunctionKind, PipelinedBatch, RunningBackends, Shared, FUNCTION_KINDS_TTL,
 };
@@ -33,12 +32,15 @@ use crate::planner::{
 };
 use crate::sql::parse::{self, Statement};
 use crate::sql::quote::{quote_ident, quote_literal};
-use crate::transaction::two_phase_commit as tpc;
-use crate::transaction::{deadlock, decision, recovery, InFlight};
+use crate::transaction::distributed::{
+    self, CommitServices, DistributedTransaction, Held, TxnState,
+};
+use crate::transaction::deadlock;
 use bytes::{Bytes, BytesMut};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
+use tasks::{Describe, NodeTasks};
 use tokio::io::AsyncWriteExt;
 
 /// COPY into/out of distributed tables and multi-row INSERTs across shards.
@@ -82,13 +84,6 @@ const DEFAULT_MAX_INTERMEDIATE_KB: i64 = 1024 * 1024;
 
 /// Flush results to the client once this much is buffered.
 const CLIENT_FLUSH_AT: usize = 64 * 1024;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TxnState {
-    Idle,
-    InBlock,
-    Failed,
-}
 
 /// Parameter and result description of a prepared statement.
 #[derive(Debug, Clone)]
@@ -161,18 +156,6 @@ enum Expect {
     OneSilent(NodeAddr),
 }
 
-struct Held {
-    conn: PooledConn,
-    /// Wrote in the current transaction block (or batch).
-    wrote: bool,
-    /// Touched by the current Sync batch (needs a Sync).
-    in_batch: bool,
-    /// Has unflushed messages.
-    dirty: bool,
-    /// Failed in the current batch: it answers nothing more until Sync.
-    errored: bool,
-}
-
 pub struct Session {
     shared: Arc<Shared>,
     /// Who the client is on every node: its node connections log in as its role.
@@ -208,10 +191,6 @@ pub struct Session {
     /// `citus.max_intermediate_result_size` in kB (-1: no limit): most data shards
     /// send to a combine step on the coordinator node.
     max_intermediate_kb: i64,
-    txn: TxnState,
-    begin_text: String,
-    /// The backend statement id of `begin_text` (the text it was made for, the id).
-    begin_statement: Option<(String, u64)>,
     /// Active savepoints of the block, oldest first: replayed after BEGIN on a node
     /// that joins later, so that ROLLBACK TO works on every node.
     savepoints: Vec<Savepoint>,
@@ -232,9 +211,6 @@ pub struct Session {
     implicit_settings: Option<Box<SettingsSnapshot>>,
     /// Set by `SET LOCAL citus.*` in the block (see `settings::CitusLocal`).
     citus_local: Option<CitusLocal>,
-    /// A backend of this session was cancelled to break a distributed deadlock.
-    deadlocked: bool,
-    held: Vec<Held>,
     statements: HashMap<String, Arc<Prepared>>,
     portals: HashMap<String, Portal>,
     skipping: bool,
@@ -243,20 +219,9 @@ pub struct Session {
     running: RunningBackends,
     /// The session's batch on a pipelined connection, for CancelRequest.
     pipelined: PipelinedBatch,
-    txn_serial: u64,
     shapes: ShapeCache,
     /// What unqualified table names stand for in this session (`names.rs`).
     names: names::NameCache,
-    /// The current transaction block was started by pgshard for a Sync batch that
-    /// wrote on several nodes; it ends at that Sync.
-    implicit_block: bool,
-    /// The current transaction block is the implicit transaction of a simple query
-    /// string of several statements (`implicit.rs`): it ends with the string, or at a
-    /// COMMIT / ROLLBACK in it, and a BEGIN in it makes it the client's block.
-    string_block: bool,
-    /// DDL ran inside the current block: after its commit every pgshard reloads the
-    /// catalog.
-    catalog_changed: bool,
     /// Temporary tables made for cursors over distributed tables (`cursor.rs`), for
     /// their names.
     cursor_tables: u64,
@@ -264,17 +229,14 @@ pub struct Session {
     /// session's own pools per node, which no other session takes from
     /// (`isolation.rs`).
     own_pools: Mutex<Option<HashMap<NodeAddr, Arc<NodePool>>>>,
-    /// Roles a role statement of the current block changed: copied to the workers
-    /// once it commits.
-    roles_to_sync: Vec<String>,
     /// Where in `out` the FATAL sent to the client ends (`write_client_error`):
     /// nothing after it is sent, and the client's connection is closed.
     client_ends_at: Option<usize>,
-    /// Notices and notifications the nodes sent while the block ended (a deferred
-    /// trigger's NOTICE at COMMIT): the client gets them before the block's end.
-    end_messages: Vec<Frame>,
     /// PostgreSQL's statement timer between the messages of a batch (`timeout.rs`).
     batch_clock: timeout::BatchClock,
+    /// The session's distributed transaction: the node connections it holds and
+    /// its block (`transaction::distributed`).
+    tx: DistributedTransaction,
 }
 
 /// A node connection's settings fingerprint when they are not known (a SET ran on
@@ -339,18 +301,14 @@ impl Session {
             commit_protocol: cfg.citus.multi_shard_commit_protocol.clone(),
             explain_all_tasks: false,
             max_intermediate_kb: DEFAULT_MAX_INTERMEDIATE_KB,
-            txn: TxnState::Idle,
-            begin_text: String::new(),
-            begin_statement: None,
             savepoints: Vec::new(),
             local_settings: Vec::new(),
+            tx: DistributedTransaction::default(),
             set_config_to_follow: Vec::new(),
             block_settings: None,
             implicit_txn: false,
             implicit_settings: None,
             citus_local: None,
-            deadlocked: false,
-            held: Vec::new(),
             statements: HashMap::new(),
             portals: HashMap::new(),
             skipping: false,
@@ -358,19 +316,13 @@ impl Session {
             batch_error: false,
             running: cancel.backends,
             pipelined: cancel.pipelined,
-            txn_serial: 0,
             cursor_tables: 0,
             batch_clock: timeout::BatchClock::default(),
             shapes: ShapeCache::default(),
             names: names::NameCache::default(),
-            implicit_block: false,
-            string_block: false,
-            catalog_changed: false,
             own_pools: Mutex::new(None),
-            roles_to_sync: Vec::new(),
             client_ends_at: None,
             pending_notifications: Vec::new(),
-            end_messages: Vec::new(),
         }
     }
 
@@ -398,7 +350,7 @@ impl Session {
     }
 
     fn status_byte(&self) -> u8 {
-        match self.txn {
+        match self.tx.state {
             TxnState::Idle => b'I',
             TxnState::InBlock => b'T',
             TxnState::Failed => b'E',
@@ -513,15 +465,15 @@ impl Session {
 
     fn fail(&mut self) {
         self.batch_error = true;
-        if self.txn == TxnState::InBlock {
-            self.txn = TxnState::Failed;
+        if self.tx.state == TxnState::InBlock {
+            self.tx.state = TxnState::Failed;
         }
     }
 
     // ---- backend connections -------------------------------------------
 
     fn held_index(&self, addr: &NodeAddr) -> Option<usize> {
-        self.held.iter().position(|h| h.conn.addr == *addr)
+        self.tx.held.iter().position(|h| h.conn.addr == *addr)
     }
 
     /// The connection to `addr` for this batch / block, joining it if needed: a new
@@ -533,10 +485,11 @@ impl Session {
     /// `join`; with `extended`, the caller goes on with extended-protocol messages
     /// that the batch's Sync ends, and BEGIN is queued as one of them (`write_begin`).
     async fn join_with(&mut self, addr: &NodeAddr, write: bool, extended: bool) -> PgResult<usize> {
-        if self.txn == TxnState::Idle && write {
+        if self.tx.state == TxnState::Idle && write {
             // One Sync batch is one implicit transaction. Once it writes on a second
             // node it becomes a transaction block, committed (with 2PC) at Sync.
             let other_wrote = self
+                .tx
                 .held
                 .iter()
                 .any(|h| h.in_batch && h.wrote && h.conn.addr != *addr);
@@ -553,20 +506,20 @@ impl Session {
                     conn.process_id,
                     conn.secret_key,
                 ));
-                self.held.push(Held {
+                self.tx.held.push(Held {
                     conn,
                     wrote: false,
                     in_batch: false,
                     dirty: false,
                     errored: false,
                 });
-                self.held.len() - 1
+                self.tx.held.len() - 1
             }
         };
-        if !self.held[idx].in_batch {
+        if !self.tx.held[idx].in_batch {
             // Before anything of this batch goes to the connection.
             let fp = self.settings_fp;
-            let h = &mut self.held[idx];
+            let h = &mut self.tx.held[idx];
             h.in_batch = true;
             h.errored = false;
             if h.conn.settings_fingerprint != fp {
@@ -599,12 +552,12 @@ impl Session {
                 h.dirty = true;
                 self.pending.push_back(Expect::SimpleSilent(addr.clone()));
             }
-            if self.txn != TxnState::Idle && h.conn.txn_status == b'I' {
+            if self.tx.state != TxnState::Idle && h.conn.txn_status == b'I' {
                 if extended && self.savepoints.is_empty() && self.local_settings.is_empty() {
                     self.write_begin(idx);
                 } else {
                     let begin =
-                        begin_sequence(&self.begin_text, &self.savepoints, &self.local_settings);
+                        begin_sequence(&self.tx.begin_text, &self.savepoints, &self.local_settings);
                     msg::write_query(&mut h.conn.wbuf, &begin);
                     h.dirty = true;
                     self.pending.push_back(Expect::SimpleSilent(addr.clone()));
@@ -613,6 +566,7 @@ impl Session {
         }
         // Drain whatever another backend still owes before this one gets work.
         let other_dirty = self
+            .tx
             .held
             .iter()
             .enumerate()
@@ -621,7 +575,7 @@ impl Session {
             self.drain_all().await?;
         }
         if write {
-            self.held[idx].wrote = true;
+            self.tx.held[idx].wrote = true;
         }
         Ok(idx)
     }
@@ -632,18 +586,18 @@ impl Session {
     /// flushed, waking pgshard) on its own: one send and one wake-up more per node and
     /// transaction.
     fn write_begin(&mut self, idx: usize) {
-        let id = match &self.begin_statement {
-            Some((text, id)) if *text == self.begin_text => *id,
+        let id = match &self.tx.begin_statement {
+            Some((text, id)) if *text == self.tx.begin_text => *id,
             _ => {
-                let id = self.shared.statements.id(&self.begin_text, &[], 0);
-                self.begin_statement = Some((self.begin_text.clone(), id));
+                let id = self.shared.statements.id(&self.tx.begin_text, &[], 0);
+                self.tx.begin_statement = Some((self.tx.begin_text.clone(), id));
                 id
             }
         };
-        let h = &mut self.held[idx];
+        let h = &mut self.tx.held[idx];
         let name = backend_name(id);
         if !h.conn.prepared.contains(&id) {
-            msg::write_parse(&mut h.conn.wbuf, &name, &self.begin_text, &[]);
+            msg::write_parse(&mut h.conn.wbuf, &name, &self.tx.begin_text, &[]);
             h.conn.prepared.insert(id);
             self.pending
                 .push_back(Expect::ParseSilent(h.conn.addr.clone()));
@@ -666,17 +620,17 @@ impl Session {
         if self.batch_error {
             return Err(aborted_error());
         }
-        for h in self.held.iter_mut().filter(|h| h.in_batch) {
+        for h in self.tx.held.iter_mut().filter(|h| h.in_batch) {
             // BEGIN inside the implicit transaction turns it into a block.
             msg::write_query(&mut h.conn.wbuf, "BEGIN");
             h.dirty = true;
             self.pending
                 .push_back(Expect::SimpleSilent(h.conn.addr.clone()));
         }
-        self.txn = TxnState::InBlock;
-        self.begin_text = "BEGIN".into();
-        self.implicit_block = true;
-        self.txn_serial = self
+        self.tx.state = TxnState::InBlock;
+        self.tx.begin_text = "BEGIN".into();
+        self.tx.implicit_block = true;
+        self.tx.txn_serial = self
             .shared
             .next_transaction
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -685,7 +639,7 @@ impl Session {
 
     /// Sends what is buffered (with Flush) and reads every expected reply in order.
     async fn drain_all(&mut self) -> PgResult<()> {
-        for h in self.held.iter_mut() {
+        for h in self.tx.held.iter_mut() {
             if h.dirty {
                 msg::write_flush(&mut h.conn.wbuf);
                 h.dirty = false;
@@ -713,19 +667,19 @@ impl Session {
             let Some(idx) = self.held_index(&addr) else {
                 continue;
             };
-            if self.held[idx].errored {
+            if self.tx.held[idx].errored {
                 continue;
             }
             loop {
-                let f = self.held[idx].conn.read().await?;
+                let f = self.tx.held[idx].conn.read().await?;
                 match f.tag {
                     b'E' => {
                         if kind == 3 {
                             // pgshard's own statement failed: the client sees it, the
                             // connection answers nothing more until the ReadyForQuery.
-                            self.held[idx].conn.drain_to_ready().await.ok();
+                            self.tx.held[idx].conn.drain_to_ready().await.ok();
                         } else {
-                            self.held[idx].errored = true;
+                            self.tx.held[idx].errored = true;
                         }
                         if !self.batch_error {
                             self.forward_backend_error(idx, f.body);
@@ -789,7 +743,7 @@ impl Session {
     /// connections go back to their pools. True when something in the batch failed.
     async fn end_batch(&mut self) -> bool {
         let mut result = Ok(());
-        for h in self.held.iter_mut() {
+        for h in self.tx.held.iter_mut() {
             if h.in_batch {
                 msg::write_sync(&mut h.conn.wbuf);
                 h.dirty = false;
@@ -802,14 +756,14 @@ impl Session {
             result = self.drain_pending().await;
         }
         self.pending.clear();
-        for i in 0..self.held.len() {
-            if self.held[i].in_batch {
-                self.held[i].in_batch = false;
-                if self.held[i].conn.broken {
+        for i in 0..self.tx.held.len() {
+            if self.tx.held[i].in_batch {
+                self.tx.held[i].in_batch = false;
+                if self.tx.held[i].conn.broken {
                     // Lost, or ended by a FATAL the client heard already.
                     continue;
                 }
-                if let Err(e) = self.held[i].conn.drain_to_ready().await {
+                if let Err(e) = self.tx.held[i].conn.drain_to_ready().await {
                     // A lost connection, or an error of the implicit transaction's
                     // commit at Sync (a deferred constraint): the client hears it,
                     // unless it heard an error of the batch already.
@@ -831,7 +785,7 @@ impl Session {
         if let Some(i) = self.held_index(&self.shared.coordinator) {
             self.absorb_held_reports(i);
         }
-        if self.txn == TxnState::Idle {
+        if self.tx.state == TxnState::Idle {
             self.release_all();
         }
         self.batch_error = false;
@@ -843,13 +797,13 @@ impl Session {
     fn backend_error(&mut self, idx: usize, body: Bytes) -> PgError {
         let e = PgError::from_server_fields(body);
         if e.code == sqlstate::QUERY_CANCELED {
-            let conn = &self.held[idx].conn;
+            let conn = &self.tx.held[idx].conn;
             if let Some(text) = deadlock::take_victim(&conn.addr, conn.process_id) {
-                self.deadlocked = true;
+                self.tx.deadlocked = true;
                 return PgError::new(deadlock::DEADLOCK_DETECTED, text);
             }
         }
-        let conn = &self.held[idx].conn;
+        let conn = &self.tx.held[idx].conn;
         if conn.addr == self.shared.coordinator {
             // The client's own backend: its words are the client's, FATAL included
             // (the session ends with it).
@@ -883,10 +837,10 @@ impl Session {
     /// every node of the block rolls back now, unless savepoints may still be rolled
     /// back to.
     async fn release_deadlock_victim(&mut self) {
-        if !std::mem::take(&mut self.deadlocked) || !self.savepoints.is_empty() {
+        if !std::mem::take(&mut self.tx.deadlocked) || !self.savepoints.is_empty() {
             return;
         }
-        for h in self.held.iter_mut() {
+        for h in self.tx.held.iter_mut() {
             if h.conn.txn_status != b'I' && !h.conn.broken {
                 h.conn.simple("ROLLBACK").await.ok();
             }
@@ -902,7 +856,7 @@ impl Session {
     /// Runs `sql` on every connection of the block except the held one at `skip`.
     async fn on_every_held_but(&mut self, skip: usize, sql: &str) -> PgResult<()> {
         self.drain_all().await?;
-        for (i, h) in self.held.iter_mut().enumerate() {
+        for (i, h) in self.tx.held.iter_mut().enumerate() {
             if i != skip && h.conn.txn_status != b'I' {
                 h.conn
                     .simple(sql)
@@ -919,7 +873,7 @@ impl Session {
         if let Some(i) = self.held_index(&self.shared.coordinator) {
             self.absorb_held_reports(i);
         }
-        self.held.clear();
+        self.tx.held.clear();
         self.running.lock().unwrap().clear();
         self.portals.clear();
         self.names_after_block(true);
@@ -961,11 +915,11 @@ impl Session {
             if self.batch_error {
                 return Err(aborted_error());
             }
-            let in_batch = self.held[i].in_batch;
-            let r = describe_on(&mut self.held[i].conn, name, sql, types, in_batch).await;
+            let in_batch = self.tx.held[i].in_batch;
+            let r = describe_on(&mut self.tx.held[i].conn, name, sql, types, in_batch).await;
             self.absorb_held_reports(i);
             if in_batch && r.is_err() {
-                self.held[i].errored = true;
+                self.tx.held[i].errored = true;
             }
             return r;
         }
@@ -1047,7 +1001,7 @@ impl Session {
         let catalog = self.shared.catalog.snapshot();
         let plan = self.plan_statement(&stmt, &catalog).await?;
         let names_epoch = self.names_epoch(&catalog);
-        if self.txn == TxnState::Failed && !plan.ends_failed_block() {
+        if self.tx.state == TxnState::Failed && !plan.ends_failed_block() {
             return Err(aborted_error());
         }
         if let Plan::Unsupported(e) = &plan {
@@ -1136,7 +1090,7 @@ impl Session {
                 format!("portal \"{}\" already exists", bind.portal),
             ));
         }
-        if self.txn == TxnState::Failed && !stmt.plan.ends_failed_block() {
+        if self.tx.state == TxnState::Failed && !stmt.plan.ends_failed_block() {
             return Err(aborted_error());
         }
         let catalog = self.shared.catalog.snapshot();
@@ -1231,7 +1185,7 @@ impl Session {
         write: bool,
     ) -> PgResult<()> {
         let idx = self.join_with(addr, write, true).await?;
-        let h = &mut self.held[idx];
+        let h = &mut self.tx.held[idx];
         let name = match statement {
             // Prepared there under the client's name at its Parse: PostgreSQL's own
             // plan cache (and its 0A000 after DDL changing the result type).
@@ -1295,7 +1249,7 @@ impl Session {
         match target {
             PortalTarget::Backend(addr) => {
                 let idx = self.join(&addr, false).await?;
-                let h = &mut self.held[idx];
+                let h = &mut self.tx.held[idx];
                 msg::write_describe(&mut h.conn.wbuf, b'P', name);
                 h.dirty = true;
                 self.pending.push_back(Expect::One(addr));
@@ -1337,7 +1291,7 @@ impl Session {
                 }
                 let copies_in = is_copy_from_stdin(&portal.stmt.stmt);
                 let idx = self.join(&addr, false).await?;
-                let h = &mut self.held[idx];
+                let h = &mut self.tx.held[idx];
                 msg::write_execute(&mut h.conn.wbuf, name, max_rows);
                 h.dirty = true;
                 self.pending.push_back(Expect::Execute(addr));
@@ -1368,9 +1322,9 @@ impl Session {
         } else if let Some(p) = self.portals.remove(name) {
             if let PortalTarget::Backend(addr) = p.target {
                 if let Some(idx) = self.held_index(&addr) {
-                    if self.held[idx].in_batch {
+                    if self.tx.held[idx].in_batch {
                         let idx = self.join(&addr, false).await?;
-                        let h = &mut self.held[idx];
+                        let h = &mut self.tx.held[idx];
                         msg::write_close(&mut h.conn.wbuf, b'P', name);
                         h.dirty = true;
                         self.pending.push_back(Expect::One(addr));
@@ -1418,7 +1372,7 @@ impl Session {
             .await?;
         if name.is_none() {
             // pgshard's own statements on that connection went too.
-            self.held[idx].conn.prepared.clear();
+            self.tx.held[idx].conn.prepared.clear();
         }
         Ok(())
     }
@@ -1427,7 +1381,7 @@ impl Session {
         let follow = std::mem::take(&mut self.set_config_to_follow);
         self.sync_batch().await;
         // `set_config` calls of the batch, now that they ran on the coordinator node.
-        if self.txn != TxnState::Failed {
+        if self.tx.state != TxnState::Failed {
             for stmt in &follow {
                 if let Err(e) = self.follow_set_config(stmt).await {
                     msg::write_error(&mut self.out, &e);
@@ -1438,9 +1392,9 @@ impl Session {
     }
 
     async fn sync_batch(&mut self) {
-        if self.implicit_block {
+        if self.tx.implicit_block {
             // A batch that wrote on several nodes: committed as a whole, or not at all.
-            self.implicit_block = false;
+            self.tx.implicit_block = false;
             if let Err(e) = self.drain_all().await {
                 self.on_extended_result(Err(e)).await;
             }
@@ -1460,7 +1414,7 @@ impl Session {
             }
             self.end_implicit_settings(failed);
             self.implicit_txn = false;
-            self.txn = TxnState::Idle;
+            self.tx.state = TxnState::Idle;
             self.batch_error = false;
             self.pending.clear();
             self.skipping = false;
@@ -1474,7 +1428,7 @@ impl Session {
         self.skipping = false;
         // Portals live until their transaction ends: at Sync in autocommit, with
         // COMMIT/ROLLBACK inside a block.
-        if self.txn == TxnState::Idle {
+        if self.tx.state == TxnState::Idle {
             self.portals.clear();
         }
     }
@@ -1503,7 +1457,7 @@ impl Session {
     async fn simple_query(&mut self, sql: &str) -> PgResult<()> {
         let catalog = self.shared.catalog.snapshot();
         // Statements differing from an earlier one only in constants reuse its plan.
-        let scanned = if self.txn != TxnState::Failed && !self.strings_matter(sql) {
+        let scanned = if self.tx.state != TxnState::Failed && !self.strings_matter(sql) {
             fastpath::scan(sql)
         } else {
             None
@@ -1613,7 +1567,7 @@ impl Session {
         }
         if stmts.len() > 1
             && plans.iter().all(|p| matches!(p, Plan::Local))
-            && self.txn != TxnState::Failed
+            && self.tx.state != TxnState::Failed
             && !sets_config
         {
             // Only the coordinator node: the string goes there whole, keeping
@@ -1628,7 +1582,7 @@ impl Session {
             self.finish_simple(r).await;
             return Ok(());
         }
-        if stmts.len() > 1 && self.txn == TxnState::Idle && self.held.is_empty() {
+        if stmts.len() > 1 && self.tx.state == TxnState::Idle && self.tx.held.is_empty() {
             if let Some(begin) = implicit::local_with_transaction_control(&plans) {
                 let r = self.local_with_transaction_control(sql, begin).await;
                 for stmt in &stmts {
@@ -1674,14 +1628,14 @@ impl Session {
             } else {
                 &plans[i]
             };
-            if self.txn == TxnState::Failed && !plan.ends_failed_block() {
+            if self.tx.state == TxnState::Failed && !plan.ends_failed_block() {
                 let e = aborted_error();
                 self.write_client_error(&e);
                 failed = true;
                 break;
             }
             if stmts.len() > 1
-                && self.txn == TxnState::Idle
+                && self.tx.state == TxnState::Idle
                 && !matches!(plan, Plan::Session(SessionCommand::Transaction(_)))
                 && !(implicit::needs_own_transaction(plan)
                     && implicit::alone_in_implicit_transaction(&plans[i + 1..]))
@@ -1752,7 +1706,7 @@ impl Session {
                 break;
             }
         }
-        if self.string_block {
+        if self.tx.string_block {
             failed = self.end_string_block(failed).await;
         }
         self.end_implicit_settings(failed);
@@ -1769,10 +1723,10 @@ impl Session {
         }
         self.release_deadlock_victim().await;
         self.batch_error = false;
-        for h in self.held.iter_mut() {
+        for h in self.tx.held.iter_mut() {
             h.in_batch = false;
         }
-        if self.txn == TxnState::Idle {
+        if self.tx.state == TxnState::Idle {
             self.release_all();
         }
     }
@@ -1796,12 +1750,12 @@ impl Session {
     ) -> PgResult<usize> {
         let idx = self.join(addr, write).await?;
         self.drain_all().await?;
-        let h = &mut self.held[idx];
+        let h = &mut self.tx.held[idx];
         msg::write_query(&mut h.conn.wbuf, sql);
         h.conn.flush().await?;
         let mut err = None;
         loop {
-            let f = self.held[idx].conn.read().await?;
+            let f = self.tx.held[idx].conn.read().await?;
             match (f.tag, sink.as_deref_mut()) {
                 (b'Z', _) => break,
                 (b'E', to_sink) => {
@@ -1810,7 +1764,7 @@ impl Session {
                         self.write_client_error(&e);
                     }
                     err = Some(e);
-                    if self.held[idx].conn.broken {
+                    if self.tx.held[idx].conn.broken {
                         // A FATAL: the connection closes, no ReadyForQuery follows.
                         break;
                     }
@@ -1830,7 +1784,7 @@ impl Session {
                 }
             }
         }
-        self.held[idx].in_batch = false;
+        self.tx.held[idx].in_batch = false;
         self.absorb_held_reports(idx);
         if let Some(e) = err {
             self.fail();
@@ -1850,17 +1804,17 @@ impl Session {
     /// its CommandComplete until a Flush (or the client's Sync, which pgshard reads later).
     async fn relay_copy_in(&mut self, idx: usize, extended: bool) -> PgResult<()> {
         loop {
-            while let Some(tag) = self.held[idx].conn.buffered_tag() {
+            while let Some(tag) = self.tx.held[idx].conn.buffered_tag() {
                 if !matches!(tag, b'N' | b'A' | b'S') {
                     return Ok(());
                 }
-                let f = self.held[idx].conn.read().await?;
+                let f = self.tx.held[idx].conn.read().await?;
                 msg::write_raw(&mut self.out, f.tag, &f.body);
             }
             if !self.out.is_empty() {
                 self.flush_client().await?;
             }
-            let conn = &mut self.held[idx].conn;
+            let conn = &mut self.tx.held[idx].conn;
             // Small messages are batched while the client's next one is already here.
             if !conn.wbuf.is_empty()
                 && (conn.wbuf.len() >= CLIENT_FLUSH_AT || !self.reader.has_frame())
@@ -1883,7 +1837,7 @@ impl Session {
                 }
             };
             let Some(f) = f else {
-                let h = &mut self.held[idx];
+                let h = &mut self.tx.held[idx];
                 msg::write_raw(&mut h.conn.wbuf, b'f', b"client connection lost\0");
                 h.conn.flush().await?;
                 return Err(PgError::new(
@@ -1891,7 +1845,7 @@ impl Session {
                     "client connection lost during COPY",
                 ));
             };
-            let h = &mut self.held[idx];
+            let h = &mut self.tx.held[idx];
             match f.tag {
                 b'd' => msg::write_raw(&mut h.conn.wbuf, b'd', &f.body),
                 b'c' | b'f' => {
@@ -2085,12 +2039,12 @@ impl Session {
             }
             Plan::Explain(e) => self.explain(e, params, formats, describe, sink).await,
             Plan::DropTables { tables } => {
-                if self.string_block {
+                if self.tx.string_block {
                     return Err(implicit::refused_in_string(
                         "DROP TABLE of a distributed table",
                     ));
                 }
-                if self.txn != TxnState::Idle {
+                if self.tx.state != TxnState::Idle {
                     return Err(PgError::not_supported("DROP TABLE of a distributed table inside a transaction block is not supported yet"));
                 }
                 // Shards, catalog rows and the shell go in one catalog transaction.
@@ -2105,9 +2059,9 @@ impl Session {
             }
             Plan::Ddl(d) => {
                 let caller = self.caller().await?;
-                if self.txn != TxnState::Idle {
+                if self.tx.state != TxnState::Idle {
                     if let Some(why) = d.not_in_block() {
-                        if self.string_block {
+                        if self.tx.string_block {
                             return Err(if d.concurrent {
                                 // PostgreSQL's own refusal in an implicit transaction.
                                 PgError::new(sqlstate::ACTIVE_SQL_TRANSACTION, why)
@@ -2147,12 +2101,12 @@ impl Session {
                 .await
             }
             Plan::DropIndexes { stmt: d, indexes } => {
-                if self.string_block {
+                if self.tx.string_block {
                     return Err(implicit::refused_in_string(
                         "DROP INDEX of a distributed table",
                     ));
                 }
-                if self.txn != TxnState::Idle {
+                if self.tx.state != TxnState::Idle {
                     return Err(PgError::not_supported("DROP INDEX of a distributed table inside a transaction block is not supported by pgshard yet"));
                 }
                 let caller = self.caller().await?;
@@ -2186,7 +2140,7 @@ impl Session {
                 let own = self.begin_own_block().await?;
                 let done = self.grant_in_block(&p, sink).await;
                 if p.drops_tables && done.is_ok() {
-                    self.catalog_changed = true;
+                    self.tx.catalog_changed = true;
                 }
                 self.end_own_block(own, done.is_ok(), params.bind.is_some())
                     .await?;
@@ -2204,10 +2158,10 @@ impl Session {
         describe: bool,
         sink: &mut ResultSink,
     ) -> PgResult<()> {
-        if self.string_block && !commands::utility_reads_only(name) {
+        if self.tx.string_block && !commands::utility_reads_only(name) {
             return Err(implicit::refused_in_string(&format!("{name}()")));
         }
-        if self.txn != TxnState::Idle && !self.string_block {
+        if self.tx.state != TxnState::Idle && !self.tx.string_block {
             return Err(PgError::not_supported(format!(
                 "{name}() cannot run inside a transaction block in pgshard yet"
             )));
@@ -2294,8 +2248,8 @@ impl Session {
     /// Ends the block on every node it used: COMMIT where one node wrote, two-phase
     /// commit where several did (unless the session chose 1PC), ROLLBACK otherwise.
     async fn finish_transaction(&mut self, commit: bool) -> PgResult<()> {
-        let catalog_changed = std::mem::take(&mut self.catalog_changed);
-        let roles = std::mem::take(&mut self.roles_to_sync);
+        let catalog_changed = std::mem::take(&mut self.tx.catalog_changed);
+        let roles = std::mem::take(&mut self.tx.roles_to_sync);
         let r = self.end_transaction(commit).await;
         if catalog_changed && commit && r.is_ok() {
             self.announce_catalog_change().await;
@@ -2315,42 +2269,33 @@ impl Session {
     }
 
     async fn end_transaction(&mut self, commit: bool) -> PgResult<()> {
-        self.end_messages.clear();
+        self.tx.end_messages.clear();
         self.drain_all().await.ok();
-        let mut held = std::mem::take(&mut self.held);
-        self.txn = TxnState::Idle;
+        let mut held = std::mem::take(&mut self.tx.held);
+        self.tx.state = TxnState::Idle;
         self.savepoints.clear();
         self.running.lock().unwrap().clear();
-        let writers = held.iter().filter(|h| h.wrote).count();
-        let result = if !commit {
-            for h in held.iter_mut() {
-                if h.conn.txn_status != b'I' && !h.conn.broken {
-                    h.conn.simple("ROLLBACK").await.ok();
-                }
-            }
-            Ok(())
-        } else if writers <= 1 || self.commit_protocol == "1pc" {
-            // Readers first, then the writers: the commit of the one writer decides.
-            // Each group all nodes at once (1PC writers are not atomic under failures
-            // in any order).
-            let mut result = Ok(());
-            for wrote in [false, true] {
-                let commits = held.iter_mut().filter(|h| h.wrote == wrote).map(|h| async {
-                    let mut kept = Vec::new();
-                    let r = h.conn.simple_keeping_messages("COMMIT", &mut kept).await;
-                    (r, kept)
-                });
-                for (r, kept) in futures_util::future::join_all(commits).await {
-                    self.end_messages.extend(kept);
-                    if let Err(e) = r {
-                        result = result.and(Err(e));
-                    }
-                }
-            }
-            result
-        } else {
-            self.two_phase_commit(&mut held).await
+        let services = CommitServices {
+            catalog: &self.shared.catalog,
+            decisions: &self.shared.decisions,
+            pools: &self.shared.pools,
+            coordinator: &self.shared.coordinator,
+            gid_prefix: format!(
+                "pgshard_{}_{}_{}",
+                self.shared.instance_id,
+                std::process::id(),
+                self.tx.txn_serial
+            ),
+            delete_records: self.shared.cfg.recovery_interval_secs == 0,
         };
+        let result = distributed::end(
+            &mut held,
+            commit,
+            self.commit_protocol == "1pc",
+            &services,
+            &mut self.tx.end_messages,
+        )
+        .await;
         self.end_block_settings(commit && result.is_ok(), &mut held);
         // The block's end changes the client's reported settings back (SET LOCAL,
         // set_config with is_local): the other nodes follow its own backend.
@@ -2362,106 +2307,15 @@ impl Session {
         drop(held);
         result
     }
-
-    async fn two_phase_commit(&mut self, held: &mut [Held]) -> PgResult<()> {
-        let catalog = self.shared.catalog.snapshot();
-        let prefix = format!(
-            "pgshard_{}_{}_{}",
-            self.shared.instance_id,
-            std::process::id(),
-            self.txn_serial
-        );
-        // Recovery leaves the transaction alone until this function returns.
-        let _in_flight = InFlight::register(prefix.clone());
-        let group_of = |addr: &NodeAddr| {
-            catalog
-                .workers
-                .iter()
-                .find(|w| w.host == addr.host && w.port == addr.port)
-                .map(|w| w.group_id)
-                .unwrap_or(0)
-        };
-        let mut participants: Vec<tpc::Participant<&mut BackendConn>> = held
-            .iter_mut()
-            .map(|h| {
-                let group = group_of(&h.conn.addr);
-                tpc::Participant::new(&mut *h.conn, group, h.wrote)
-            })
-            .collect();
-        // 1. Prepare every participant, all nodes at once (readers just commit);
-        // deferred triggers fire here: their notices are the client's.
-        let prepared = tpc::prepare(&mut participants, &prefix, &mut self.end_messages).await;
-        if let Err(e) = prepared {
-            if e.code == sqlstate::CONNECTION_FAILURE {
-                // A node lost mid-PREPARE may still have prepared: recovery rolls it back.
-                recovery::recover_soon(self.shared.catalog.clone());
-            }
-            if !tpc::abort(&mut participants).await {
-                recovery::recover_soon(self.shared.catalog.clone());
-            }
-            return Err(e);
-        }
-        // 2. The commit decision, durable in the coordinator node's catalog: the
-        // commit point, flushed whatever the coordinator node's synchronous_commit
-        // before any COMMIT PREPARED, written together with the records of other
-        // sessions committing at the same time.
-        let rows = tpc::decision_rows(&participants);
-        let decided = decision::record(&self.shared.decisions, rows).await;
-        if let Err(e) = decided {
-            if e.code == sqlstate::CONNECTION_FAILURE {
-                // The record may or may not be committed: recovery decides the same for
-                // every participant once the coordinator node answers again.
-                recovery::recover_soon(self.shared.catalog.clone());
-                return Err(e.with_detail(
-                    "The commit decision could not be confirmed; the transaction is committed \
-                     on every node or on none, as recover_prepared_transactions() finds.",
-                ));
-            }
-            if !tpc::abort(&mut participants).await {
-                recovery::recover_soon(self.shared.catalog.clone());
-            }
-            return Err(e);
-        }
-        // 3. Commit everywhere, all nodes at once; a failure here is finished by
-        // recovery later (decision records stay for what is not committed yet).
-        let prepared = participants.iter().filter(|p| p.gid.is_some()).count();
-        let committed = tpc::commit_prepared(&mut participants).await;
-        if committed.len() < prepared {
-            recovery::recover_soon(self.shared.catalog.clone());
-        }
-        let gids: Vec<String> = committed.iter().map(|g| quote_literal(g)).collect();
-        // With periodic recovery on, it deletes the records of finished transactions in
-        // bulk (as Citus does): one coordinator commit, and its fsync, fewer per
-        // transaction.
-        if gids.is_empty() || self.shared.cfg.recovery_interval_secs > 0 {
-            return Ok(());
-        }
-        if let Ok(mut c) = self
-            .shared
-            .pools
-            .node(&self.shared.coordinator)
-            .acquire()
-            .await
-        {
-            c.simple(&format!(
-                "DELETE FROM pg_catalog.pg_dist_transaction WHERE gid IN ({})",
-                gids.join(", ")
-            ))
-            .await
-            .ok();
-        }
-        Ok(())
-    }
-
     /// Called when the client goes away: held connections inside a transaction are
     /// closed (PostgreSQL rolls them back), never returned to a pool mid-transaction.
     pub fn close(&mut self) {
-        for h in self.held.iter_mut() {
+        for h in self.tx.held.iter_mut() {
             if h.conn.txn_status != b'I' || h.in_batch || h.dirty {
                 h.conn.broken = true;
             }
         }
-        self.held.clear();
+        self.tx.held.clear();
         self.running.lock().unwrap().clear();
     }
 }

@@ -46,7 +46,7 @@ impl Session {
         for t in tasks {
             let idx = self.join(&t.addr, write).await?;
             self.drain_all().await?;
-            let h = &mut self.held[idx];
+            let h = &mut self.tx.held[idx];
             for sql in &t.sql {
                 msg::write_unnamed_run(&mut h.conn.wbuf, sql, params.types, bind, formats, first);
                 first = false;
@@ -60,7 +60,7 @@ impl Session {
         let mut err: Option<PgError> = None;
         for idx in nodes {
             loop {
-                let f = self.held[idx].conn.read().await?;
+                let f = self.tx.held[idx].conn.read().await?;
                 match f.tag {
                     b'Z' => break,
                     b'E' => {

@@ -10,6 +10,7 @@
 
 pub mod deadlock;
 pub mod decision;
+pub mod distributed;
 pub mod recovery;
 pub mod two_phase_commit;
 

@@ -239,7 +239,7 @@ impl Session {
 
     /// Opens pgshard's own transaction block when the session has none.
     pub(super) async fn begin_own_block(&mut self) -> PgResult<bool> {
-        if self.txn != TxnState::Idle {
+        if self.tx.state != TxnState::Idle {
             return Ok(false);
         }
         self.upgrade_to_implicit_block().await?;
@@ -257,7 +257,7 @@ impl Session {
         if !own || extended {
             return Ok(());
         }
-        self.implicit_block = false;
+        self.tx.implicit_block = false;
         self.finish_transaction(ok).await
     }
 
@@ -629,7 +629,7 @@ impl Session {
         if st.binary {
             data.extend_from_slice(&[0xff, 0xff]);
         }
-        let h = &mut self.held[idx];
+        let h = &mut self.tx.held[idx];
         h.wrote = true;
         msg::write_query(&mut h.conn.wbuf, &st.copy_sql[slot]);
         for piece in data.chunks(256 * 1024) {
@@ -649,7 +649,7 @@ impl Session {
         let idx = st.conns[c].1;
         let slot = st.conns[c].2.pop_front().expect("a chunk in flight");
         loop {
-            let f = self.held[idx].conn.read().await?;
+            let f = self.tx.held[idx].conn.read().await?;
             match f.tag {
                 b'C' => {
                     let tag = String::from_utf8_lossy(&f.body);
@@ -740,10 +740,10 @@ impl Session {
             idxs.push(self.bulk_conn(addr, false).await?);
         }
         for ((_, q), &idx) in work.iter().zip(idxs.iter()) {
-            msg::write_query(&mut self.held[idx].conn.wbuf, q);
+            msg::write_query(&mut self.tx.held[idx].conn.wbuf, q);
         }
         for &idx in &idxs {
-            self.held[idx].conn.flush().await?;
+            self.tx.held[idx].conn.flush().await?;
         }
         let mut err: Option<PgError> = None;
         let mut total: u64 = 0;
@@ -754,7 +754,7 @@ impl Session {
             let mut first_data = true;
             let mut held_back: Option<Bytes> = None;
             loop {
-                let f = self.held[idx].conn.read().await?;
+                let f = self.tx.held[idx].conn.read().await?;
                 match f.tag {
                     b'H' if i == 0 && err.is_none() => msg::write_raw(&mut self.out, b'H', &f.body),
                     b'd' if err.is_none() && !binary => {
@@ -802,7 +802,7 @@ impl Session {
                         if err.is_none() {
                             err = Some(error_with_context(
                                 &f.body,
-                                &format!("while copying from node {}", self.held[idx].conn.addr),
+                                &format!("while copying from node {}", self.tx.held[idx].conn.addr),
                             ));
                         }
                     }
@@ -812,7 +812,7 @@ impl Session {
             }
         }
         for &idx in &idxs {
-            self.held[idx].in_batch = false;
+            self.tx.held[idx].in_batch = false;
         }
         if let Some(e) = err {
             return Err(e);
@@ -1343,7 +1343,7 @@ impl Session {
         }
         let mut first = true;
         for ((_, stmts), &idx) in by_node.iter().zip(idxs.iter()) {
-            let h = &mut self.held[idx];
+            let h = &mut self.tx.held[idx];
             for sql in stmts {
                 msg::write_unnamed_run(
                     &mut h.conn.wbuf,
@@ -1364,7 +1364,7 @@ impl Session {
         for ((addr, stmts), &idx) in by_node.iter().zip(idxs.iter()) {
             let mut n = 0;
             loop {
-                let f = self.held[idx].conn.read().await?;
+                let f = self.tx.held[idx].conn.read().await?;
                 match f.tag {
                     b'Z' => break,
                     b'E' => {

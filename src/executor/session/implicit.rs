@@ -101,14 +101,14 @@ impl Session {
     /// implicit transaction begins (nodes join it with BEGIN when first used).
     pub(super) fn begin_string_block(&mut self) {
         self.start_block("BEGIN".to_string());
-        self.string_block = true;
+        self.tx.string_block = true;
     }
 
     /// At the end of the string: its implicit transaction commits, or rolls back after
     /// an error. Returns whether it failed (the commit included).
     pub(super) async fn end_string_block(&mut self, failed: bool) -> bool {
-        self.string_block = false;
-        if failed || self.txn == TxnState::Failed {
+        self.tx.string_block = false;
+        if failed || self.tx.state == TxnState::Failed {
             let _ = self.finish_transaction(false).await;
             self.take_end_messages();
             return true;
@@ -143,9 +143,9 @@ impl Session {
             TxnCommand::Begin { text } => {
                 // The implicit transaction becomes the client's block, earlier
                 // statements included. Nodes that joined already began with plain BEGIN.
-                self.string_block = false;
-                if self.held.is_empty() {
-                    self.begin_text = text.clone();
+                self.tx.string_block = false;
+                if self.tx.held.is_empty() {
+                    self.tx.begin_text = text.clone();
                 }
                 sink.complete("BEGIN");
                 Ok(())
@@ -154,14 +154,14 @@ impl Session {
             TxnCommand::Rollback { chain: true } => Err(outside("ROLLBACK AND CHAIN")),
             TxnCommand::Commit { chain: false } => {
                 sink.notice_warning("there is no transaction in progress");
-                self.string_block = false;
+                self.tx.string_block = false;
                 let r = self.finish_transaction(true).await;
                 self.end_messages_into(sink);
                 r.map(|()| sink.complete("COMMIT"))
             }
             TxnCommand::Rollback { chain: false } => {
                 sink.notice_warning("there is no transaction in progress");
-                self.string_block = false;
+                self.tx.string_block = false;
                 let r = self.finish_transaction(false).await;
                 self.take_end_messages();
                 r.map(|()| sink.complete("ROLLBACK"))
@@ -183,13 +183,13 @@ impl Session {
         let coord = self.shared.coordinator.clone();
         let r = self.simple_on_backend(&coord, sql, true).await;
         let status = match self.held_index(&coord) {
-            Some(i) => self.held[i].conn.txn_status,
+            Some(i) => self.tx.held[i].conn.txn_status,
             None => b'I',
         };
         if status != b'I' {
             self.start_block(begin.unwrap_or_else(|| "BEGIN".to_string()));
             if status == b'E' {
-                self.txn = TxnState::Failed;
+                self.tx.state = TxnState::Failed;
             }
         }
         self.finish_simple(r).await;

@@ -334,7 +334,7 @@ impl Session {
     /// holds now (inside a block) stay its own when released.
     fn pin_to_own_connections(&mut self) {
         let mut own = HashMap::new();
-        for h in self.held.iter_mut() {
+        for h in self.tx.held.iter_mut() {
             if h.conn.addr == self.shared.coordinator {
                 // The home connection: the session's alone already.
                 continue;

@@ -142,14 +142,14 @@ impl Session {
         cmd: &TxnCommand,
         sink: &mut ResultSink,
     ) -> PgResult<()> {
-        if self.string_block {
+        if self.tx.string_block {
             if let Some(r) = self.control_in_string(cmd, sink).await {
                 return r;
             }
         }
         match cmd {
             TxnCommand::Begin { text } => {
-                if self.txn != TxnState::Idle {
+                if self.tx.state != TxnState::Idle {
                     sink.notice_warning("there is already a transaction in progress");
                 } else {
                     self.start_block(text.clone());
@@ -158,7 +158,7 @@ impl Session {
                 Ok(())
             }
             TxnCommand::Rollback { chain } => {
-                if self.txn == TxnState::Idle {
+                if self.tx.state == TxnState::Idle {
                     if *chain {
                         return self.outside_block_check("ROLLBACK AND CHAIN");
                     }
@@ -166,7 +166,7 @@ impl Session {
                     // In an implicit transaction it aborts what came before.
                     self.end_implicit_settings(true);
                 }
-                let begin = self.begin_text.clone();
+                let begin = self.tx.begin_text.clone();
                 self.finish_transaction(false).await?;
                 if *chain {
                     self.start_block(begin);
@@ -175,8 +175,8 @@ impl Session {
                 Ok(())
             }
             TxnCommand::Commit { chain } => {
-                let begin = self.begin_text.clone();
-                match self.txn {
+                let begin = self.tx.begin_text.clone();
+                match self.tx.state {
                     TxnState::Idle if *chain => {
                         return self.outside_block_check("COMMIT AND CHAIN")
                     }
@@ -232,7 +232,7 @@ impl Session {
                     .await?;
                 self.savepoints.truncate(at + 1);
                 self.rollback_settings_to(at);
-                self.txn = TxnState::InBlock;
+                self.tx.state = TxnState::InBlock;
                 sink.complete("ROLLBACK");
                 Ok(())
             }
@@ -254,7 +254,7 @@ impl Session {
     /// (PostgreSQL sends them once the transaction ended, after its CommandComplete).
     pub(super) fn take_end_messages(&mut self) -> Vec<Frame> {
         let (notifications, notices): (Vec<Frame>, Vec<Frame>) =
-            std::mem::take(&mut self.end_messages)
+            std::mem::take(&mut self.tx.end_messages)
                 .into_iter()
                 .partition(|f| f.tag == b'A');
         self.pending_notifications.extend(notifications);
@@ -263,13 +263,13 @@ impl Session {
 
     /// Opens the session's block: nodes join it with `begin_text` when first used.
     pub(super) fn start_block(&mut self, begin_text: String) {
-        self.txn = TxnState::InBlock;
+        self.tx.state = TxnState::InBlock;
         // SETs earlier in the same implicit transaction are the block's.
         if let Some(s) = self.implicit_settings.take() {
             self.block_settings.get_or_insert(s);
         }
-        self.begin_text = begin_text;
-        self.txn_serial = self
+        self.tx.begin_text = begin_text;
+        self.tx.txn_serial = self
             .shared
             .next_transaction
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -277,7 +277,7 @@ impl Session {
 
     /// PostgreSQL's error for savepoint commands outside a block.
     pub(super) fn outside_block_check(&self, what: &str) -> PgResult<()> {
-        if self.txn == TxnState::Idle {
+        if self.tx.state == TxnState::Idle {
             return Err(PgError::new(
                 sqlstate::NO_ACTIVE_SQL_TRANSACTION,
                 format!("{what} can only be used in transaction blocks"),
