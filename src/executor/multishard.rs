@@ -672,23 +672,14 @@ impl Session {
             true => Describe::FirstTask,
             false => Describe::None,
         };
-        let mut total: u64 = 0;
         let mut on_reply = |f: Frame, sink: &mut ResultSink| -> PgResult<()> {
-            match f.tag {
-                b'T' | b'D' => sink.push_frame(f.tag, f.body),
-                b'C' => {
-                    let tag = msg::command_tag(&f.body);
-                    total += tag
-                        .rsplit(' ')
-                        .next()
-                        .and_then(|n| n.parse::<u64>().ok())
-                        .unwrap_or(0);
-                }
-                _ => {}
+            if matches!(f.tag, b'T' | b'D') {
+                sink.push_frame(f.tag, f.body);
             }
             Ok(())
         };
-        self.run_tasks(&tasks, true, params, formats, describe, sink, &mut on_reply)
+        let total = self
+            .run_tasks(&tasks, true, params, formats, describe, sink, &mut on_reply)
             .await?;
         sink.complete(&format!("{} {total}", m.verb));
         Ok(())

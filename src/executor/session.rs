@@ -32,10 +32,10 @@ use crate::planner::{
 };
 use crate::sql::parse::{self, Statement};
 use crate::sql::quote::{quote_ident, quote_literal};
+use crate::transaction::deadlock;
 use crate::transaction::distributed::{
     self, CommitServices, DistributedTransaction, Held, TxnState,
 };
-use crate::transaction::deadlock;
 use bytes::{Bytes, BytesMut};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};

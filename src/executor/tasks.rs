@@ -5,8 +5,9 @@
 //! ReadyForQuery and handed to the caller, which decides how results merge
 //! (streamed rows, added counts, partial aggregates). An error of one node is
 //! returned once every node is ready again, as PostgreSQL reports the first error
-//! of a statement.
+//! of a statement, its context naming the node and the statement.
 
+use super::bulk::error_with_context;
 use super::*;
 
 /// The tasks of one node, run in order in one batch.
@@ -27,7 +28,8 @@ impl Session {
     /// Runs `tasks` (`write`: they modify data: the nodes join the transaction as
     /// writers). Every reply but errors and ReadyForQuery goes to `on_reply` (NOTICEs
     /// straight to the client) until the first error; rows the sink holds beyond its
-    /// spill size go to the client as they come.
+    /// spill size go to the client as they come. Returns the rows the tasks' command
+    /// tags report (`INSERT 0 n`, `UPDATE n`, `SELECT n`).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn run_tasks(
         &mut self,
@@ -38,14 +40,13 @@ impl Session {
         describe: Describe,
         sink: &mut ResultSink,
         on_reply: &mut (dyn FnMut(Frame, &mut ResultSink) -> PgResult<()> + Send),
-    ) -> PgResult<()> {
+    ) -> PgResult<u64> {
         let empty = BindMsg::default_empty();
         let bind = params.bind.unwrap_or(&empty);
         let mut first = describe == Describe::FirstTask;
         let mut nodes = Vec::with_capacity(tasks.len());
         for t in tasks {
-            let idx = self.join(&t.addr, write).await?;
-            self.drain_all().await?;
+            let idx = self.bulk_conn(&t.addr, write).await?;
             let h = &mut self.tx.held[idx];
             for sql in &t.sql {
                 msg::write_unnamed_run(&mut h.conn.wbuf, sql, params.types, bind, formats, first);
@@ -58,14 +59,28 @@ impl Session {
         }
         // Read every node's answers (they ran in parallel meanwhile).
         let mut err: Option<PgError> = None;
-        for idx in nodes {
+        let mut total = 0u64;
+        for (t, idx) in tasks.iter().zip(nodes) {
+            // Which of the node's tasks is answering.
+            let mut n = 0;
             loop {
                 let f = self.tx.held[idx].conn.read().await?;
                 match f.tag {
                     b'Z' => break,
                     b'E' => {
                         if err.is_none() {
-                            err = Some(PgError::from_server_fields(f.body));
+                            let sql = t.sql.get(n).map(String::as_str).unwrap_or("");
+                            err = Some(error_with_context(
+                                &f.body,
+                                &format!("while executing on node {}: {}", t.addr, abridged(sql)),
+                            ));
+                        }
+                    }
+                    b'C' => {
+                        n += 1;
+                        total += rows_of_tag(&f.body);
+                        if err.is_none() {
+                            on_reply(f, sink)?;
                         }
                     }
                     b'N' => sink.push_frame(b'N', f.body),
@@ -83,7 +98,30 @@ impl Session {
         }
         match err {
             Some(e) => Err(e),
-            None => Ok(()),
+            None => Ok(total),
         }
     }
+}
+
+/// The rows a command tag reports (its last word), 0 for none.
+fn rows_of_tag(body: &[u8]) -> u64 {
+    String::from_utf8_lossy(body)
+        .trim_end_matches('\0')
+        .rsplit(' ')
+        .next()
+        .and_then(|x| x.parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
+/// A statement as an error's context shows it: its first 500 bytes.
+fn abridged(sql: &str) -> String {
+    const MAX: usize = 500;
+    if sql.len() <= MAX {
+        return sql.to_string();
+    }
+    let mut end = MAX;
+    while !sql.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{} ...", &sql[..end])
 }

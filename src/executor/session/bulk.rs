@@ -1325,8 +1325,8 @@ impl Session {
     }
 
     /// Runs each node's statements pipelined on the session's connection to it (all
-    /// nodes at once), RETURNING rows into `sink`; returns the rows the statements
-    /// report. Errors name the node and statement.
+    /// nodes at once, `tasks.rs`), RETURNING rows into `sink`; returns the rows the
+    /// statements report. Errors name the node and statement.
     pub(super) async fn insert_on_nodes(
         &mut self,
         by_node: &[(NodeAddr, Vec<String>)],
@@ -1335,66 +1335,25 @@ impl Session {
         describe: bool,
         sink: &mut ResultSink,
     ) -> PgResult<u64> {
-        let empty = BindMsg::default_empty();
-        let bind = params.bind.unwrap_or(&empty);
-        let mut idxs = Vec::new();
-        for (addr, _) in by_node {
-            idxs.push(self.bulk_conn(addr, true).await?);
-        }
-        let mut first = true;
-        for ((_, stmts), &idx) in by_node.iter().zip(idxs.iter()) {
-            let h = &mut self.tx.held[idx];
-            for sql in stmts {
-                msg::write_unnamed_run(
-                    &mut h.conn.wbuf,
-                    sql,
-                    params.types,
-                    bind,
-                    formats,
-                    first && describe,
-                );
-                first = false;
+        let tasks: Vec<NodeTasks> = by_node
+            .iter()
+            .map(|(addr, sql)| NodeTasks {
+                addr: addr.clone(),
+                sql: sql.clone(),
+            })
+            .collect();
+        let describe = match describe {
+            true => Describe::FirstTask,
+            false => Describe::None,
+        };
+        let mut on_reply = |f: Frame, sink: &mut ResultSink| -> PgResult<()> {
+            if matches!(f.tag, b'T' | b'D') {
+                sink.push_frame(f.tag, f.body);
             }
-            msg::write_sync(&mut h.conn.wbuf);
-            h.in_batch = false;
-            h.conn.flush().await?;
-        }
-        let mut err: Option<PgError> = None;
-        let mut total = 0u64;
-        for ((addr, stmts), &idx) in by_node.iter().zip(idxs.iter()) {
-            let mut n = 0;
-            loop {
-                let f = self.tx.held[idx].conn.read().await?;
-                match f.tag {
-                    b'Z' => break,
-                    b'E' => {
-                        if err.is_none() {
-                            let stmt = stmts.get(n).map(String::as_str).unwrap_or("");
-                            err = Some(error_with_context(
-                                &f.body,
-                                &format!("while executing on node {addr}: {stmt}"),
-                            ));
-                        }
-                    }
-                    b'T' | b'D' | b'N' if err.is_none() => sink.push_frame(f.tag, f.body),
-                    b'C' => {
-                        n += 1;
-                        let tag = String::from_utf8_lossy(&f.body);
-                        total += tag
-                            .trim_end_matches('\0')
-                            .rsplit(' ')
-                            .next()
-                            .and_then(|x| x.parse::<u64>().ok())
-                            .unwrap_or(0);
-                    }
-                    _ => {}
-                }
-            }
-        }
-        match err {
-            Some(e) => Err(e),
-            None => Ok(total),
-        }
+            Ok(())
+        };
+        self.run_tasks(&tasks, true, params, formats, describe, sink, &mut on_reply)
+            .await
     }
 }
 
