@@ -1,5 +1,7 @@
 //! Two-phase commit of control-plane work across workers, anchored in the
-//! coordinator node's transaction (Citus's protocol).
+//! coordinator node's transaction (Citus's protocol): the participants run the one
+//! commit protocol of `transaction::two_phase_commit`; the decision records are
+//! written in the command's own catalog transaction.
 //!
 //! Each participant (one worker connection inside `BEGIN`) does its work and then
 //! `PREPARE TRANSACTION`s under a fresh gid. The commit decision is the set of
@@ -11,9 +13,9 @@
 //! transactions stay for `recover_prepared_transactions`, which commits those with a
 //! record and rolls back the others.
 
-use crate::error::PgError;
-use crate::sql::quote::quote_literal;
-use futures_util::future::join_all;
+use crate::error::{PgError, PgResult};
+use crate::frontend::messages::Frame;
+use crate::transaction::two_phase_commit::{self as tpc, RemoteTransaction};
 use rand::Rng;
 use tokio_postgres::Client;
 
@@ -44,30 +46,60 @@ pub fn gid_prefix(kind: &str) -> String {
     )
 }
 
+/// A command's worker client as the one commit protocol drives it
+/// (`transaction::two_phase_commit`): always inside the command's `BEGIN`.
+struct ClientTransaction<'a> {
+    node: String,
+    client: &'a Client,
+}
+
+impl RemoteTransaction for ClientTransaction<'_> {
+    fn node(&self) -> String {
+        self.node.clone()
+    }
+    fn in_block(&self) -> bool {
+        true
+    }
+    fn run(
+        &mut self,
+        sql: &str,
+        _kept: &mut Vec<Frame>,
+    ) -> impl std::future::Future<Output = PgResult<()>> + Send {
+        let (client, node, sql) = (self.client, self.node.clone(), sql.to_string());
+        async move {
+            client.batch_execute(&sql).await.map_err(|e| {
+                PgError::from_client_error(&format!("cannot run {sql} on node {node}"), &e)
+            })
+        }
+    }
+}
+
+/// The command's participants as the commit protocol's (every one a writer).
+fn protocol_view(participants: &[Participant]) -> Vec<tpc::Participant<ClientTransaction<'_>>> {
+    participants
+        .iter()
+        .map(|p| tpc::Participant {
+            conn: ClientTransaction {
+                node: p.node(),
+                client: &p.client,
+            },
+            group_id: p.group_id,
+            wrote: true,
+            gid: p.gid.clone(),
+        })
+        .collect()
+}
+
 /// Prepares every participant (in parallel); on the first failure returns the error
 /// (participants already prepared keep their gid so that [`abort`] can undo them).
 pub async fn prepare_all(participants: &mut [Participant], prefix: &str) -> Result<(), PgError> {
-    let results = join_all(
-        participants
-            .iter_mut()
-            .enumerate()
-            .map(|(i, p)| async move {
-                let gid = format!("{prefix}_{i}");
-                let sql = format!("PREPARE TRANSACTION {}", quote_literal(&gid));
-                match p.client.batch_execute(&sql).await {
-                    Ok(()) => {
-                        p.gid = Some(gid);
-                        Ok(())
-                    }
-                    Err(e) => Err(PgError::from_client_error(
-                        &format!("cannot prepare the transaction on node {}", p.node()),
-                        &e,
-                    )),
-                }
-            }),
-    )
-    .await;
-    results.into_iter().collect()
+    let mut view = protocol_view(participants);
+    let r = tpc::prepare(&mut view, prefix, &mut Vec::new()).await;
+    let gids: Vec<Option<String>> = view.into_iter().map(|p| p.gid).collect();
+    for (p, gid) in participants.iter_mut().zip(gids) {
+        p.gid = gid;
+    }
+    r
 }
 
 /// Inserts the commit records of the prepared participants into the coordinator
@@ -120,25 +152,7 @@ pub async fn commit_coordinator(coord: &Client) -> Result<(), (PgError, bool)> {
 /// the records of the participants that committed. Failures are logged: the records
 /// stay and recovery finishes the job.
 pub async fn finish_commit(coord: Option<&Client>, participants: &[Participant]) {
-    let done = join_all(participants.iter().map(|p| async move {
-        let gid = p.gid.as_ref()?;
-        match p
-            .client
-            .batch_execute(&format!("COMMIT PREPARED {}", quote_literal(gid)))
-            .await
-        {
-            Ok(()) => Some(gid.clone()),
-            Err(e) => {
-                tracing::warn!(
-                    "COMMIT PREPARED {gid} on {} failed (left for recovery): {e}",
-                    p.node()
-                );
-                None
-            }
-        }
-    }))
-    .await;
-    let gids: Vec<String> = done.into_iter().flatten().collect();
+    let gids = tpc::commit_prepared(&mut protocol_view(participants)).await;
     if let (Some(coord), false) = (coord, gids.is_empty()) {
         if let Err(e) = coord
             .execute(
@@ -155,16 +169,7 @@ pub async fn finish_commit(coord: Option<&Client>, participants: &[Participant])
 /// Undoes every participant: `ROLLBACK PREPARED` for the prepared ones, `ROLLBACK` for
 /// the others. Failures are logged (recovery rolls back unrecorded transactions).
 pub async fn abort(participants: &[Participant]) {
-    join_all(participants.iter().map(|p| async move {
-        let sql = match &p.gid {
-            Some(gid) => format!("ROLLBACK PREPARED {}", quote_literal(gid)),
-            None => "ROLLBACK".to_string(),
-        };
-        if let Err(e) = p.client.batch_execute(&sql).await {
-            tracing::warn!("{sql} on {} failed: {e}", p.node());
-        }
-    }))
-    .await;
+    tpc::abort(&mut protocol_view(participants)).await;
 }
 
 /// The full protocol for participants that have finished their work: prepare all,

@@ -3,10 +3,11 @@
 //! combined on the coordinator node's PostgreSQL over the shards' rows, UPDATE and
 //! DELETE on every shard, and EXPLAIN of distributed statements in Citus's shape.
 
+use super::tasks::write_tasks;
 use super::*;
 use crate::planner::aggregate::{CombinePlan, CombineStage, PARTIALS_TABLE};
 use crate::planner::explain::ExplainPlan;
-use crate::planner::multishard::{ModifyPlan, LARGE_STATEMENT_BYTES};
+use crate::planner::multishard::ModifyPlan;
 
 /// Types created by initdb: their binary form is the same on every node (user-defined
 /// types' oids differ between nodes, so their rows travel as text).
@@ -33,46 +34,6 @@ fn shards_by_node<'a>(
         }
     }
     Ok(by_node)
-}
-
-/// Statements around a large task: JIT off for it alone (`LARGE_STATEMENT_BYTES`).
-/// Each returns no row (the call is a one-time filter) and is never described, so the
-/// node answers them with ParseComplete, BindComplete and CommandComplete only, which
-/// the readers skip. `set_config(.., true)` ends with the node's transaction: at the
-/// batch's Sync in autocommit; inside a block the last statement puts back what the
-/// session had (kept in the placeholder `pgshard.jit_before`).
-const JIT_OFF: [&str; 2] = [
-    "SELECT WHERE pg_catalog.set_config('pgshard.jit_before', pg_catalog.current_setting('jit'), true) IS NULL",
-    "SELECT WHERE pg_catalog.set_config('jit', 'off', true) IS NULL",
-];
-const JIT_RESTORE: &str =
-    "SELECT WHERE pg_catalog.set_config('jit', pg_catalog.current_setting('pgshard.jit_before'), true) IS NULL";
-
-/// Writes one node's tasks into its batch (before the Sync), each as an unnamed
-/// Parse/Bind/Execute; `describe`: whether the next task is described (cleared after
-/// the first). A task larger than `LARGE_STATEMENT_BYTES` runs without JIT.
-fn write_tasks(
-    buf: &mut BytesMut,
-    tasks: &[String],
-    param_types: &[u32],
-    bind: &BindMsg,
-    formats: &[i16],
-    describe: &mut bool,
-) {
-    let empty = BindMsg::default_empty();
-    for sql in tasks {
-        let large = sql.len() > LARGE_STATEMENT_BYTES;
-        if large {
-            for s in JIT_OFF {
-                msg::write_unnamed_run(buf, s, &[], &empty, &[], false);
-            }
-        }
-        msg::write_unnamed_run(buf, sql, param_types, bind, formats, *describe);
-        *describe = false;
-        if large {
-            msg::write_unnamed_run(buf, JIT_RESTORE, &[], &empty, &[], false);
-        }
-    }
 }
 
 /// The shard ids of a node's shards.
@@ -125,72 +86,47 @@ impl Session {
                 .transpose()?,
         };
         let by_node = shards_by_node(&catalog, table)?;
-        let empty = BindMsg::default_empty();
-        let bind = params.bind.unwrap_or(&empty);
-        let mut first = true;
-        for (addr, shards) in &by_node {
-            let idx = self.join(addr, false).await?;
-            self.drain_all().await?;
-            let h = &mut self.held[idx];
-            write_tasks(
-                &mut h.conn.wbuf,
-                &plan.tasks(None, &ids_of(shards)),
-                params.types,
-                bind,
-                &shard_formats,
-                &mut first,
-            );
-            msg::write_sync(&mut h.conn.wbuf);
-            h.in_batch = false;
-            h.conn.flush().await?;
-        }
-        // Read every node's answers (they ran in parallel meanwhile).
-        let mut err: Option<PgError> = None;
+        let tasks: Vec<NodeTasks> = by_node
+            .iter()
+            .map(|(addr, shards)| NodeTasks {
+                addr: addr.clone(),
+                sql: plan.tasks(None, &ids_of(shards)),
+            })
+            .collect();
         let mut row_desc: Option<Bytes> = None;
         let mut partials: Vec<Vec<Option<Bytes>>> = Vec::new();
         let mut seen: u64 = 0;
         let mut sent: u64 = 0;
-        for (addr, _) in &by_node {
-            let idx = self.held_index(addr).expect("joined above");
-            loop {
-                let f = self.held[idx].conn.read().await?;
-                match f.tag {
-                    b'Z' => break,
-                    b'E' => {
-                        if err.is_none() {
-                            err = Some(PgError::from_server_fields(f.body));
-                        }
-                    }
-                    b'T' => row_desc = Some(f.body),
-                    b'D' if err.is_none() => {
-                        if aggregate {
-                            partials.push(msg::decode_data_row(&f.body)?);
-                        } else {
-                            if combine::row_selected(seen, plan.offset, limit) {
-                                if sent == 0 && describe {
-                                    if let Some(rd) = &row_desc {
-                                        sink.push_frame(b'T', rd.clone());
-                                    }
-                                }
-                                sink.push_frame(b'D', f.body);
-                                sent += 1;
-                                if sink.should_spill() {
-                                    let frames: Vec<Frame> = sink.frames.drain(..).collect();
-                                    sink.spill(frames, &mut self.out);
-                                    self.flush_client().await?;
-                                }
+        let mut on_reply = |f: Frame, sink: &mut ResultSink| -> PgResult<()> {
+            match f.tag {
+                b'T' => row_desc = Some(f.body),
+                b'D' if aggregate => partials.push(msg::decode_data_row(&f.body)?),
+                b'D' => {
+                    if combine::row_selected(seen, plan.offset, limit) {
+                        if sent == 0 && describe {
+                            if let Some(rd) = &row_desc {
+                                sink.push_frame(b'T', rd.clone());
                             }
-                            seen += 1;
                         }
+                        sink.push_frame(b'D', f.body);
+                        sent += 1;
                     }
-                    b'N' => sink.push_frame(b'N', f.body),
-                    _ => {}
+                    seen += 1;
                 }
+                _ => {}
             }
-        }
-        if let Some(e) = err {
-            return Err(e);
-        }
+            Ok(())
+        };
+        self.run_tasks(
+            &tasks,
+            false,
+            params,
+            &shard_formats,
+            Describe::FirstTask,
+            sink,
+            &mut on_reply,
+        )
+        .await?;
         match &plan.shape {
             MultiShardShape::Plain => {
                 if sent == 0 && describe {
@@ -281,7 +217,7 @@ impl Session {
         let coord = self.shared.coordinator.clone();
         let idx = self.join(&coord, false).await?;
         self.drain_all().await?;
-        let h = &mut self.held[idx];
+        let h = &mut self.tx.held[idx];
         msg::write_parse(&mut h.conn.wbuf, "", &query, &param_types);
         msg::write_bind(&mut h.conn.wbuf, "", "", &[], &values, formats);
         if describe {
@@ -293,7 +229,7 @@ impl Session {
         h.conn.flush().await?;
         let mut err = None;
         loop {
-            let f = self.held[idx].conn.read().await?;
+            let f = self.tx.held[idx].conn.read().await?;
             match f.tag {
                 b'Z' => break,
                 b'E' => err = Some(PgError::from_server_fields(f.body)),
@@ -580,7 +516,7 @@ impl Session {
         for (addr, shards) in &by_node {
             let idx = self.join(addr, false).await?;
             self.drain_all().await?;
-            let h = &mut self.held[idx];
+            let h = &mut self.tx.held[idx];
             write_tasks(
                 &mut h.conn.wbuf,
                 &plan.tasks(Some(stage), &ids_of(shards)),
@@ -599,7 +535,7 @@ impl Session {
         for (addr, _) in &by_node {
             let idx = self.held_index(addr).expect("joined above");
             loop {
-                let f = self.held[idx].conn.read().await?;
+                let f = self.tx.held[idx].conn.read().await?;
                 match f.tag {
                     b'Z' => break,
                     b'E' => {
@@ -695,7 +631,7 @@ impl Session {
     ) -> PgResult<()> {
         let catalog = self.shared.catalog.snapshot();
         let by_node = shards_by_node(&catalog, &m.table)?;
-        let implicit = self.txn == TxnState::Idle && by_node.len() > 1;
+        let implicit = self.tx.state == TxnState::Idle && by_node.len() > 1;
         if implicit {
             self.upgrade_to_implicit_block().await?;
         }
@@ -704,7 +640,7 @@ impl Session {
             .await;
         if implicit && params.bind.is_none() {
             // Simple protocol: the statement is its own transaction.
-            self.implicit_block = false;
+            self.tx.implicit_block = false;
             let finished = self.finish_transaction(r.is_ok()).await;
             r?;
             return finished;
@@ -721,65 +657,29 @@ impl Session {
         describe: bool,
         sink: &mut ResultSink,
     ) -> PgResult<()> {
-        let empty = BindMsg::default_empty();
-        let bind = params.bind.unwrap_or(&empty);
-        let mut first = true;
-        for (addr, shards) in by_node {
-            let idx = self.join(addr, true).await?;
-            self.drain_all().await?;
-            let h = &mut self.held[idx];
-            for s in shards {
-                msg::write_unnamed_run(
-                    &mut h.conn.wbuf,
-                    &m.template.for_shard(s.shard_id),
-                    params.types,
-                    bind,
-                    formats,
-                    first && describe && m.returning,
-                );
-                first = false;
+        let tasks: Vec<NodeTasks> = by_node
+            .iter()
+            .map(|(addr, shards)| NodeTasks {
+                addr: addr.clone(),
+                sql: shards
+                    .iter()
+                    .map(|s| m.template.for_shard(s.shard_id))
+                    .collect(),
+            })
+            .collect();
+        let describe = match describe && m.returning {
+            true => Describe::FirstTask,
+            false => Describe::None,
+        };
+        let mut on_reply = |f: Frame, sink: &mut ResultSink| -> PgResult<()> {
+            if matches!(f.tag, b'T' | b'D') {
+                sink.push_frame(f.tag, f.body);
             }
-            msg::write_sync(&mut h.conn.wbuf);
-            h.in_batch = false;
-            h.conn.flush().await?;
-        }
-        let mut err: Option<PgError> = None;
-        let mut total: u64 = 0;
-        for (addr, _) in by_node {
-            let idx = self.held_index(addr).expect("joined above");
-            loop {
-                let f = self.held[idx].conn.read().await?;
-                match f.tag {
-                    b'Z' => break,
-                    b'E' => {
-                        if err.is_none() {
-                            err = Some(PgError::from_server_fields(f.body));
-                        }
-                    }
-                    b'T' | b'D' if err.is_none() => {
-                        sink.push_frame(f.tag, f.body);
-                        if sink.should_spill() {
-                            let frames: Vec<Frame> = sink.frames.drain(..).collect();
-                            sink.spill(frames, &mut self.out);
-                            self.flush_client().await?;
-                        }
-                    }
-                    b'C' => {
-                        let tag = msg::command_tag(&f.body);
-                        total += tag
-                            .rsplit(' ')
-                            .next()
-                            .and_then(|n| n.parse::<u64>().ok())
-                            .unwrap_or(0);
-                    }
-                    b'N' => sink.push_frame(b'N', f.body),
-                    _ => {}
-                }
-            }
-        }
-        if let Some(e) = err {
-            return Err(e);
-        }
+            Ok(())
+        };
+        let total = self
+            .run_tasks(&tasks, true, params, formats, describe, sink, &mut on_reply)
+            .await?;
         sink.complete(&format!("{} {total}", m.verb));
         Ok(())
     }
@@ -796,7 +696,7 @@ impl Session {
     ) -> PgResult<Vec<String>> {
         let idx = self.join(addr, write).await?;
         self.drain_all().await?;
-        let h = &mut self.held[idx];
+        let h = &mut self.tx.held[idx];
         h.in_batch = false;
         h.conn.simple_column(sql).await
     }

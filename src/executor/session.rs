@@ -11,6 +11,8 @@
 use super::combine;
 #[path = "multishard.rs"]
 mod multishard;
+#[path = "tasks.rs"]
+mod tasks;
 use super::shared::{
     CancelTargets, FunctionKind, PipelinedBatch, RunningBackends, Shared, FUNCTION_KINDS_TTL,
 };
@@ -25,16 +27,20 @@ use crate::frontend::server::ClientReader;
 use crate::planner::fastpath::{self, FastPlan, ShapeCache};
 use crate::planner::multishard::Bound;
 use crate::planner::{
-    self, AggKind, MultiShardPlan, MultiShardShape, Plan, RouterPlan, TxnCommand, UtilityArg,
-    ValueSource,
+    self, AggKind, MultiShardPlan, MultiShardShape, Plan, RouterPlan, SessionCommand, TxnCommand,
+    UtilityArg, ValueSource,
 };
 use crate::sql::parse::{self, Statement};
 use crate::sql::quote::{quote_ident, quote_literal};
-use crate::transaction::{deadlock, decision, recovery, InFlight};
+use crate::transaction::deadlock;
+use crate::transaction::distributed::{
+    self, CommitServices, DistributedTransaction, Held, TxnState,
+};
 use bytes::{Bytes, BytesMut};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
+use tasks::{Describe, NodeTasks};
 use tokio::io::AsyncWriteExt;
 
 /// COPY into/out of distributed tables and multi-row INSERTs across shards.
@@ -54,6 +60,8 @@ mod isolation;
 mod maintenance;
 /// Routed reads through the thread's pipelined connection to a node.
 mod pipelined;
+/// Session commands: transaction control, settings, DISCARD, DEALLOCATE.
+mod session_commands;
 /// SET / SET LOCAL / SET TRANSACTION and `citus.*` values across the nodes of a session.
 mod settings;
 /// A client's own PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED.
@@ -76,13 +84,6 @@ const DEFAULT_MAX_INTERMEDIATE_KB: i64 = 1024 * 1024;
 
 /// Flush results to the client once this much is buffered.
 const CLIENT_FLUSH_AT: usize = 64 * 1024;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TxnState {
-    Idle,
-    InBlock,
-    Failed,
-}
 
 /// Parameter and result description of a prepared statement.
 #[derive(Debug, Clone)]
@@ -155,18 +156,6 @@ enum Expect {
     OneSilent(NodeAddr),
 }
 
-struct Held {
-    conn: PooledConn,
-    /// Wrote in the current transaction block (or batch).
-    wrote: bool,
-    /// Touched by the current Sync batch (needs a Sync).
-    in_batch: bool,
-    /// Has unflushed messages.
-    dirty: bool,
-    /// Failed in the current batch: it answers nothing more until Sync.
-    errored: bool,
-}
-
 pub struct Session {
     shared: Arc<Shared>,
     /// Who the client is on every node: its node connections log in as its role.
@@ -202,10 +191,6 @@ pub struct Session {
     /// `citus.max_intermediate_result_size` in kB (-1: no limit): most data shards
     /// send to a combine step on the coordinator node.
     max_intermediate_kb: i64,
-    txn: TxnState,
-    begin_text: String,
-    /// The backend statement id of `begin_text` (the text it was made for, the id).
-    begin_statement: Option<(String, u64)>,
     /// Active savepoints of the block, oldest first: replayed after BEGIN on a node
     /// that joins later, so that ROLLBACK TO works on every node.
     savepoints: Vec<Savepoint>,
@@ -226,9 +211,6 @@ pub struct Session {
     implicit_settings: Option<Box<SettingsSnapshot>>,
     /// Set by `SET LOCAL citus.*` in the block (see `settings::CitusLocal`).
     citus_local: Option<CitusLocal>,
-    /// A backend of this session was cancelled to break a distributed deadlock.
-    deadlocked: bool,
-    held: Vec<Held>,
     statements: HashMap<String, Arc<Prepared>>,
     portals: HashMap<String, Portal>,
     skipping: bool,
@@ -237,20 +219,9 @@ pub struct Session {
     running: RunningBackends,
     /// The session's batch on a pipelined connection, for CancelRequest.
     pipelined: PipelinedBatch,
-    txn_serial: u64,
     shapes: ShapeCache,
     /// What unqualified table names stand for in this session (`names.rs`).
     names: names::NameCache,
-    /// The current transaction block was started by pgshard for a Sync batch that
-    /// wrote on several nodes; it ends at that Sync.
-    implicit_block: bool,
-    /// The current transaction block is the implicit transaction of a simple query
-    /// string of several statements (`implicit.rs`): it ends with the string, or at a
-    /// COMMIT / ROLLBACK in it, and a BEGIN in it makes it the client's block.
-    string_block: bool,
-    /// DDL ran inside the current block: after its commit every pgshard reloads the
-    /// catalog.
-    catalog_changed: bool,
     /// Temporary tables made for cursors over distributed tables (`cursor.rs`), for
     /// their names.
     cursor_tables: u64,
@@ -258,17 +229,14 @@ pub struct Session {
     /// session's own pools per node, which no other session takes from
     /// (`isolation.rs`).
     own_pools: Mutex<Option<HashMap<NodeAddr, Arc<NodePool>>>>,
-    /// Roles a role statement of the current block changed: copied to the workers
-    /// once it commits.
-    roles_to_sync: Vec<String>,
     /// Where in `out` the FATAL sent to the client ends (`write_client_error`):
     /// nothing after it is sent, and the client's connection is closed.
     client_ends_at: Option<usize>,
-    /// Notices and notifications the nodes sent while the block ended (a deferred
-    /// trigger's NOTICE at COMMIT): the client gets them before the block's end.
-    end_messages: Vec<Frame>,
     /// PostgreSQL's statement timer between the messages of a batch (`timeout.rs`).
     batch_clock: timeout::BatchClock,
+    /// The session's distributed transaction: the node connections it holds and
+    /// its block (`transaction::distributed`).
+    tx: DistributedTransaction,
 }
 
 /// A node connection's settings fingerprint when they are not known (a SET ran on
@@ -333,18 +301,14 @@ impl Session {
             commit_protocol: cfg.citus.multi_shard_commit_protocol.clone(),
             explain_all_tasks: false,
             max_intermediate_kb: DEFAULT_MAX_INTERMEDIATE_KB,
-            txn: TxnState::Idle,
-            begin_text: String::new(),
-            begin_statement: None,
             savepoints: Vec::new(),
             local_settings: Vec::new(),
+            tx: DistributedTransaction::default(),
             set_config_to_follow: Vec::new(),
             block_settings: None,
             implicit_txn: false,
             implicit_settings: None,
             citus_local: None,
-            deadlocked: false,
-            held: Vec::new(),
             statements: HashMap::new(),
             portals: HashMap::new(),
             skipping: false,
@@ -352,19 +316,13 @@ impl Session {
             batch_error: false,
             running: cancel.backends,
             pipelined: cancel.pipelined,
-            txn_serial: 0,
             cursor_tables: 0,
             batch_clock: timeout::BatchClock::default(),
             shapes: ShapeCache::default(),
             names: names::NameCache::default(),
-            implicit_block: false,
-            string_block: false,
-            catalog_changed: false,
             own_pools: Mutex::new(None),
-            roles_to_sync: Vec::new(),
             client_ends_at: None,
             pending_notifications: Vec::new(),
-            end_messages: Vec::new(),
         }
     }
 
@@ -392,7 +350,7 @@ impl Session {
     }
 
     fn status_byte(&self) -> u8 {
-        match self.txn {
+        match self.tx.state {
             TxnState::Idle => b'I',
             TxnState::InBlock => b'T',
             TxnState::Failed => b'E',
@@ -507,15 +465,15 @@ impl Session {
 
     fn fail(&mut self) {
         self.batch_error = true;
-        if self.txn == TxnState::InBlock {
-            self.txn = TxnState::Failed;
+        if self.tx.state == TxnState::InBlock {
+            self.tx.state = TxnState::Failed;
         }
     }
 
     // ---- backend connections -------------------------------------------
 
     fn held_index(&self, addr: &NodeAddr) -> Option<usize> {
-        self.held.iter().position(|h| h.conn.addr == *addr)
+        self.tx.held.iter().position(|h| h.conn.addr == *addr)
     }
 
     /// The connection to `addr` for this batch / block, joining it if needed: a new
@@ -527,10 +485,11 @@ impl Session {
     /// `join`; with `extended`, the caller goes on with extended-protocol messages
     /// that the batch's Sync ends, and BEGIN is queued as one of them (`write_begin`).
     async fn join_with(&mut self, addr: &NodeAddr, write: bool, extended: bool) -> PgResult<usize> {
-        if self.txn == TxnState::Idle && write {
+        if self.tx.state == TxnState::Idle && write {
             // One Sync batch is one implicit transaction. Once it writes on a second
             // node it becomes a transaction block, committed (with 2PC) at Sync.
             let other_wrote = self
+                .tx
                 .held
                 .iter()
                 .any(|h| h.in_batch && h.wrote && h.conn.addr != *addr);
@@ -547,20 +506,20 @@ impl Session {
                     conn.process_id,
                     conn.secret_key,
                 ));
-                self.held.push(Held {
+                self.tx.held.push(Held {
                     conn,
                     wrote: false,
                     in_batch: false,
                     dirty: false,
                     errored: false,
                 });
-                self.held.len() - 1
+                self.tx.held.len() - 1
             }
         };
-        if !self.held[idx].in_batch {
+        if !self.tx.held[idx].in_batch {
             // Before anything of this batch goes to the connection.
             let fp = self.settings_fp;
-            let h = &mut self.held[idx];
+            let h = &mut self.tx.held[idx];
             h.in_batch = true;
             h.errored = false;
             if h.conn.settings_fingerprint != fp {
@@ -593,12 +552,12 @@ impl Session {
                 h.dirty = true;
                 self.pending.push_back(Expect::SimpleSilent(addr.clone()));
             }
-            if self.txn != TxnState::Idle && h.conn.txn_status == b'I' {
+            if self.tx.state != TxnState::Idle && h.conn.txn_status == b'I' {
                 if extended && self.savepoints.is_empty() && self.local_settings.is_empty() {
                     self.write_begin(idx);
                 } else {
                     let begin =
-                        begin_sequence(&self.begin_text, &self.savepoints, &self.local_settings);
+                        begin_sequence(&self.tx.begin_text, &self.savepoints, &self.local_settings);
                     msg::write_query(&mut h.conn.wbuf, &begin);
                     h.dirty = true;
                     self.pending.push_back(Expect::SimpleSilent(addr.clone()));
@@ -607,6 +566,7 @@ impl Session {
         }
         // Drain whatever another backend still owes before this one gets work.
         let other_dirty = self
+            .tx
             .held
             .iter()
             .enumerate()
@@ -615,7 +575,7 @@ impl Session {
             self.drain_all().await?;
         }
         if write {
-            self.held[idx].wrote = true;
+            self.tx.held[idx].wrote = true;
         }
         Ok(idx)
     }
@@ -626,18 +586,18 @@ impl Session {
     /// flushed, waking pgshard) on its own: one send and one wake-up more per node and
     /// transaction.
     fn write_begin(&mut self, idx: usize) {
-        let id = match &self.begin_statement {
-            Some((text, id)) if *text == self.begin_text => *id,
+        let id = match &self.tx.begin_statement {
+            Some((text, id)) if *text == self.tx.begin_text => *id,
             _ => {
-                let id = self.shared.statements.id(&self.begin_text, &[], 0);
-                self.begin_statement = Some((self.begin_text.clone(), id));
+                let id = self.shared.statements.id(&self.tx.begin_text, &[], 0);
+                self.tx.begin_statement = Some((self.tx.begin_text.clone(), id));
                 id
             }
         };
-        let h = &mut self.held[idx];
+        let h = &mut self.tx.held[idx];
         let name = backend_name(id);
         if !h.conn.prepared.contains(&id) {
-            msg::write_parse(&mut h.conn.wbuf, &name, &self.begin_text, &[]);
+            msg::write_parse(&mut h.conn.wbuf, &name, &self.tx.begin_text, &[]);
             h.conn.prepared.insert(id);
             self.pending
                 .push_back(Expect::ParseSilent(h.conn.addr.clone()));
@@ -660,17 +620,17 @@ impl Session {
         if self.batch_error {
             return Err(aborted_error());
         }
-        for h in self.held.iter_mut().filter(|h| h.in_batch) {
+        for h in self.tx.held.iter_mut().filter(|h| h.in_batch) {
             // BEGIN inside the implicit transaction turns it into a block.
             msg::write_query(&mut h.conn.wbuf, "BEGIN");
             h.dirty = true;
             self.pending
                 .push_back(Expect::SimpleSilent(h.conn.addr.clone()));
         }
-        self.txn = TxnState::InBlock;
-        self.begin_text = "BEGIN".into();
-        self.implicit_block = true;
-        self.txn_serial = self
+        self.tx.state = TxnState::InBlock;
+        self.tx.begin_text = "BEGIN".into();
+        self.tx.implicit_block = true;
+        self.tx.txn_serial = self
             .shared
             .next_transaction
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -679,7 +639,7 @@ impl Session {
 
     /// Sends what is buffered (with Flush) and reads every expected reply in order.
     async fn drain_all(&mut self) -> PgResult<()> {
-        for h in self.held.iter_mut() {
+        for h in self.tx.held.iter_mut() {
             if h.dirty {
                 msg::write_flush(&mut h.conn.wbuf);
                 h.dirty = false;
@@ -707,19 +667,19 @@ impl Session {
             let Some(idx) = self.held_index(&addr) else {
                 continue;
             };
-            if self.held[idx].errored {
+            if self.tx.held[idx].errored {
                 continue;
             }
             loop {
-                let f = self.held[idx].conn.read().await?;
+                let f = self.tx.held[idx].conn.read().await?;
                 match f.tag {
                     b'E' => {
                         if kind == 3 {
                             // pgshard's own statement failed: the client sees it, the
                             // connection answers nothing more until the ReadyForQuery.
-                            self.held[idx].conn.drain_to_ready().await.ok();
+                            self.tx.held[idx].conn.drain_to_ready().await.ok();
                         } else {
-                            self.held[idx].errored = true;
+                            self.tx.held[idx].errored = true;
                         }
                         if !self.batch_error {
                             self.forward_backend_error(idx, f.body);
@@ -783,7 +743,7 @@ impl Session {
     /// connections go back to their pools. True when something in the batch failed.
     async fn end_batch(&mut self) -> bool {
         let mut result = Ok(());
-        for h in self.held.iter_mut() {
+        for h in self.tx.held.iter_mut() {
             if h.in_batch {
                 msg::write_sync(&mut h.conn.wbuf);
                 h.dirty = false;
@@ -796,14 +756,14 @@ impl Session {
             result = self.drain_pending().await;
         }
         self.pending.clear();
-        for i in 0..self.held.len() {
-            if self.held[i].in_batch {
-                self.held[i].in_batch = false;
-                if self.held[i].conn.broken {
+        for i in 0..self.tx.held.len() {
+            if self.tx.held[i].in_batch {
+                self.tx.held[i].in_batch = false;
+                if self.tx.held[i].conn.broken {
                     // Lost, or ended by a FATAL the client heard already.
                     continue;
                 }
-                if let Err(e) = self.held[i].conn.drain_to_ready().await {
+                if let Err(e) = self.tx.held[i].conn.drain_to_ready().await {
                     // A lost connection, or an error of the implicit transaction's
                     // commit at Sync (a deferred constraint): the client hears it,
                     // unless it heard an error of the batch already.
@@ -825,7 +785,7 @@ impl Session {
         if let Some(i) = self.held_index(&self.shared.coordinator) {
             self.absorb_held_reports(i);
         }
-        if self.txn == TxnState::Idle {
+        if self.tx.state == TxnState::Idle {
             self.release_all();
         }
         self.batch_error = false;
@@ -837,13 +797,13 @@ impl Session {
     fn backend_error(&mut self, idx: usize, body: Bytes) -> PgError {
         let e = PgError::from_server_fields(body);
         if e.code == sqlstate::QUERY_CANCELED {
-            let conn = &self.held[idx].conn;
+            let conn = &self.tx.held[idx].conn;
             if let Some(text) = deadlock::take_victim(&conn.addr, conn.process_id) {
-                self.deadlocked = true;
+                self.tx.deadlocked = true;
                 return PgError::new(deadlock::DEADLOCK_DETECTED, text);
             }
         }
-        let conn = &self.held[idx].conn;
+        let conn = &self.tx.held[idx].conn;
         if conn.addr == self.shared.coordinator {
             // The client's own backend: its words are the client's, FATAL included
             // (the session ends with it).
@@ -877,10 +837,10 @@ impl Session {
     /// every node of the block rolls back now, unless savepoints may still be rolled
     /// back to.
     async fn release_deadlock_victim(&mut self) {
-        if !std::mem::take(&mut self.deadlocked) || !self.savepoints.is_empty() {
+        if !std::mem::take(&mut self.tx.deadlocked) || !self.savepoints.is_empty() {
             return;
         }
-        for h in self.held.iter_mut() {
+        for h in self.tx.held.iter_mut() {
             if h.conn.txn_status != b'I' && !h.conn.broken {
                 h.conn.simple("ROLLBACK").await.ok();
             }
@@ -896,7 +856,7 @@ impl Session {
     /// Runs `sql` on every connection of the block except the held one at `skip`.
     async fn on_every_held_but(&mut self, skip: usize, sql: &str) -> PgResult<()> {
         self.drain_all().await?;
-        for (i, h) in self.held.iter_mut().enumerate() {
+        for (i, h) in self.tx.held.iter_mut().enumerate() {
             if i != skip && h.conn.txn_status != b'I' {
                 h.conn
                     .simple(sql)
@@ -913,7 +873,7 @@ impl Session {
         if let Some(i) = self.held_index(&self.shared.coordinator) {
             self.absorb_held_reports(i);
         }
-        self.held.clear();
+        self.tx.held.clear();
         self.running.lock().unwrap().clear();
         self.portals.clear();
         self.names_after_block(true);
@@ -955,11 +915,11 @@ impl Session {
             if self.batch_error {
                 return Err(aborted_error());
             }
-            let in_batch = self.held[i].in_batch;
-            let r = describe_on(&mut self.held[i].conn, name, sql, types, in_batch).await;
+            let in_batch = self.tx.held[i].in_batch;
+            let r = describe_on(&mut self.tx.held[i].conn, name, sql, types, in_batch).await;
             self.absorb_held_reports(i);
             if in_batch && r.is_err() {
-                self.held[i].errored = true;
+                self.tx.held[i].errored = true;
             }
             return r;
         }
@@ -986,7 +946,9 @@ impl Session {
             }
         }
         let fields = match plan {
-            Plan::ShowCitus { name } => Some(vec![FieldDesc::computed(name, 25, -1, 0)]),
+            Plan::Session(SessionCommand::ShowCitus { name }) => {
+                Some(vec![FieldDesc::computed(name, 25, -1, 0)])
+            }
             Plan::Utility { name, .. } => Some(
                 commands::result_columns(name)
                     .iter()
@@ -1039,7 +1001,7 @@ impl Session {
         let catalog = self.shared.catalog.snapshot();
         let plan = self.plan_statement(&stmt, &catalog).await?;
         let names_epoch = self.names_epoch(&catalog);
-        if self.txn == TxnState::Failed && !plan.ends_failed_block() {
+        if self.tx.state == TxnState::Failed && !plan.ends_failed_block() {
             return Err(aborted_error());
         }
         if let Plan::Unsupported(e) = &plan {
@@ -1128,7 +1090,7 @@ impl Session {
                 format!("portal \"{}\" already exists", bind.portal),
             ));
         }
-        if self.txn == TxnState::Failed && !stmt.plan.ends_failed_block() {
+        if self.tx.state == TxnState::Failed && !stmt.plan.ends_failed_block() {
             return Err(aborted_error());
         }
         let catalog = self.shared.catalog.snapshot();
@@ -1223,7 +1185,7 @@ impl Session {
         write: bool,
     ) -> PgResult<()> {
         let idx = self.join_with(addr, write, true).await?;
-        let h = &mut self.held[idx];
+        let h = &mut self.tx.held[idx];
         let name = match statement {
             // Prepared there under the client's name at its Parse: PostgreSQL's own
             // plan cache (and its 0A000 after DDL changing the result type).
@@ -1287,7 +1249,7 @@ impl Session {
         match target {
             PortalTarget::Backend(addr) => {
                 let idx = self.join(&addr, false).await?;
-                let h = &mut self.held[idx];
+                let h = &mut self.tx.held[idx];
                 msg::write_describe(&mut h.conn.wbuf, b'P', name);
                 h.dirty = true;
                 self.pending.push_back(Expect::One(addr));
@@ -1329,7 +1291,7 @@ impl Session {
                 }
                 let copies_in = is_copy_from_stdin(&portal.stmt.stmt);
                 let idx = self.join(&addr, false).await?;
-                let h = &mut self.held[idx];
+                let h = &mut self.tx.held[idx];
                 msg::write_execute(&mut h.conn.wbuf, name, max_rows);
                 h.dirty = true;
                 self.pending.push_back(Expect::Execute(addr));
@@ -1360,9 +1322,9 @@ impl Session {
         } else if let Some(p) = self.portals.remove(name) {
             if let PortalTarget::Backend(addr) = p.target {
                 if let Some(idx) = self.held_index(&addr) {
-                    if self.held[idx].in_batch {
+                    if self.tx.held[idx].in_batch {
                         let idx = self.join(&addr, false).await?;
-                        let h = &mut self.held[idx];
+                        let h = &mut self.tx.held[idx];
                         msg::write_close(&mut h.conn.wbuf, b'P', name);
                         h.dirty = true;
                         self.pending.push_back(Expect::One(addr));
@@ -1410,7 +1372,7 @@ impl Session {
             .await?;
         if name.is_none() {
             // pgshard's own statements on that connection went too.
-            self.held[idx].conn.prepared.clear();
+            self.tx.held[idx].conn.prepared.clear();
         }
         Ok(())
     }
@@ -1419,7 +1381,7 @@ impl Session {
         let follow = std::mem::take(&mut self.set_config_to_follow);
         self.sync_batch().await;
         // `set_config` calls of the batch, now that they ran on the coordinator node.
-        if self.txn != TxnState::Failed {
+        if self.tx.state != TxnState::Failed {
             for stmt in &follow {
                 if let Err(e) = self.follow_set_config(stmt).await {
                     msg::write_error(&mut self.out, &e);
@@ -1430,9 +1392,9 @@ impl Session {
     }
 
     async fn sync_batch(&mut self) {
-        if self.implicit_block {
+        if self.tx.implicit_block {
             // A batch that wrote on several nodes: committed as a whole, or not at all.
-            self.implicit_block = false;
+            self.tx.implicit_block = false;
             if let Err(e) = self.drain_all().await {
                 self.on_extended_result(Err(e)).await;
             }
@@ -1452,7 +1414,7 @@ impl Session {
             }
             self.end_implicit_settings(failed);
             self.implicit_txn = false;
-            self.txn = TxnState::Idle;
+            self.tx.state = TxnState::Idle;
             self.batch_error = false;
             self.pending.clear();
             self.skipping = false;
@@ -1466,7 +1428,7 @@ impl Session {
         self.skipping = false;
         // Portals live until their transaction ends: at Sync in autocommit, with
         // COMMIT/ROLLBACK inside a block.
-        if self.txn == TxnState::Idle {
+        if self.tx.state == TxnState::Idle {
             self.portals.clear();
         }
     }
@@ -1495,7 +1457,7 @@ impl Session {
     async fn simple_query(&mut self, sql: &str) -> PgResult<()> {
         let catalog = self.shared.catalog.snapshot();
         // Statements differing from an earlier one only in constants reuse its plan.
-        let scanned = if self.txn != TxnState::Failed && !self.strings_matter(sql) {
+        let scanned = if self.tx.state != TxnState::Failed && !self.strings_matter(sql) {
             fastpath::scan(sql)
         } else {
             None
@@ -1605,7 +1567,7 @@ impl Session {
         }
         if stmts.len() > 1
             && plans.iter().all(|p| matches!(p, Plan::Local))
-            && self.txn != TxnState::Failed
+            && self.tx.state != TxnState::Failed
             && !sets_config
         {
             // Only the coordinator node: the string goes there whole, keeping
@@ -1620,7 +1582,7 @@ impl Session {
             self.finish_simple(r).await;
             return Ok(());
         }
-        if stmts.len() > 1 && self.txn == TxnState::Idle && self.held.is_empty() {
+        if stmts.len() > 1 && self.tx.state == TxnState::Idle && self.tx.held.is_empty() {
             if let Some(begin) = implicit::local_with_transaction_control(&plans) {
                 let r = self.local_with_transaction_control(sql, begin).await;
                 for stmt in &stmts {
@@ -1666,15 +1628,15 @@ impl Session {
             } else {
                 &plans[i]
             };
-            if self.txn == TxnState::Failed && !plan.ends_failed_block() {
+            if self.tx.state == TxnState::Failed && !plan.ends_failed_block() {
                 let e = aborted_error();
                 self.write_client_error(&e);
                 failed = true;
                 break;
             }
             if stmts.len() > 1
-                && self.txn == TxnState::Idle
-                && !matches!(plan, Plan::Transaction(_))
+                && self.tx.state == TxnState::Idle
+                && !matches!(plan, Plan::Session(SessionCommand::Transaction(_)))
                 && !(implicit::needs_own_transaction(plan)
                     && implicit::alone_in_implicit_transaction(&plans[i + 1..]))
             {
@@ -1744,7 +1706,7 @@ impl Session {
                 break;
             }
         }
-        if self.string_block {
+        if self.tx.string_block {
             failed = self.end_string_block(failed).await;
         }
         self.end_implicit_settings(failed);
@@ -1761,10 +1723,10 @@ impl Session {
         }
         self.release_deadlock_victim().await;
         self.batch_error = false;
-        for h in self.held.iter_mut() {
+        for h in self.tx.held.iter_mut() {
             h.in_batch = false;
         }
-        if self.txn == TxnState::Idle {
+        if self.tx.state == TxnState::Idle {
             self.release_all();
         }
     }
@@ -1788,12 +1750,12 @@ impl Session {
     ) -> PgResult<usize> {
         let idx = self.join(addr, write).await?;
         self.drain_all().await?;
-        let h = &mut self.held[idx];
+        let h = &mut self.tx.held[idx];
         msg::write_query(&mut h.conn.wbuf, sql);
         h.conn.flush().await?;
         let mut err = None;
         loop {
-            let f = self.held[idx].conn.read().await?;
+            let f = self.tx.held[idx].conn.read().await?;
             match (f.tag, sink.as_deref_mut()) {
                 (b'Z', _) => break,
                 (b'E', to_sink) => {
@@ -1802,7 +1764,7 @@ impl Session {
                         self.write_client_error(&e);
                     }
                     err = Some(e);
-                    if self.held[idx].conn.broken {
+                    if self.tx.held[idx].conn.broken {
                         // A FATAL: the connection closes, no ReadyForQuery follows.
                         break;
                     }
@@ -1822,7 +1784,7 @@ impl Session {
                 }
             }
         }
-        self.held[idx].in_batch = false;
+        self.tx.held[idx].in_batch = false;
         self.absorb_held_reports(idx);
         if let Some(e) = err {
             self.fail();
@@ -1842,17 +1804,17 @@ impl Session {
     /// its CommandComplete until a Flush (or the client's Sync, which pgshard reads later).
     async fn relay_copy_in(&mut self, idx: usize, extended: bool) -> PgResult<()> {
         loop {
-            while let Some(tag) = self.held[idx].conn.buffered_tag() {
+            while let Some(tag) = self.tx.held[idx].conn.buffered_tag() {
                 if !matches!(tag, b'N' | b'A' | b'S') {
                     return Ok(());
                 }
-                let f = self.held[idx].conn.read().await?;
+                let f = self.tx.held[idx].conn.read().await?;
                 msg::write_raw(&mut self.out, f.tag, &f.body);
             }
             if !self.out.is_empty() {
                 self.flush_client().await?;
             }
-            let conn = &mut self.held[idx].conn;
+            let conn = &mut self.tx.held[idx].conn;
             // Small messages are batched while the client's next one is already here.
             if !conn.wbuf.is_empty()
                 && (conn.wbuf.len() >= CLIENT_FLUSH_AT || !self.reader.has_frame())
@@ -1875,7 +1837,7 @@ impl Session {
                 }
             };
             let Some(f) = f else {
-                let h = &mut self.held[idx];
+                let h = &mut self.tx.held[idx];
                 msg::write_raw(&mut h.conn.wbuf, b'f', b"client connection lost\0");
                 h.conn.flush().await?;
                 return Err(PgError::new(
@@ -1883,7 +1845,7 @@ impl Session {
                     "client connection lost during COPY",
                 ));
             };
-            let h = &mut self.held[idx];
+            let h = &mut self.tx.held[idx];
             match f.tag {
                 b'd' => msg::write_raw(&mut h.conn.wbuf, b'd', &f.body),
                 b'c' | b'f' => {
@@ -1987,34 +1949,8 @@ impl Session {
         sink: &mut ResultSink,
     ) -> PgResult<()> {
         match plan {
-            Plan::Empty => {
-                // An empty query (a driver's ping) answers only while the client's
-                // own backend lives.
-                if let Some(e) = self.home_ended_now().await {
-                    return Err(e);
-                }
-                let mut b = BytesMut::new();
-                msg::write_empty_query(&mut b);
-                sink.push_bytes(b);
-                Ok(())
-            }
+            Plan::Session(c) => self.session_command(c, stmt, describe, sink).await,
             Plan::Unsupported(e) => Err(e.clone()),
-            Plan::Transaction(cmd) => self.transaction(cmd, sink).await,
-            Plan::SessionSetting(scope) => self.session_setting(stmt, scope, sink).await,
-            Plan::DiscardAll => self.discard_all(stmt, sink).await,
-            Plan::Deallocate { name } => self.deallocate(stmt, name.as_deref(), sink).await,
-            Plan::SetCitus { name, value, local } => {
-                self.set_citus_statement(name, value.as_deref(), *local, sink)
-            }
-            Plan::ShowCitus { name } => {
-                let v = self.show_citus(name)?;
-                if describe {
-                    sink.row_description(&[FieldDesc::computed(name, 25, -1, 0)]);
-                }
-                sink.data_row(&[Some(v.as_bytes())]);
-                sink.complete("SHOW");
-                Ok(())
-            }
             Plan::Utility { name, args } => self.utility(name, args, params, describe, sink).await,
             Plan::UtilityInline { calls } => {
                 if params.bind.is_some() {
@@ -2103,12 +2039,12 @@ impl Session {
             }
             Plan::Explain(e) => self.explain(e, params, formats, describe, sink).await,
             Plan::DropTables { tables } => {
-                if self.string_block {
+                if self.tx.string_block {
                     return Err(implicit::refused_in_string(
                         "DROP TABLE of a distributed table",
                     ));
                 }
-                if self.txn != TxnState::Idle {
+                if self.tx.state != TxnState::Idle {
                     return Err(PgError::not_supported("DROP TABLE of a distributed table inside a transaction block is not supported yet"));
                 }
                 // Shards, catalog rows and the shell go in one catalog transaction.
@@ -2123,9 +2059,9 @@ impl Session {
             }
             Plan::Ddl(d) => {
                 let caller = self.caller().await?;
-                if self.txn != TxnState::Idle {
+                if self.tx.state != TxnState::Idle {
                     if let Some(why) = d.not_in_block() {
-                        if self.string_block {
+                        if self.tx.string_block {
                             return Err(if d.concurrent {
                                 // PostgreSQL's own refusal in an implicit transaction.
                                 PgError::new(sqlstate::ACTIVE_SQL_TRANSACTION, why)
@@ -2165,12 +2101,12 @@ impl Session {
                 .await
             }
             Plan::DropIndexes { stmt: d, indexes } => {
-                if self.string_block {
+                if self.tx.string_block {
                     return Err(implicit::refused_in_string(
                         "DROP INDEX of a distributed table",
                     ));
                 }
-                if self.txn != TxnState::Idle {
+                if self.tx.state != TxnState::Idle {
                     return Err(PgError::not_supported("DROP INDEX of a distributed table inside a transaction block is not supported by pgshard yet"));
                 }
                 let caller = self.caller().await?;
@@ -2204,7 +2140,7 @@ impl Session {
                 let own = self.begin_own_block().await?;
                 let done = self.grant_in_block(&p, sink).await;
                 if p.drops_tables && done.is_ok() {
-                    self.catalog_changed = true;
+                    self.tx.catalog_changed = true;
                 }
                 self.end_own_block(own, done.is_ok(), params.bind.is_some())
                     .await?;
@@ -2214,98 +2150,6 @@ impl Session {
             Plan::Local | Plan::Router(_) => Err(PgError::internal("plan runs on a backend")),
         }
     }
-
-    fn set_citus(&mut self, name: &str, value: Option<&str>) -> PgResult<()> {
-        let cfg = self.shared.cfg.clone();
-        let bad = |v: &str| {
-            PgError::new(
-                sqlstate::INVALID_PARAMETER_VALUE,
-                format!("invalid value for parameter \"{name}\": \"{v}\""),
-            )
-        };
-        match name {
-            "citus.shard_count" => {
-                self.citus.shard_count = match value {
-                    None => cfg.citus.shard_count,
-                    Some(v) => v
-                        .trim()
-                        .parse::<u32>()
-                        .ok()
-                        .filter(|n| (1..=64000).contains(n))
-                        .ok_or_else(|| bad(v))?,
-                }
-            }
-            "citus.shard_replication_factor" => {
-                self.citus.shard_replication_factor = match value {
-                    None => cfg.citus.shard_replication_factor,
-                    Some(v) => v
-                        .trim()
-                        .parse::<u32>()
-                        .ok()
-                        .filter(|n| (1..=100).contains(n))
-                        .ok_or_else(|| bad(v))?,
-                }
-            }
-            "citus.multi_shard_commit_protocol" => {
-                self.commit_protocol = match value {
-                    None => cfg.citus.multi_shard_commit_protocol.clone(),
-                    Some(v) if v.eq_ignore_ascii_case("1pc") || v.eq_ignore_ascii_case("2pc") => {
-                        v.to_ascii_lowercase()
-                    }
-                    Some(v) => return Err(bad(v)),
-                }
-            }
-            "citus.explain_all_tasks" => {
-                self.explain_all_tasks = match value.map(|v| v.to_ascii_lowercase()) {
-                    None => false,
-                    Some(v) if ["on", "true", "1", "yes"].contains(&v.as_str()) => true,
-                    Some(v) if ["off", "false", "0", "no"].contains(&v.as_str()) => false,
-                    Some(v) => return Err(bad(&v)),
-                }
-            }
-            "citus.max_adaptive_executor_pool_size" => {}
-            "citus.max_intermediate_result_size" => {
-                self.max_intermediate_kb = match value {
-                    None => DEFAULT_MAX_INTERMEDIATE_KB,
-                    Some(v) => parse_kb(v).ok_or_else(|| bad(v))?,
-                }
-            }
-            _ => {
-                return Err(PgError::new(
-                    "42704",
-                    format!("unrecognized configuration parameter \"{name}\""),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    fn show_citus(&self, name: &str) -> PgResult<String> {
-        Ok(match name {
-            "citus.shard_count" => self.citus.shard_count.to_string(),
-            "citus.shard_replication_factor" => self.citus.shard_replication_factor.to_string(),
-            "citus.multi_shard_commit_protocol" => self.commit_protocol.clone(),
-            "citus.explain_all_tasks" => {
-                if self.explain_all_tasks { "on" } else { "off" }.to_string()
-            }
-            "citus.max_adaptive_executor_pool_size" => {
-                self.shared.cfg.max_connections_per_node.to_string()
-            }
-            "citus.max_intermediate_result_size" => match self.max_intermediate_kb {
-                -1 => "-1".into(),
-                kb if kb % (1024 * 1024) == 0 => format!("{}GB", kb / (1024 * 1024)),
-                kb if kb % 1024 == 0 => format!("{}MB", kb / 1024),
-                kb => format!("{kb}kB"),
-            },
-            _ => {
-                return Err(PgError::new(
-                    "42704",
-                    format!("unrecognized configuration parameter \"{name}\""),
-                ))
-            }
-        })
-    }
-
     async fn utility(
         &mut self,
         name: &str,
@@ -2314,10 +2158,10 @@ impl Session {
         describe: bool,
         sink: &mut ResultSink,
     ) -> PgResult<()> {
-        if self.string_block && !commands::utility_reads_only(name) {
+        if self.tx.string_block && !commands::utility_reads_only(name) {
             return Err(implicit::refused_in_string(&format!("{name}()")));
         }
-        if self.txn != TxnState::Idle && !self.string_block {
+        if self.tx.state != TxnState::Idle && !self.tx.string_block {
             return Err(PgError::not_supported(format!(
                 "{name}() cannot run inside a transaction block in pgshard yet"
             )));
@@ -2401,164 +2245,11 @@ impl Session {
 
     // ---- transactions ----------------------------------------------------
 
-    async fn transaction(&mut self, cmd: &TxnCommand, sink: &mut ResultSink) -> PgResult<()> {
-        if self.string_block {
-            if let Some(r) = self.control_in_string(cmd, sink).await {
-                return r;
-            }
-        }
-        match cmd {
-            TxnCommand::Begin { text } => {
-                if self.txn != TxnState::Idle {
-                    sink.notice_warning("there is already a transaction in progress");
-                } else {
-                    self.start_block(text.clone());
-                }
-                sink.complete("BEGIN");
-                Ok(())
-            }
-            TxnCommand::Rollback { chain } => {
-                if self.txn == TxnState::Idle {
-                    if *chain {
-                        return self.outside_block_check("ROLLBACK AND CHAIN");
-                    }
-                    sink.notice_warning("there is no transaction in progress");
-                    // In an implicit transaction it aborts what came before.
-                    self.end_implicit_settings(true);
-                }
-                let begin = self.begin_text.clone();
-                self.finish_transaction(false).await?;
-                if *chain {
-                    self.start_block(begin);
-                }
-                sink.complete("ROLLBACK");
-                Ok(())
-            }
-            TxnCommand::Commit { chain } => {
-                let begin = self.begin_text.clone();
-                match self.txn {
-                    TxnState::Idle if *chain => {
-                        return self.outside_block_check("COMMIT AND CHAIN")
-                    }
-                    TxnState::Idle => {
-                        sink.notice_warning("there is no transaction in progress");
-                        self.end_implicit_settings(false);
-                        sink.complete("COMMIT");
-                        return Ok(());
-                    }
-                    TxnState::Failed => {
-                        let r = self.finish_transaction(false).await;
-                        self.end_messages_into(sink);
-                        r?;
-                        sink.complete("ROLLBACK");
-                    }
-                    TxnState::InBlock => {
-                        let r = self.finish_transaction(true).await;
-                        self.end_messages_into(sink);
-                        r?;
-                        sink.complete("COMMIT");
-                    }
-                }
-                // AND CHAIN: a new block with the ended one's characteristics (its
-                // BEGIN options and SET TRANSACTION modes), only once the end succeeded.
-                if *chain {
-                    self.start_block(begin);
-                }
-                Ok(())
-            }
-            TxnCommand::Savepoint { name } => {
-                self.outside_block_check("SAVEPOINT")?;
-                self.on_every_held(&format!("SAVEPOINT {}", quote_ident(name)))
-                    .await?;
-                let savepoint = self.savepoint(name);
-                self.savepoints.push(savepoint);
-                sink.complete("SAVEPOINT");
-                Ok(())
-            }
-            TxnCommand::Release { name } => {
-                self.outside_block_check("RELEASE SAVEPOINT")?;
-                let at = self.savepoint_position(name)?;
-                self.on_every_held(&format!("RELEASE SAVEPOINT {}", quote_ident(name)))
-                    .await?;
-                self.savepoints.truncate(at);
-                sink.complete("RELEASE");
-                Ok(())
-            }
-            TxnCommand::RollbackTo { name } => {
-                self.names_after_block(false);
-                self.outside_block_check("ROLLBACK TO SAVEPOINT")?;
-                let at = self.savepoint_position(name)?;
-                self.on_every_held(&format!("ROLLBACK TO SAVEPOINT {}", quote_ident(name)))
-                    .await?;
-                self.savepoints.truncate(at + 1);
-                self.rollback_settings_to(at);
-                self.txn = TxnState::InBlock;
-                sink.complete("ROLLBACK");
-                Ok(())
-            }
-            TxnCommand::Other { text, kind, gid } => {
-                self.client_two_phase(text, *kind, gid, sink).await
-            }
-        }
-    }
-
-    /// What the nodes said while the block ended (`end_messages`), for the client
-    /// before the block's CommandComplete or error, as PostgreSQL sends it.
-    fn end_messages_into(&mut self, sink: &mut ResultSink) {
-        for f in self.take_end_messages() {
-            sink.push_frame(f.tag, f.body);
-        }
-    }
-
-    /// The notices of `end_messages`; its notifications wait for ReadyForQuery
-    /// (PostgreSQL sends them once the transaction ended, after its CommandComplete).
-    fn take_end_messages(&mut self) -> Vec<Frame> {
-        let (notifications, notices): (Vec<Frame>, Vec<Frame>) =
-            std::mem::take(&mut self.end_messages)
-                .into_iter()
-                .partition(|f| f.tag == b'A');
-        self.pending_notifications.extend(notifications);
-        notices
-    }
-
-    /// Opens the session's block: nodes join it with `begin_text` when first used.
-    fn start_block(&mut self, begin_text: String) {
-        self.txn = TxnState::InBlock;
-        // SETs earlier in the same implicit transaction are the block's.
-        if let Some(s) = self.implicit_settings.take() {
-            self.block_settings.get_or_insert(s);
-        }
-        self.begin_text = begin_text;
-        self.txn_serial = self
-            .shared
-            .next_transaction
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// PostgreSQL's error for savepoint commands outside a block.
-    fn outside_block_check(&self, what: &str) -> PgResult<()> {
-        if self.txn == TxnState::Idle {
-            return Err(PgError::new(
-                sqlstate::NO_ACTIVE_SQL_TRANSACTION,
-                format!("{what} can only be used in transaction blocks"),
-            ));
-        }
-        Ok(())
-    }
-
-    /// The newest active savepoint of that name.
-    fn savepoint_position(&self, name: &str) -> PgResult<usize> {
-        self.savepoints
-            .iter()
-            .rposition(|s| s.name == name)
-            .ok_or_else(|| PgError::new("3B001", format!("savepoint \"{name}\" does not exist")))
-    }
-
     /// Ends the block on every node it used: COMMIT where one node wrote, two-phase
     /// commit where several did (unless the session chose 1PC), ROLLBACK otherwise.
     async fn finish_transaction(&mut self, commit: bool) -> PgResult<()> {
-        let catalog_changed = std::mem::take(&mut self.catalog_changed);
-        let roles = std::mem::take(&mut self.roles_to_sync);
+        let catalog_changed = std::mem::take(&mut self.tx.catalog_changed);
+        let roles = std::mem::take(&mut self.tx.roles_to_sync);
         let r = self.end_transaction(commit).await;
         if catalog_changed && commit && r.is_ok() {
             self.announce_catalog_change().await;
@@ -2578,42 +2269,33 @@ impl Session {
     }
 
     async fn end_transaction(&mut self, commit: bool) -> PgResult<()> {
-        self.end_messages.clear();
+        self.tx.end_messages.clear();
         self.drain_all().await.ok();
-        let mut held = std::mem::take(&mut self.held);
-        self.txn = TxnState::Idle;
+        let mut held = std::mem::take(&mut self.tx.held);
+        self.tx.state = TxnState::Idle;
         self.savepoints.clear();
         self.running.lock().unwrap().clear();
-        let writers = held.iter().filter(|h| h.wrote).count();
-        let result = if !commit {
-            for h in held.iter_mut() {
-                if h.conn.txn_status != b'I' && !h.conn.broken {
-                    h.conn.simple("ROLLBACK").await.ok();
-                }
-            }
-            Ok(())
-        } else if writers <= 1 || self.commit_protocol == "1pc" {
-            // Readers first, then the writers: the commit of the one writer decides.
-            // Each group all nodes at once (1PC writers are not atomic under failures
-            // in any order).
-            let mut result = Ok(());
-            for wrote in [false, true] {
-                let commits = held.iter_mut().filter(|h| h.wrote == wrote).map(|h| async {
-                    let mut kept = Vec::new();
-                    let r = h.conn.simple_keeping_messages("COMMIT", &mut kept).await;
-                    (r, kept)
-                });
-                for (r, kept) in futures_util::future::join_all(commits).await {
-                    self.end_messages.extend(kept);
-                    if let Err(e) = r {
-                        result = result.and(Err(e));
-                    }
-                }
-            }
-            result
-        } else {
-            self.two_phase_commit(&mut held).await
+        let services = CommitServices {
+            catalog: &self.shared.catalog,
+            decisions: &self.shared.decisions,
+            pools: &self.shared.pools,
+            coordinator: &self.shared.coordinator,
+            gid_prefix: format!(
+                "pgshard_{}_{}_{}",
+                self.shared.instance_id,
+                std::process::id(),
+                self.tx.txn_serial
+            ),
+            delete_records: self.shared.cfg.recovery_interval_secs == 0,
         };
+        let result = distributed::end(
+            &mut held,
+            commit,
+            self.commit_protocol == "1pc",
+            &services,
+            &mut self.tx.end_messages,
+        )
+        .await;
         self.end_block_settings(commit && result.is_ok(), &mut held);
         // The block's end changes the client's reported settings back (SET LOCAL,
         // set_config with is_local): the other nodes follow its own backend.
@@ -2625,175 +2307,15 @@ impl Session {
         drop(held);
         result
     }
-
-    async fn two_phase_commit(&mut self, held: &mut [Held]) -> PgResult<()> {
-        let catalog = self.shared.catalog.snapshot();
-        let prefix = format!(
-            "pgshard_{}_{}_{}",
-            self.shared.instance_id,
-            std::process::id(),
-            self.txn_serial
-        );
-        let gid_of = |i: usize| format!("{prefix}_{i}");
-        // Recovery leaves the transaction alone until this function returns.
-        let _in_flight = InFlight::register(prefix.clone());
-        // 1. Prepare every participant, all nodes at once (readers just commit).
-        let gids: Vec<Option<String>> = held
-            .iter()
-            .enumerate()
-            .map(|(i, h)| h.wrote.then(|| gid_of(i)))
-            .collect();
-        let outcomes = futures_util::future::join_all(held.iter_mut().zip(gids.iter()).map(
-            |(h, gid)| async move {
-                // Deferred triggers fire here: their notices are the client's.
-                let mut kept = Vec::new();
-                let outcome = match gid {
-                    None => {
-                        h.conn
-                            .simple_keeping_messages("COMMIT", &mut kept)
-                            .await
-                            .ok();
-                        Ok(false)
-                    }
-                    Some(gid) => h
-                        .conn
-                        .simple_keeping_messages(
-                            &format!("PREPARE TRANSACTION {}", quote_literal(gid)),
-                            &mut kept,
-                        )
-                        .await
-                        .map(|_| true),
-                };
-                (outcome, kept)
-            },
-        ))
-        .await;
-        let mut prepared = Vec::new();
-        let mut failure = None;
-        let outcomes: Vec<_> = outcomes
-            .into_iter()
-            .map(|(outcome, kept)| {
-                self.end_messages.extend(kept);
-                outcome
-            })
-            .collect();
-        for (i, outcome) in outcomes.into_iter().enumerate() {
-            match outcome {
-                Ok(true) => prepared.push((i, gids[i].clone().expect("writers have a gid"))),
-                Ok(false) => {}
-                Err(e) => {
-                    failure.get_or_insert(e);
-                }
-            }
-        }
-        if let Some(e) = failure {
-            if e.code == sqlstate::CONNECTION_FAILURE {
-                // A node lost mid-PREPARE may still have prepared: recovery rolls it back.
-                recovery::recover_soon(self.shared.catalog.clone());
-            }
-            for (i, h) in held.iter_mut().enumerate() {
-                if let Some((_, gid)) = prepared.iter().find(|(j, _)| *j == i) {
-                    let sql = format!("ROLLBACK PREPARED {}", quote_literal(gid));
-                    if h.conn.simple(&sql).await.is_err() {
-                        recovery::recover_soon(self.shared.catalog.clone());
-                    }
-                } else if h.conn.txn_status != b'I' {
-                    h.conn.simple("ROLLBACK").await.ok();
-                }
-            }
-            return Err(e);
-        }
-        // 2. The commit decision, durable in the coordinator node's catalog.
-        let group_of = |addr: &NodeAddr| {
-            catalog
-                .workers
-                .iter()
-                .find(|w| w.host == addr.host && w.port == addr.port)
-                .map(|w| w.group_id)
-                .unwrap_or(0)
-        };
-        let rows: Vec<(i32, String)> = prepared
-            .iter()
-            .map(|(i, gid)| (group_of(&held[*i].conn.addr), gid.clone()))
-            .collect();
-        // The commit point: durable (flushed whatever the coordinator node's
-        // synchronous_commit) before any COMMIT PREPARED; written together with the
-        // records of other sessions committing at the same time.
-        let decided = decision::record(&self.shared.decisions, rows).await;
-        if let Err(e) = decided {
-            if e.code == sqlstate::CONNECTION_FAILURE {
-                // The record may or may not be committed: recovery decides the same for
-                // every participant once the coordinator node answers again.
-                recovery::recover_soon(self.shared.catalog.clone());
-                return Err(e.with_detail(
-                    "The commit decision could not be confirmed; the transaction is committed \
-                     on every node or on none, as recover_prepared_transactions() finds.",
-                ));
-            }
-            for (i, gid) in &prepared {
-                let sql = format!("ROLLBACK PREPARED {}", quote_literal(gid));
-                if held[*i].conn.simple(&sql).await.is_err() {
-                    recovery::recover_soon(self.shared.catalog.clone());
-                }
-            }
-            return Err(e);
-        }
-        // 3. Commit everywhere, all nodes at once; a failure here is finished by recovery later.
-        let commits = held.iter_mut().enumerate().filter_map(|(i, h)| {
-            let gid = prepared.iter().find(|(j, _)| *j == i)?.1.clone();
-            Some(async move {
-                let r = h
-                    .conn
-                    .simple(&format!("COMMIT PREPARED {}", quote_literal(&gid)))
-                    .await;
-                (h.conn.addr.clone(), gid, r)
-            })
-        });
-        // Decision records stay for the prepared transactions not committed yet.
-        let mut committed = Vec::new();
-        for (addr, gid, r) in futures_util::future::join_all(commits).await {
-            if r.is_ok() {
-                committed.push(gid);
-            } else if let Err(e) = r {
-                tracing::warn!("COMMIT PREPARED {gid} failed on {addr}: {e}");
-            }
-        }
-        if committed.len() < prepared.len() {
-            recovery::recover_soon(self.shared.catalog.clone());
-        }
-        let gids: Vec<String> = committed.iter().map(|g| quote_literal(g)).collect();
-        // With periodic recovery on, it deletes the records of finished transactions in
-        // bulk (as Citus does): one coordinator commit, and its fsync, fewer per
-        // transaction.
-        if gids.is_empty() || self.shared.cfg.recovery_interval_secs > 0 {
-            return Ok(());
-        }
-        if let Ok(mut c) = self
-            .shared
-            .pools
-            .node(&self.shared.coordinator)
-            .acquire()
-            .await
-        {
-            c.simple(&format!(
-                "DELETE FROM pg_catalog.pg_dist_transaction WHERE gid IN ({})",
-                gids.join(", ")
-            ))
-            .await
-            .ok();
-        }
-        Ok(())
-    }
-
     /// Called when the client goes away: held connections inside a transaction are
     /// closed (PostgreSQL rolls them back), never returned to a pool mid-transaction.
     pub fn close(&mut self) {
-        for h in self.held.iter_mut() {
+        for h in self.tx.held.iter_mut() {
             if h.conn.txn_status != b'I' || h.in_batch || h.dirty {
                 h.conn.broken = true;
             }
         }
-        self.held.clear();
+        self.tx.held.clear();
         self.running.lock().unwrap().clear();
     }
 }

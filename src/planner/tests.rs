@@ -224,11 +224,11 @@ fn local_and_utility() {
     }
     assert!(matches!(
         plan_of("begin isolation level serializable"),
-        Plan::Transaction(TxnCommand::Begin { .. })
+        Plan::Session(SessionCommand::Transaction(TxnCommand::Begin { .. }))
     ));
     assert!(matches!(
         plan_of("set citus.shard_count = 8"),
-        Plan::SetCitus { .. }
+        Plan::Session(SessionCommand::SetCitus { .. })
     ));
     // Every other SET / RESET is the session's, whatever the catalog holds.
     for sql in [
@@ -236,13 +236,16 @@ fn local_and_utility() {
         "reset all",
         "set search_path to a, b",
     ] {
-        assert!(matches!(plan_of(sql), Plan::SessionSetting(_)), "{sql}");
+        assert!(
+            matches!(plan_of(sql), Plan::Session(SessionCommand::Setting(_))),
+            "{sql}"
+        );
     }
     // Each SET says how long it lasts.
     let session = |v: Option<&str>| {
-        Plan::SessionSetting(SettingScope::Session {
+        Plan::Session(SessionCommand::Setting(SettingScope::Session {
             variable: v.map(str::to_string),
-        })
+        }))
     };
     for (sql, want) in [
         ("set datestyle = 'German'", session(Some("datestyle"))),
@@ -250,41 +253,47 @@ fn local_and_utility() {
         ("reset all", session(None)),
         (
             "set local statement_timeout = 5",
-            Plan::SessionSetting(SettingScope::Local {
+            Plan::Session(SessionCommand::Setting(SettingScope::Local {
                 variable: "statement_timeout".into(),
-            }),
+            })),
         ),
         (
             "set transaction isolation level repeatable read, read only",
-            Plan::SessionSetting(SettingScope::Transaction {
+            Plan::Session(SessionCommand::Setting(SettingScope::Transaction {
                 modes: vec!["ISOLATION LEVEL REPEATABLE READ".into(), "READ ONLY".into()],
-            }),
+            })),
         ),
         (
             "set transaction read write, not deferrable",
-            Plan::SessionSetting(SettingScope::Transaction {
+            Plan::Session(SessionCommand::Setting(SettingScope::Transaction {
                 modes: vec!["READ WRITE".into(), "NOT DEFERRABLE".into()],
-            }),
+            })),
         ),
         (
             "set transaction snapshot '00000003-0000001B-1'",
-            Plan::SessionSetting(SettingScope::CoordinatorOnly),
+            Plan::Session(SessionCommand::Setting(SettingScope::CoordinatorOnly)),
         ),
     ] {
         assert_eq!(format!("{:?}", plan_of(sql)), format!("{want:?}"), "{sql}");
     }
-    assert!(matches!(plan_of("discard all"), Plan::DiscardAll));
-    assert!(!matches!(plan_of("discard temp"), Plan::DiscardAll));
+    assert!(matches!(
+        plan_of("discard all"),
+        Plan::Session(SessionCommand::DiscardAll)
+    ));
+    assert!(!matches!(
+        plan_of("discard temp"),
+        Plan::Session(SessionCommand::DiscardAll)
+    ));
     assert!(matches!(
         plan_of("deallocate all"),
-        Plan::Deallocate { name: None }
+        Plan::Session(SessionCommand::Deallocate { name: None })
     ));
     assert!(
-        matches!(plan_of("deallocate prepare \"S 1\""), Plan::Deallocate { name: Some(n) } if n == "S 1")
+        matches!(plan_of("deallocate prepare \"S 1\""), Plan::Session(SessionCommand::Deallocate { name: Some(n) }) if n == "S 1")
     );
     assert!(matches!(
         plan_of("set local citus.multi_shard_commit_protocol = '1pc'"),
-        Plan::SetCitus { local: true, .. }
+        Plan::Session(SessionCommand::SetCitus { local: true, .. })
     ));
     // A node joining a block after SET TRANSACTION begins with the block's modes.
     let modes = vec!["ISOLATION LEVEL SERIALIZABLE".to_string()];
@@ -319,7 +328,7 @@ fn local_and_utility() {
         ("rollback and chain", TxnCommand::Rollback { chain: true }),
     ] {
         match plan_of(sql) {
-            Plan::Transaction(got) => assert_eq!(got, want, "{sql}"),
+            Plan::Session(SessionCommand::Transaction(got)) => assert_eq!(got, want, "{sql}"),
             other => panic!("{sql}: {other:?}"),
         }
     }

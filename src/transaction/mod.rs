@@ -10,7 +10,9 @@
 
 pub mod deadlock;
 pub mod decision;
+pub mod distributed;
 pub mod recovery;
+pub mod two_phase_commit;
 
 use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};

@@ -12,6 +12,7 @@
 
 #![allow(dead_code)]
 
+pub mod compare;
 pub mod raw;
 pub mod rng;
 

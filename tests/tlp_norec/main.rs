@@ -18,6 +18,7 @@ mod common;
 mod generate;
 mod schema;
 
+use common::compare::{run, show, Outcome};
 use common::{cluster, plain_postgres};
 use generate::{generate, Check, Oracle};
 use std::collections::BTreeMap;
@@ -32,23 +33,6 @@ const DATA_SEED: u64 = 0x7119_da7a;
 const LANES: usize = 4;
 const MAX_REFUSED_SHARE: f64 = 0.10;
 const SESSION_SETUP: &str = "set timezone to 'UTC'; set datestyle to 'ISO, YMD'";
-
-/// A server's answer: rows as text, sorted (a multiset), or an error's SQLSTATE.
-#[derive(Debug, Clone, PartialEq)]
-enum Outcome {
-    Rows(Vec<Vec<Option<String>>>),
-    Error { code: String, message: String },
-}
-
-async fn run(c: &Client, sql: &str) -> Outcome {
-    match c.simple_query(sql).await {
-        Ok(msgs) => Outcome::Rows(common::sorted_simple_rows(&msgs)),
-        Err(e) => {
-            let (code, message) = common::sqlstate_and_message(&e);
-            Outcome::Error { code, message }
-        }
-    }
-}
 
 fn env_usize(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
@@ -184,16 +168,16 @@ async fn judge(shard: &Client, plain: &Client, check: &Check) -> (Finding, usize
     let mut answers = Vec::new();
     let mut finding = Finding::Pass;
     for q in &check.queries {
-        let (got, want) = (run(shard, q).await, run(plain, q).await);
+        let (got, want) = (run(shard, q).await.sorted(), run(plain, q).await.sorted());
         statements += 1;
         if got == want {
-            if let Outcome::Rows(rows) = got {
+            if let Outcome::Rows { rows, .. } = got {
                 answers.push(rows);
             }
             continue;
         }
         finding = match (&got, &want) {
-            (Outcome::Error { code, message }, Outcome::Rows(_)) if code == "0A000" => {
+            (Outcome::Error { code, message }, Outcome::Rows { .. }) if code == "0A000" => {
                 Finding::Refused(message.clone())
             }
             (Outcome::Error { code: a, .. }, Outcome::Error { code: b, .. }) if a == b => {
@@ -219,16 +203,6 @@ async fn judge(shard: &Client, plain: &Client, check: &Check) -> (Finding, usize
         }
     }
     (finding, statements)
-}
-
-fn show(o: &Outcome) -> String {
-    match o {
-        Outcome::Rows(rows) if rows.len() > 12 => {
-            format!("{} rows, first {:?}", rows.len(), &rows[..12])
-        }
-        Outcome::Rows(rows) => format!("{rows:?}"),
-        Outcome::Error { code, message } => format!("ERROR {code}: {message}"),
-    }
 }
 
 #[derive(Default)]

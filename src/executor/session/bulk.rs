@@ -239,7 +239,7 @@ impl Session {
 
     /// Opens pgshard's own transaction block when the session has none.
     pub(super) async fn begin_own_block(&mut self) -> PgResult<bool> {
-        if self.txn != TxnState::Idle {
+        if self.tx.state != TxnState::Idle {
             return Ok(false);
         }
         self.upgrade_to_implicit_block().await?;
@@ -257,7 +257,7 @@ impl Session {
         if !own || extended {
             return Ok(());
         }
-        self.implicit_block = false;
+        self.tx.implicit_block = false;
         self.finish_transaction(ok).await
     }
 
@@ -629,7 +629,7 @@ impl Session {
         if st.binary {
             data.extend_from_slice(&[0xff, 0xff]);
         }
-        let h = &mut self.held[idx];
+        let h = &mut self.tx.held[idx];
         h.wrote = true;
         msg::write_query(&mut h.conn.wbuf, &st.copy_sql[slot]);
         for piece in data.chunks(256 * 1024) {
@@ -649,7 +649,7 @@ impl Session {
         let idx = st.conns[c].1;
         let slot = st.conns[c].2.pop_front().expect("a chunk in flight");
         loop {
-            let f = self.held[idx].conn.read().await?;
+            let f = self.tx.held[idx].conn.read().await?;
             match f.tag {
                 b'C' => {
                     let tag = String::from_utf8_lossy(&f.body);
@@ -740,10 +740,10 @@ impl Session {
             idxs.push(self.bulk_conn(addr, false).await?);
         }
         for ((_, q), &idx) in work.iter().zip(idxs.iter()) {
-            msg::write_query(&mut self.held[idx].conn.wbuf, q);
+            msg::write_query(&mut self.tx.held[idx].conn.wbuf, q);
         }
         for &idx in &idxs {
-            self.held[idx].conn.flush().await?;
+            self.tx.held[idx].conn.flush().await?;
         }
         let mut err: Option<PgError> = None;
         let mut total: u64 = 0;
@@ -754,7 +754,7 @@ impl Session {
             let mut first_data = true;
             let mut held_back: Option<Bytes> = None;
             loop {
-                let f = self.held[idx].conn.read().await?;
+                let f = self.tx.held[idx].conn.read().await?;
                 match f.tag {
                     b'H' if i == 0 && err.is_none() => msg::write_raw(&mut self.out, b'H', &f.body),
                     b'd' if err.is_none() && !binary => {
@@ -802,7 +802,7 @@ impl Session {
                         if err.is_none() {
                             err = Some(error_with_context(
                                 &f.body,
-                                &format!("while copying from node {}", self.held[idx].conn.addr),
+                                &format!("while copying from node {}", self.tx.held[idx].conn.addr),
                             ));
                         }
                     }
@@ -812,7 +812,7 @@ impl Session {
             }
         }
         for &idx in &idxs {
-            self.held[idx].in_batch = false;
+            self.tx.held[idx].in_batch = false;
         }
         if let Some(e) = err {
             return Err(e);
@@ -1325,8 +1325,8 @@ impl Session {
     }
 
     /// Runs each node's statements pipelined on the session's connection to it (all
-    /// nodes at once), RETURNING rows into `sink`; returns the rows the statements
-    /// report. Errors name the node and statement.
+    /// nodes at once, `tasks.rs`), RETURNING rows into `sink`; returns the rows the
+    /// statements report. Errors name the node and statement.
     pub(super) async fn insert_on_nodes(
         &mut self,
         by_node: &[(NodeAddr, Vec<String>)],
@@ -1335,66 +1335,25 @@ impl Session {
         describe: bool,
         sink: &mut ResultSink,
     ) -> PgResult<u64> {
-        let empty = BindMsg::default_empty();
-        let bind = params.bind.unwrap_or(&empty);
-        let mut idxs = Vec::new();
-        for (addr, _) in by_node {
-            idxs.push(self.bulk_conn(addr, true).await?);
-        }
-        let mut first = true;
-        for ((_, stmts), &idx) in by_node.iter().zip(idxs.iter()) {
-            let h = &mut self.held[idx];
-            for sql in stmts {
-                msg::write_unnamed_run(
-                    &mut h.conn.wbuf,
-                    sql,
-                    params.types,
-                    bind,
-                    formats,
-                    first && describe,
-                );
-                first = false;
+        let tasks: Vec<NodeTasks> = by_node
+            .iter()
+            .map(|(addr, sql)| NodeTasks {
+                addr: addr.clone(),
+                sql: sql.clone(),
+            })
+            .collect();
+        let describe = match describe {
+            true => Describe::FirstTask,
+            false => Describe::None,
+        };
+        let mut on_reply = |f: Frame, sink: &mut ResultSink| -> PgResult<()> {
+            if matches!(f.tag, b'T' | b'D') {
+                sink.push_frame(f.tag, f.body);
             }
-            msg::write_sync(&mut h.conn.wbuf);
-            h.in_batch = false;
-            h.conn.flush().await?;
-        }
-        let mut err: Option<PgError> = None;
-        let mut total = 0u64;
-        for ((addr, stmts), &idx) in by_node.iter().zip(idxs.iter()) {
-            let mut n = 0;
-            loop {
-                let f = self.held[idx].conn.read().await?;
-                match f.tag {
-                    b'Z' => break,
-                    b'E' => {
-                        if err.is_none() {
-                            let stmt = stmts.get(n).map(String::as_str).unwrap_or("");
-                            err = Some(error_with_context(
-                                &f.body,
-                                &format!("while executing on node {addr}: {stmt}"),
-                            ));
-                        }
-                    }
-                    b'T' | b'D' | b'N' if err.is_none() => sink.push_frame(f.tag, f.body),
-                    b'C' => {
-                        n += 1;
-                        let tag = String::from_utf8_lossy(&f.body);
-                        total += tag
-                            .trim_end_matches('\0')
-                            .rsplit(' ')
-                            .next()
-                            .and_then(|x| x.parse::<u64>().ok())
-                            .unwrap_or(0);
-                    }
-                    _ => {}
-                }
-            }
-        }
-        match err {
-            Some(e) => Err(e),
-            None => Ok(total),
-        }
+            Ok(())
+        };
+        self.run_tasks(&tasks, true, params, formats, describe, sink, &mut on_reply)
+            .await
     }
 }
 

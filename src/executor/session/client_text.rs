@@ -129,7 +129,7 @@ pub(super) fn only_as_written(stmt: &Statement, plan: Plan) -> Plan {
     if stmt.form != StringForm::SessionOnly
         || matches!(
             plan,
-            Plan::Local | Plan::SessionSetting(_) | Plan::Unsupported(_)
+            Plan::Local | Plan::Session(SessionCommand::Setting(_)) | Plan::Unsupported(_)
         )
     {
         return plan;

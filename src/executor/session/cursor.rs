@@ -43,7 +43,7 @@ impl Session {
             .collect();
         let coord = self.shared.coordinator.clone();
         let idx = self.bulk_conn(&coord, false).await?;
-        let conn = &mut self.held[idx].conn;
+        let conn = &mut self.tx.held[idx].conn;
         conn.simple(&format!(
             "CREATE TEMPORARY TABLE {table} ({}) ON COMMIT DROP",
             columns.join(", ")
@@ -66,7 +66,7 @@ impl Session {
         }
         let names: Vec<String> = fields.iter().map(|f| f.name.clone()).collect();
         let declare = plan.declare_over(&materialized_query(&name, &names))?;
-        self.held[idx].conn.simple(&declare).await?;
+        self.tx.held[idx].conn.simple(&declare).await?;
         sink.complete("DECLARE CURSOR");
         Ok(())
     }

@@ -21,7 +21,7 @@ impl Session {
         let coord = self.shared.coordinator.clone();
         let idx = self.bulk_conn(&coord, true).await?;
         // PostgreSQL checks the client's own statement on the shell first.
-        self.held[idx].conn.simple(&plan.text).await?;
+        self.tx.held[idx].conn.simple(&plan.text).await?;
         let catalog = self.shared.catalog.snapshot();
         let per_node = work_per_node(&catalog, &plan.table, |id| shard_statement(plan, id, &[]))?;
         for ((_, host, port), stmts) in &per_node {
@@ -32,7 +32,7 @@ impl Session {
             let n = self.bulk_conn(&addr, true).await?;
             for (shard_id, sql) in stmts {
                 // As outside blocks: the message names shard, node and statement.
-                self.held[n]
+                self.tx.held[n]
                     .conn
                     .simple(sql)
                     .await
@@ -40,8 +40,11 @@ impl Session {
             }
         }
         // Other pgshard processes see the version move once the block commits.
-        self.held[idx].conn.simple(RAISE_VERSION_AS_CLIENT).await?;
-        self.catalog_changed = true;
+        self.tx.held[idx]
+            .conn
+            .simple(RAISE_VERSION_AS_CLIENT)
+            .await?;
+        self.tx.catalog_changed = true;
         Ok(())
     }
 
@@ -60,7 +63,7 @@ impl Session {
         // The catalog lock until the block ends: no table is distributed meanwhile
         // (its shards would get the old ACL).
         let idx = self.bulk_conn(&coord, true).await?;
-        self.held[idx]
+        self.tx.held[idx]
             .conn
             .simple(&format!(
                 "SELECT pg_catalog.pg_advisory_xact_lock({})",
@@ -92,7 +95,7 @@ impl Session {
             };
             let n = self.bulk_conn(&addr, true).await?;
             let context = |sql: &str| crate::commands::shards::node_context(host, *port, sql);
-            let conn = &mut self.held[n].conn;
+            let conn = &mut self.tx.held[n].conn;
             for sql in stmts {
                 conn.simple(sql)
                     .await
@@ -154,7 +157,7 @@ impl Session {
             };
             let n = self.bulk_conn(&addr, true).await?;
             // Never the statement in the message: it may carry a password.
-            self.held[n]
+            self.tx.held[n]
                 .conn
                 .simple(&plan.text)
                 .await
@@ -163,12 +166,13 @@ impl Session {
         // DROP OWNED drops the role's shells (and, on the workers, its shards): the
         // coordinator node's sql_drop trigger deletes their catalog rows.
         if !plan.drop_owned.is_empty() {
-            self.catalog_changed = true;
+            self.tx.catalog_changed = true;
         }
-        self.roles_to_sync
+        self.tx
+            .roles_to_sync
             .extend(plan.roles.iter().map(|r| r.resolve(caller)));
         if let Some((_, new)) = &plan.renamed {
-            self.roles_to_sync.push(new.clone());
+            self.tx.roles_to_sync.push(new.clone());
         }
         Ok(())
     }

@@ -132,9 +132,9 @@ impl Session {
     /// settings.
     async fn home_rows(&mut self, sql: &str) -> PgResult<Vec<Vec<Option<String>>>> {
         let coord = self.shared.coordinator.clone();
-        if self.txn != TxnState::Idle || self.held_index(&coord).is_some() {
+        if self.tx.state != TxnState::Idle || self.held_index(&coord).is_some() {
             let idx = self.bulk_conn(&coord, false).await?;
-            return self.held[idx].conn.simple_rows(sql).await;
+            return self.tx.held[idx].conn.simple_rows(sql).await;
         }
         let mut conn = self.home_with_settings().await?;
         let rows = conn.simple_rows(sql).await?;

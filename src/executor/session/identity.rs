@@ -286,18 +286,18 @@ impl Session {
 
     /// `absorb_home_reports` for held connection `idx`, if it is the client's own.
     pub(super) fn absorb_held_reports(&mut self, idx: usize) {
-        if self.held[idx].conn.addr != self.shared.coordinator {
+        if self.tx.held[idx].conn.addr != self.shared.coordinator {
             return;
         }
         self.pending_notifications
-            .append(&mut self.held[idx].conn.unforwarded_notifications);
-        let reports = match self.held[idx].conn.reports.as_mut() {
+            .append(&mut self.tx.held[idx].conn.unforwarded_notifications);
+        let reports = match self.tx.held[idx].conn.reports.as_mut() {
             Some(r) if !r.is_empty() => std::mem::take(r),
             _ => return,
         };
-        let unforwarded = std::mem::take(&mut self.held[idx].conn.unforwarded_reports);
+        let unforwarded = std::mem::take(&mut self.tx.held[idx].conn.unforwarded_reports);
         if self.absorb_reports(reports, unforwarded) {
-            self.held[idx].conn.settings_fingerprint = self.settings_fp;
+            self.tx.held[idx].conn.settings_fingerprint = self.settings_fp;
         }
     }
 
@@ -330,7 +330,7 @@ impl Session {
         let coord = self.shared.coordinator.clone();
         if let Some(i) = self.held_index(&coord) {
             self.drain_all().await?;
-            return self.held[i].conn.simple_column(sql).await;
+            return self.tx.held[i].conn.simple_column(sql).await;
         }
         let mut conn = self.home_with_settings().await?;
         let rows = conn.simple_column(sql).await?;

@@ -38,7 +38,7 @@ pub(super) fn local_with_transaction_control(plans: &[Plan]) -> Option<Option<St
     for plan in plans {
         match plan {
             Plan::Local => {}
-            Plan::Transaction(cmd) => {
+            Plan::Session(SessionCommand::Transaction(cmd)) => {
                 control = true;
                 match cmd {
                     TxnCommand::Begin { text } => begin = Some(text.clone()),
@@ -80,7 +80,9 @@ pub(super) fn needs_own_transaction(plan: &Plan) -> bool {
 pub(super) fn alone_in_implicit_transaction(rest: &[Plan]) -> bool {
     matches!(
         rest.first(),
-        None | Some(Plan::Transaction(TxnCommand::Commit { chain: false }))
+        None | Some(Plan::Session(SessionCommand::Transaction(
+            TxnCommand::Commit { chain: false }
+        )))
     )
 }
 
@@ -99,14 +101,14 @@ impl Session {
     /// implicit transaction begins (nodes join it with BEGIN when first used).
     pub(super) fn begin_string_block(&mut self) {
         self.start_block("BEGIN".to_string());
-        self.string_block = true;
+        self.tx.string_block = true;
     }
 
     /// At the end of the string: its implicit transaction commits, or rolls back after
     /// an error. Returns whether it failed (the commit included).
     pub(super) async fn end_string_block(&mut self, failed: bool) -> bool {
-        self.string_block = false;
-        if failed || self.txn == TxnState::Failed {
+        self.tx.string_block = false;
+        if failed || self.tx.state == TxnState::Failed {
             let _ = self.finish_transaction(false).await;
             self.take_end_messages();
             return true;
@@ -141,9 +143,9 @@ impl Session {
             TxnCommand::Begin { text } => {
                 // The implicit transaction becomes the client's block, earlier
                 // statements included. Nodes that joined already began with plain BEGIN.
-                self.string_block = false;
-                if self.held.is_empty() {
-                    self.begin_text = text.clone();
+                self.tx.string_block = false;
+                if self.tx.held.is_empty() {
+                    self.tx.begin_text = text.clone();
                 }
                 sink.complete("BEGIN");
                 Ok(())
@@ -152,14 +154,14 @@ impl Session {
             TxnCommand::Rollback { chain: true } => Err(outside("ROLLBACK AND CHAIN")),
             TxnCommand::Commit { chain: false } => {
                 sink.notice_warning("there is no transaction in progress");
-                self.string_block = false;
+                self.tx.string_block = false;
                 let r = self.finish_transaction(true).await;
                 self.end_messages_into(sink);
                 r.map(|()| sink.complete("COMMIT"))
             }
             TxnCommand::Rollback { chain: false } => {
                 sink.notice_warning("there is no transaction in progress");
-                self.string_block = false;
+                self.tx.string_block = false;
                 let r = self.finish_transaction(false).await;
                 self.take_end_messages();
                 r.map(|()| sink.complete("ROLLBACK"))
@@ -181,13 +183,13 @@ impl Session {
         let coord = self.shared.coordinator.clone();
         let r = self.simple_on_backend(&coord, sql, true).await;
         let status = match self.held_index(&coord) {
-            Some(i) => self.held[i].conn.txn_status,
+            Some(i) => self.tx.held[i].conn.txn_status,
             None => b'I',
         };
         if status != b'I' {
             self.start_block(begin.unwrap_or_else(|| "BEGIN".to_string()));
             if status == b'E' {
-                self.txn = TxnState::Failed;
+                self.tx.state = TxnState::Failed;
             }
         }
         self.finish_simple(r).await;
@@ -200,14 +202,22 @@ mod tests {
     use super::*;
 
     fn begin(text: &str) -> Plan {
-        Plan::Transaction(TxnCommand::Begin { text: text.into() })
+        Plan::Session(SessionCommand::Transaction(TxnCommand::Begin {
+            text: text.into(),
+        }))
     }
 
     #[test]
     fn a_statement_alone_in_its_implicit_transaction() {
-        let commit = Plan::Transaction(TxnCommand::Commit { chain: false });
-        let rollback = Plan::Transaction(TxnCommand::Rollback { chain: false });
-        let chain = Plan::Transaction(TxnCommand::Commit { chain: true });
+        let commit = Plan::Session(SessionCommand::Transaction(TxnCommand::Commit {
+            chain: false,
+        }));
+        let rollback = Plan::Session(SessionCommand::Transaction(TxnCommand::Rollback {
+            chain: false,
+        }));
+        let chain = Plan::Session(SessionCommand::Transaction(TxnCommand::Commit {
+            chain: true,
+        }));
         assert!(alone_in_implicit_transaction(&[]));
         assert!(alone_in_implicit_transaction(&[commit, Plan::Local]));
         // A ROLLBACK after it would have to undo it.
@@ -219,8 +229,16 @@ mod tests {
 
     #[test]
     fn strings_that_run_whole_on_the_coordinator_node() {
-        let commit = || Plan::Transaction(TxnCommand::Commit { chain: false });
-        let savepoint = || Plan::Transaction(TxnCommand::Savepoint { name: "sp".into() });
+        let commit = || {
+            Plan::Session(SessionCommand::Transaction(TxnCommand::Commit {
+                chain: false,
+            }))
+        };
+        let savepoint = || {
+            Plan::Session(SessionCommand::Transaction(TxnCommand::Savepoint {
+                name: "sp".into(),
+            }))
+        };
         assert_eq!(
             local_with_transaction_control(&[Plan::Local, commit(), Plan::Local]),
             Some(None)
@@ -242,10 +260,16 @@ mod tests {
             local_with_transaction_control(&[begin("BEGIN"), savepoint()]),
             None
         );
-        let chain = Plan::Transaction(TxnCommand::Commit { chain: true });
+        let chain = Plan::Session(SessionCommand::Transaction(TxnCommand::Commit {
+            chain: true,
+        }));
         assert_eq!(local_with_transaction_control(&[Plan::Local, chain]), None);
         assert_eq!(
-            local_with_transaction_control(&[Plan::Local, commit(), Plan::DiscardAll]),
+            local_with_transaction_control(&[
+                Plan::Local,
+                commit(),
+                Plan::Session(SessionCommand::DiscardAll)
+            ]),
             None
         );
     }

@@ -245,15 +245,9 @@ pub(super) fn set_config_calls(text: &str) -> Vec<(String, bool)> {
 fn reaches_shared_connections(plan: &Plan) -> bool {
     !matches!(
         plan,
-        Plan::Empty
+        Plan::Session(_)
             | Plan::Unsupported(_)
             | Plan::Local
-            | Plan::Transaction(_)
-            | Plan::SessionSetting(_)
-            | Plan::DiscardAll
-            | Plan::Deallocate { .. }
-            | Plan::SetCitus { .. }
-            | Plan::ShowCitus { .. }
             | Plan::Utility { .. }
             | Plan::UtilityInline { .. }
             | Plan::Role(_)
@@ -340,7 +334,7 @@ impl Session {
     /// holds now (inside a block) stay its own when released.
     fn pin_to_own_connections(&mut self) {
         let mut own = HashMap::new();
-        for h in self.held.iter_mut() {
+        for h in self.tx.held.iter_mut() {
             if h.conn.addr == self.shared.coordinator {
                 // The home connection: the session's alone already.
                 continue;

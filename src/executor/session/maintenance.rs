@@ -16,7 +16,7 @@ impl Session {
         extended: bool,
         sink: &mut ResultSink,
     ) -> PgResult<()> {
-        let in_block = self.txn != TxnState::Idle;
+        let in_block = self.tx.state != TxnState::Idle;
         match plan.kind {
             MaintenanceKind::Vacuum if in_block => {
                 return Err(PgError::new(
@@ -50,7 +50,7 @@ impl Session {
         if let Some(sql) = &plan.coordinator_sql {
             let coord = self.shared.coordinator.clone();
             let idx = self.bulk_conn(&coord, false).await?;
-            self.held[idx].conn.simple(sql).await?;
+            self.tx.held[idx].conn.simple(sql).await?;
         }
         for t in &plan.tables {
             let table = catalog.current(&t.table);
@@ -61,7 +61,7 @@ impl Session {
                     port: node.port,
                 };
                 let idx = self.bulk_conn(&addr, plan.kind.writes()).await?;
-                self.held[idx]
+                self.tx.held[idx]
                     .conn
                     .simple(&sql)
                     .await

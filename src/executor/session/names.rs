@@ -86,7 +86,7 @@ impl Session {
             .copied()
             .filter(|n| !self.names.found.contains_key(*n))
             .collect();
-        if !missing.is_empty() && self.txn != TxnState::Failed {
+        if !missing.is_empty() && self.tx.state != TxnState::Failed {
             let oids = self.look_up_names(&missing).await?;
             for (name, oid) in missing.iter().zip(oids) {
                 self.names.found.insert(name.to_string(), oid);
@@ -127,11 +127,11 @@ impl Session {
             if self.batch_error {
                 return Err(aborted_error());
             }
-            let in_batch = self.held[i].in_batch;
-            let r = row_with_params(&mut self.held[i].conn, sql, params, in_batch).await;
+            let in_batch = self.tx.held[i].in_batch;
+            let r = row_with_params(&mut self.tx.held[i].conn, sql, params, in_batch).await;
             self.absorb_held_reports(i);
             if in_batch && r.is_err() {
-                self.held[i].errored = true;
+                self.tx.held[i].errored = true;
             }
             return r;
         }
@@ -171,7 +171,7 @@ impl Session {
     pub(super) fn note_names_change(&mut self, stmt: &Statement) {
         if may_change_names(stmt) {
             self.names.invalidate();
-            if self.txn != TxnState::Idle || self.implicit_txn {
+            if self.tx.state != TxnState::Idle || self.implicit_txn {
                 self.names.changed_in_block = true;
             }
         }

@@ -127,10 +127,10 @@ impl Session {
     /// Outside any transaction, with nothing of the session's still under way, and
     /// never for a session pinned to connections of its own (`isolation.rs`).
     fn may_pipeline(&self) -> bool {
-        self.txn == TxnState::Idle
-            && !self.implicit_block
+        self.tx.state == TxnState::Idle
+            && !self.tx.implicit_block
             && !self.batch_error
-            && self.held.is_empty()
+            && self.tx.held.is_empty()
             && self.pending.iter().all(|e| matches!(e, Expect::Local(_)))
             && !self.is_pinned()
     }

@@ -30,7 +30,7 @@ impl Session {
     pub(super) async fn close_on_home(&mut self, name: &str) -> PgResult<()> {
         let coord = self.shared.coordinator.clone();
         let idx = self.join(&coord, false).await?;
-        let h = &mut self.held[idx];
+        let h = &mut self.tx.held[idx];
         msg::write_close(&mut h.conn.wbuf, b'S', name);
         h.dirty = true;
         self.pending.push_back(Expect::One(coord));
@@ -44,7 +44,7 @@ impl Session {
     pub(super) async fn check_result_shape(&mut self, p: &Prepared, plan: &Plan) -> PgResult<()> {
         let described = described_on_coordinator(plan);
         let home = p.home_name.is_some() && matches!(plan, Plan::Local);
-        if !described || home || self.txn == TxnState::Failed {
+        if !described || home || self.tx.state == TxnState::Failed {
             return Ok(());
         }
         let now = self

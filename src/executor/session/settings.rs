@@ -243,7 +243,7 @@ impl Session {
     /// Before a change of the session's settings: inside a block, the first one keeps
     /// what a rollback of the block restores.
     fn before_settings_change(&mut self) {
-        if self.txn != TxnState::Idle {
+        if self.tx.state != TxnState::Idle {
             if self.block_settings.is_none() {
                 self.block_settings = Some(self.settings_snapshot());
             }
@@ -277,7 +277,7 @@ impl Session {
             return;
         };
         self.restore_settings(*snapshot);
-        for h in self.held.iter_mut() {
+        for h in self.tx.held.iter_mut() {
             h.conn.settings_fingerprint = STALE_SETTINGS;
         }
     }
@@ -334,7 +334,7 @@ impl Session {
         scope: &SettingScope,
         sink: &mut ResultSink,
     ) -> PgResult<()> {
-        let in_block = self.txn != TxnState::Idle;
+        let in_block = self.tx.state != TxnState::Idle;
         if !matches!(scope, SettingScope::CoordinatorOnly) {
             self.before_settings_change();
         }
@@ -346,7 +346,7 @@ impl Session {
             SettingScope::Session { variable } => {
                 // The connection now holds the new value under the old fingerprint: it
                 // is brought to the session's settings again before its next use.
-                self.held[idx].conn.settings_fingerprint = STALE_SETTINGS;
+                self.tx.held[idx].conn.settings_fingerprint = STALE_SETTINGS;
                 self.record_setting(stmt, variable.as_deref());
             }
             // Outside a block PostgreSQL only warns (the coordinator node did).
@@ -359,7 +359,7 @@ impl Session {
                 // Nodes that ran a query of the block refuse an isolation change as
                 // PostgreSQL does (25001); nodes joining later begin with the modes.
                 self.on_every_held_but(idx, &stmt.text).await?;
-                self.begin_text = begin_with_modes(&self.begin_text, modes);
+                self.tx.begin_text = begin_with_modes(&self.tx.begin_text, modes);
             }
             _ => {}
         }
@@ -378,9 +378,9 @@ impl Session {
         let idx = self
             .simple_on_backend_into(&coord, &stmt.text, false, Some(sink))
             .await?;
-        self.held[idx].conn.settings_fingerprint = STALE_SETTINGS;
+        self.tx.held[idx].conn.settings_fingerprint = STALE_SETTINGS;
         // It dropped pgshard's own prepared statements on that connection too.
-        self.held[idx].conn.prepared.clear();
+        self.tx.held[idx].conn.prepared.clear();
         self.record_setting(stmt, None);
         self.statements.clear();
         self.portals.clear();
@@ -470,7 +470,7 @@ impl Session {
         sink: &mut ResultSink,
     ) -> PgResult<()> {
         let verb = if value.is_some() { "SET" } else { "RESET" };
-        if self.txn == TxnState::Idle {
+        if self.tx.state == TxnState::Idle {
             if local {
                 sink.notice_warning("SET LOCAL can only be used in transaction blocks");
             } else {
@@ -505,7 +505,7 @@ impl Session {
     /// `is_local` are constants are followed (`isolation::set_config_calls`).
     pub(super) async fn follow_set_config(&mut self, stmt: &Statement) -> PgResult<()> {
         for (name, local) in super::isolation::set_config_calls(&stmt.text) {
-            let in_block = self.txn != TxnState::Idle;
+            let in_block = self.tx.state != TxnState::Idle;
             if local && !in_block {
                 // Its transaction already ended, and the value with it.
                 continue;

@@ -30,7 +30,7 @@ impl Session {
         let coord = self.shared.coordinator.clone();
         let prepare = kind == TransactionStmtKind::TransStmtPrepare as i32;
         if gid.starts_with(OWN_GID_PREFIX) {
-            if prepare && self.txn != TxnState::Idle {
+            if prepare && self.tx.state != TxnState::Idle {
                 self.finish_transaction(false).await.ok();
             }
             return Err(PgError::not_supported(format!(
@@ -44,7 +44,7 @@ impl Session {
                 .await?;
             return Ok(());
         }
-        match self.txn {
+        match self.tx.state {
             // PostgreSQL's own warning and answer ("there is no transaction in progress").
             TxnState::Idle => {
                 self.simple_on_backend_into(&coord, text, false, Some(sink))
@@ -58,7 +58,7 @@ impl Session {
                 Ok(())
             }
             TxnState::InBlock => {
-                if let Some(worker) = self.held.iter().find(|h| h.conn.addr != coord) {
+                if let Some(worker) = self.tx.held.iter().find(|h| h.conn.addr != coord) {
                     let node = worker.conn.addr.clone();
                     self.finish_transaction(false).await.ok();
                     return Err(PgError::not_supported(format!(
@@ -73,7 +73,7 @@ impl Session {
                 // The backend's block is over either way (prepared, or rolled back by
                 // the failure): the session's block ends with it, its SETs kept only
                 // when it was prepared (PostgreSQL treats them as at COMMIT).
-                let home = self.held_index(&coord).map(|i| self.held.remove(i));
+                let home = self.held_index(&coord).map(|i| self.tx.held.remove(i));
                 let ended = self.finish_transaction(r.is_ok()).await;
                 if let Some(mut home) = home {
                     self.absorb_home_reports(&mut home.conn);

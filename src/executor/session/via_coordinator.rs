@@ -219,7 +219,7 @@ impl Session {
     ) -> PgResult<()> {
         let coord = self.shared.coordinator.clone();
         let idx = self.bulk_conn(&coord, false).await?;
-        self.held[idx]
+        self.tx.held[idx]
             .conn
             .simple(&format!(
                 "SAVEPOINT {SAVEPOINT}; SET LOCAL {SHELL_WRITE} = on"
@@ -228,14 +228,14 @@ impl Session {
         let empty = BindMsg::default_empty();
         let bind = params.bind.unwrap_or(&empty);
         {
-            let conn = &mut self.held[idx].conn;
+            let conn = &mut self.tx.held[idx].conn;
             msg::write_unnamed_run(&mut conn.wbuf, sql, params.types, bind, &[], false);
             msg::write_sync(&mut conn.wbuf);
             conn.flush().await?;
         }
         let mut failure: Option<PgError> = None;
         loop {
-            let f = self.held[idx].conn.read().await?;
+            let f = self.tx.held[idx].conn.read().await?;
             match f.tag {
                 b'D' if failure.is_none() && router.inserts.is_some() => {
                     let row = msg::decode_data_row(&f.body)?;
@@ -262,7 +262,7 @@ impl Session {
             }
         }
         // The shell stays empty whatever happened.
-        self.held[idx]
+        self.tx.held[idx]
             .conn
             .simple(&format!(
                 "ROLLBACK TO SAVEPOINT {SAVEPOINT}; RELEASE SAVEPOINT {SAVEPOINT}"
@@ -282,7 +282,7 @@ impl Session {
     async fn row_security_active(&mut self, table: &DistTable) -> PgResult<bool> {
         let coord = self.shared.coordinator.clone();
         let idx = self.bulk_conn(&coord, false).await?;
-        let active = self.held[idx]
+        let active = self.tx.held[idx]
             .conn
             .simple_column(&format!(
                 "SELECT pg_catalog.row_security_active({}::pg_catalog.oid)",
@@ -460,7 +460,7 @@ impl Session {
                 let addr = placement_addr(&catalog, shard)?;
                 let sql = r.template.for_shard(shard.shard_id);
                 let idx = self.bulk_conn(&addr, false).await?;
-                let conn = &mut self.held[idx].conn;
+                let conn = &mut self.tx.held[idx].conn;
                 msg::write_unnamed_run(&mut conn.wbuf, &sql, params.types, bind, &[], true);
                 msg::write_sync(&mut conn.wbuf);
                 conn.flush().await?;
@@ -556,7 +556,7 @@ impl Session {
             }
             let sql = insert_with_select(&plan.insert, &values)?;
             let idx = self.bulk_conn(&coord, true).await?;
-            let conn = &mut self.held[idx].conn;
+            let conn = &mut self.tx.held[idx].conn;
             // The columns of RETURNING are described once, before the first chunk's rows.
             msg::write_unnamed_run(
                 &mut conn.wbuf,

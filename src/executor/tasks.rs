@@ -1,0 +1,185 @@
+//! The task executor: runs a list of tasks (node, SQL, the statement's parameters)
+//! over the connections the session's distributed transaction leases for them. Every
+//! node gets its tasks as one pipelined batch (Parse/Bind/Execute per task, one
+//! Sync), all nodes at once; then each node's replies are read up to its
+//! ReadyForQuery and handed to the caller, which decides how results merge
+//! (streamed rows, added counts, partial aggregates). An error of one node is
+//! returned once every node is ready again, as PostgreSQL reports the first error
+//! of a statement, its context naming the node and the statement.
+
+use super::bulk::error_with_context;
+use super::*;
+use crate::planner::multishard::LARGE_STATEMENT_BYTES;
+
+/// The tasks of one node, run in order in one batch.
+pub(super) struct NodeTasks {
+    pub addr: NodeAddr,
+    pub sql: Vec<String>,
+}
+
+/// How the batch describes its results: a RowDescription for the first task only
+/// (the columns of every task are the same) or for none.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Describe {
+    FirstTask,
+    None,
+}
+
+impl Session {
+    /// Runs `tasks` (`write`: they modify data: the nodes join the transaction as
+    /// writers). Every reply but errors and ReadyForQuery goes to `on_reply` (NOTICEs
+    /// straight to the client) until the first error; rows the sink holds beyond its
+    /// spill size go to the client as they come. Returns the rows the tasks' command
+    /// tags report (`INSERT 0 n`, `UPDATE n`, `SELECT n`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn run_tasks(
+        &mut self,
+        tasks: &[NodeTasks],
+        write: bool,
+        params: &BoundParams<'_>,
+        formats: &[i16],
+        describe: Describe,
+        sink: &mut ResultSink,
+        on_reply: &mut (dyn FnMut(Frame, &mut ResultSink) -> PgResult<()> + Send),
+    ) -> PgResult<u64> {
+        let empty = BindMsg::default_empty();
+        let bind = params.bind.unwrap_or(&empty);
+        let mut first = describe == Describe::FirstTask;
+        let mut nodes = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            let idx = self.bulk_conn(&t.addr, write).await?;
+            let h = &mut self.tx.held[idx];
+            write_tasks(
+                &mut h.conn.wbuf,
+                &t.sql,
+                params.types,
+                bind,
+                formats,
+                &mut first,
+            );
+            msg::write_sync(&mut h.conn.wbuf);
+            h.in_batch = false;
+            h.conn.flush().await?;
+            nodes.push(idx);
+        }
+        // Read every node's answers (they ran in parallel meanwhile).
+        let mut err: Option<PgError> = None;
+        let mut total = 0u64;
+        for (t, idx) in tasks.iter().zip(nodes) {
+            // Which of the node's tasks is answering.
+            let mut n = 0;
+            let mut jit_replies = 0;
+            loop {
+                let f = self.tx.held[idx].conn.read().await?;
+                match f.tag {
+                    b'Z' => break,
+                    b'E' => {
+                        if err.is_none() {
+                            let sql = t.sql.get(n).map(String::as_str).unwrap_or("");
+                            err = Some(error_with_context(
+                                &f.body,
+                                &format!("while executing on node {}: {}", t.addr, abridged(sql)),
+                            ));
+                        }
+                    }
+                    b'C' => {
+                        // The statements turning JIT off and back around a large
+                        // task answer too.
+                        if !t
+                            .sql
+                            .get(n)
+                            .is_some_and(|sql| sql.len() > LARGE_STATEMENT_BYTES)
+                            || jit_replies == 2
+                        {
+                            n += 1;
+                            jit_replies = 0;
+                        } else {
+                            jit_replies += 1;
+                        }
+                        total += rows_of_tag(&f.body);
+                        if err.is_none() {
+                            on_reply(f, sink)?;
+                        }
+                    }
+                    b'N' => sink.push_frame(b'N', f.body),
+                    _ if err.is_none() => {
+                        on_reply(f, sink)?;
+                        if sink.should_spill() {
+                            let frames: Vec<Frame> = sink.frames.drain(..).collect();
+                            sink.spill(frames, &mut self.out);
+                            self.flush_client().await?;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        match err {
+            Some(e) => Err(e),
+            None => Ok(total),
+        }
+    }
+}
+
+/// The rows a command tag reports (its last word), 0 for none.
+fn rows_of_tag(body: &[u8]) -> u64 {
+    String::from_utf8_lossy(body)
+        .trim_end_matches('\0')
+        .rsplit(' ')
+        .next()
+        .and_then(|x| x.parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
+/// A statement as an error's context shows it: its first 500 bytes.
+fn abridged(sql: &str) -> String {
+    const MAX: usize = 500;
+    if sql.len() <= MAX {
+        return sql.to_string();
+    }
+    let mut end = MAX;
+    while !sql.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{} ...", &sql[..end])
+}
+
+/// Statements around a large task: JIT off for it alone (`LARGE_STATEMENT_BYTES`).
+/// Each returns no row (the call is a one-time filter) and is never described, so the
+/// node answers them with ParseComplete, BindComplete and CommandComplete only, which
+/// the readers skip. `set_config(.., true)` ends with the node's transaction: at the
+/// batch's Sync in autocommit; inside a block the last statement puts back what the
+/// session had (kept in the placeholder `pgshard.jit_before`).
+const JIT_OFF: [&str; 2] = [
+    "SELECT WHERE pg_catalog.set_config('pgshard.jit_before', pg_catalog.current_setting('jit'), true) IS NULL",
+    "SELECT WHERE pg_catalog.set_config('jit', 'off', true) IS NULL",
+];
+const JIT_RESTORE: &str =
+    "SELECT WHERE pg_catalog.set_config('jit', pg_catalog.current_setting('pgshard.jit_before'), true) IS NULL";
+
+/// Writes one node's tasks into its batch (before the Sync), each as an unnamed
+/// Parse/Bind/Execute; `describe`: whether the next task is described (cleared after
+/// the first). A task larger than `LARGE_STATEMENT_BYTES` runs without JIT.
+pub(super) fn write_tasks(
+    buf: &mut BytesMut,
+    tasks: &[String],
+    param_types: &[u32],
+    bind: &BindMsg,
+    formats: &[i16],
+    describe: &mut bool,
+) {
+    let empty = BindMsg::default_empty();
+    for sql in tasks {
+        let large = sql.len() > LARGE_STATEMENT_BYTES;
+        if large {
+            for s in JIT_OFF {
+                msg::write_unnamed_run(buf, s, &[], &empty, &[], false);
+            }
+        }
+        msg::write_unnamed_run(buf, sql, param_types, bind, formats, *describe);
+        *describe = false;
+        if large {
+            msg::write_unnamed_run(buf, JIT_RESTORE, &[], &empty, &[], false);
+        }
+    }
+}
