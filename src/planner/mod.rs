@@ -19,6 +19,7 @@ pub mod multishard;
 pub mod names;
 pub mod objects;
 pub mod propagate;
+pub mod recursive;
 pub mod router;
 pub mod security;
 pub mod template;
@@ -184,6 +185,9 @@ pub enum Plan {
     Propagate(Arc<propagate::PropagatePlan>),
     /// DECLARE CURSOR over distributed tables: rows kept on the coordinator node.
     DeclareCursor(Arc<cursor::DeclareCursorPlan>),
+    /// A SELECT run in parts: subplans into intermediate results first
+    /// (`recursive::plan_recursive`).
+    Recursive(Arc<recursive::RecursivePlan>),
     Unsupported(PgError),
 }
 
@@ -358,6 +362,34 @@ pub fn plan(
         }
         return Ok(Plan::Local);
     }
+    let planned = plan_distributed(node, stmt, catalog, names, is_utility_function, &rels, dist);
+    // A SELECT refused as a whole: planned in parts (recursive planning), or the
+    // refusal stands (a deferred error, as in Citus's distributed_planner.c).
+    if let N::SelectStmt(s) = node {
+        let refused = match &planned {
+            Ok(Plan::Unsupported(e)) | Err(e) => e.code == sqlstate::FEATURE_NOT_SUPPORTED,
+            _ => false,
+        };
+        if refused {
+            let plan_query = |q: &str| plan_text(q, catalog, names, is_utility_function);
+            if let Some(p) = recursive::plan_recursive(s, catalog, names, &plan_query) {
+                return Ok(p);
+            }
+        }
+    }
+    planned
+}
+
+/// The steps for statements naming distributed tables (`dist`, found among `rels`).
+fn plan_distributed(
+    node: &N,
+    stmt: &Statement,
+    catalog: &Catalog,
+    names: &Names,
+    is_utility_function: &dyn Fn(&str) -> bool,
+    rels: &[RelRef],
+    dist: Vec<(&RelRef, Arc<DistTable>)>,
+) -> PgResult<Plan> {
     match node {
         N::SelectStmt(s) if rels.len() > 1 && dist.len() == rels.len() => {
             let pairs: Vec<(RelRef, Arc<DistTable>)> = dist
