@@ -95,6 +95,7 @@ const QUERIES: &[&str] = &[
     // EXISTS / NOT EXISTS, uncorrelated and correlated.
     "SELECT count(*) FROM rp_local WHERE EXISTS (SELECT 1 FROM rp_orders WHERE tenant = 3)",
     "SELECT id FROM rp_orders o WHERE EXISTS (SELECT 1 FROM rp_items i WHERE i.order_id = o.id AND i.qty = 4) ORDER BY id",
+    "SELECT count(*) FROM rp_orders WHERE EXISTS (SELECT 1 FROM rp_orders o2 WHERE o2.id = rp_orders.id + 1 AND o2.kind = 0)",
     "SELECT count(*) FROM rp_orders o WHERE NOT EXISTS (SELECT 1 FROM rp_items i WHERE i.order_id = o.id)",
     "SELECT l.region FROM rp_local l WHERE NOT EXISTS (SELECT 1 FROM rp_orders o WHERE o.tenant = l.tenant) ORDER BY 1",
     // Scalar subqueries in the SELECT list and HAVING.

@@ -453,10 +453,11 @@ fn correlated(node: &N, catalog: &Catalog, names: &Names) -> bool {
     for (n, _, _, _) in node.nodes() {
         match n {
             pg_query::NodeRef::RangeVar(rv) => {
-                inner.insert(rv.relname.clone());
-                if let Some(a) = &rv.alias {
-                    inner.insert(a.aliasname.clone());
-                }
+                // An alias hides the table's own name.
+                match &rv.alias {
+                    Some(a) => inner.insert(a.aliasname.clone()),
+                    None => inner.insert(rv.relname.clone()),
+                };
                 let schema = (!rv.schemaname.is_empty()).then_some(rv.schemaname.as_str());
                 match names.resolve(catalog, schema, &rv.relname) {
                     Some(t) => columns.extend(t.columns.iter().cloned()),
