@@ -128,6 +128,34 @@ async fn recursive_planning_matches_plain_postgres() {
         same(&shard, &plain, q).await;
     }
 
+    // Errors of the parts are PostgreSQL's own: a scalar subquery of several rows.
+    let q = "SELECT id, (SELECT qty FROM rp_items WHERE qty = 1) FROM rp_orders WHERE id < 3";
+    let a = shard.simple_query(q).await.unwrap_err();
+    let b = plain.simple_query(q).await.unwrap_err();
+    assert_eq!(sqlstate_and_message(&a), sqlstate_and_message(&b), "{q}");
+
+    // In a query string of several statements, and as the SELECT of an INSERT into a
+    // local table (planned by pgshard's planner).
+    same(
+        &shard,
+        &plain,
+        "SELECT 1; WITH x AS (SELECT tenant FROM rp_orders WHERE id < 4) SELECT * FROM x ORDER BY 1",
+    )
+    .await;
+    for c in [&shard, &plain] {
+        c.batch_execute(
+            "INSERT INTO rp_local SELECT tenant + 100, 'copied' FROM rp_orders              WHERE id IN (SELECT order_id FROM rp_items WHERE qty = 1 AND item_id < 100)",
+        )
+        .await
+        .unwrap();
+    }
+    same(&shard, &plain, "SELECT * FROM rp_local ORDER BY 1, 2").await;
+    for c in [&shard, &plain] {
+        c.batch_execute("DELETE FROM rp_local WHERE tenant >= 100")
+            .await
+            .unwrap();
+    }
+
     // Inside a block: the subplans see the block's writes, on every node.
     for c in [&shard, &plain] {
         c.batch_execute(
