@@ -115,6 +115,11 @@ const QUERIES: &[&str] = &[
     // Joins pgshard refuses otherwise: distributed with local and not co-located.
     "SELECT o.id, l.region FROM rp_orders o JOIN rp_local l ON l.tenant = o.tenant WHERE o.id < 30 ORDER BY 1",
     "SELECT o.tenant, sum(i.qty) FROM rp_orders o JOIN rp_items i ON i.order_id = o.id GROUP BY 1 ORDER BY 1",
+    // Pulled tables filtered by their own WHERE conjuncts first, never an outer join's
+    // nullable side.
+    "SELECT o.id, o.kind, i.qty FROM rp_orders o JOIN rp_items i ON i.order_id = o.id      WHERE o.kind = 1 AND i.qty > 2 AND o.id < 100 ORDER BY 1, 3",
+    "SELECT l.tenant, o.id FROM rp_local l LEFT JOIN rp_orders o ON o.tenant = l.tenant AND o.id < 25      WHERE o.id IS NULL OR o.id < 15 ORDER BY 1, 2",
+    "SELECT l.tenant, o.id FROM rp_local l LEFT JOIN rp_orders o ON o.tenant = l.tenant      WHERE o.id IS NULL ORDER BY 1, 2",
     // WITH RECURSIVE over distributed rows, on the coordinator node.
     "WITH RECURSIVE chain(id, depth) AS (SELECT id, 0 FROM rp_orders WHERE id = 1 \
        UNION ALL SELECT o.id, c.depth + 1 FROM chain c JOIN rp_orders o ON o.id = c.id * 2 WHERE c.depth < 10) \

@@ -346,6 +346,7 @@ impl Cutter<'_> {
     /// Every distributed table still named becomes `SELECT * FROM t`'s result, under
     /// the name the statement knows it by.
     fn pull_tables(&mut self, s: &mut protobuf::SelectStmt) {
+        let pushable = pushable_quals(s);
         let mut root = N::SelectStmt(Box::new(std::mem::take(s)));
         let mut f = |n: &mut protobuf::Node, _: bool| -> bool {
             let Some(N::RangeVar(rv)) = n.node.as_mut() else {
@@ -360,12 +361,30 @@ impl Cutter<'_> {
                 return false;
             }
             let mut source = rv.clone();
-            source.alias = None;
+            // The WHERE conjuncts on this table alone, kept in the outer statement too.
+            let quals = pushable.get(&rv.location).filter(|q| !q.is_empty());
+            if quals.is_none() {
+                source.alias = None;
+            }
+            let where_clause = quals.map(|q| {
+                Box::new(if q.len() == 1 {
+                    q[0].clone()
+                } else {
+                    protobuf::Node {
+                        node: Some(N::BoolExpr(Box::new(protobuf::BoolExpr {
+                            boolop: protobuf::BoolExprType::AndExpr as i32,
+                            args: q.clone(),
+                            ..Default::default()
+                        }))),
+                    }
+                })
+            });
             let sql = match deparse_node(&N::SelectStmt(Box::new(protobuf::SelectStmt {
                 target_list: vec![star()],
                 from_clause: vec![protobuf::Node {
                     node: Some(N::RangeVar(source)),
                 }],
+                where_clause,
                 limit_option: protobuf::LimitOption::Default as i32,
                 op: protobuf::SetOperation::SetopNone as i32,
                 ..Default::default()
@@ -391,6 +410,84 @@ impl Cutter<'_> {
             *s = *b;
         }
     }
+}
+
+/// The top-level WHERE conjuncts that a pulled table's rows may be filtered by before
+/// they move, by the location of the table's RangeVar: tables of the FROM list or of
+/// inner joins only (a filter on the nullable side of an outer join would change which
+/// rows get NULL-extended), no column aliases, conjuncts whose every column is
+/// qualified by that table's name and that call no function and hold no subquery
+/// (nothing volatile runs twice).
+fn pushable_quals(s: &protobuf::SelectStmt) -> std::collections::HashMap<i32, Vec<protobuf::Node>> {
+    let mut out = std::collections::HashMap::new();
+    let mut tables: Vec<(String, i32)> = Vec::new();
+    fn inner_tables(n: &protobuf::Node, out: &mut Vec<(String, i32)>) {
+        match n.node.as_ref() {
+            Some(N::RangeVar(rv)) => match &rv.alias {
+                Some(a) if a.colnames.is_empty() => out.push((a.aliasname.clone(), rv.location)),
+                Some(_) => {}
+                None => out.push((rv.relname.clone(), rv.location)),
+            },
+            Some(N::JoinExpr(j)) if j.jointype == protobuf::JoinType::JoinInner as i32 => {
+                for side in [&j.larg, &j.rarg].into_iter().flatten() {
+                    inner_tables(side, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    for f in &s.from_clause {
+        inner_tables(f, &mut tables);
+    }
+    let Some(w) = s.where_clause.as_deref() else {
+        return out;
+    };
+    let conjuncts: Vec<&protobuf::Node> = match w.node.as_ref() {
+        Some(N::BoolExpr(b)) if b.boolop == protobuf::BoolExprType::AndExpr as i32 => {
+            b.args.iter().collect()
+        }
+        _ => vec![w],
+    };
+    for c in conjuncts {
+        let Some(node) = c.node.as_ref() else {
+            continue;
+        };
+        let mut qualifier: Option<String> = None;
+        let mut ok = true;
+        for (n, _, _, _) in node.nodes() {
+            match n {
+                pg_query::NodeRef::FuncCall(_)
+                | pg_query::NodeRef::SubLink(_)
+                | pg_query::NodeRef::SqlvalueFunction(_) => ok = false,
+                pg_query::NodeRef::ColumnRef(r) => {
+                    let fields: Vec<&str> = r
+                        .fields
+                        .iter()
+                        .map(|f| match &f.node {
+                            Some(N::String(s)) => s.sval.as_str(),
+                            _ => "*",
+                        })
+                        .collect();
+                    match fields.as_slice() {
+                        [t, col] if *col != "*" => match &qualifier {
+                            Some(q) if q != t => ok = false,
+                            _ => qualifier = Some(t.to_string()),
+                        },
+                        _ => ok = false,
+                    }
+                }
+                _ => {}
+            }
+        }
+        let Some(q) = qualifier.filter(|_| ok) else {
+            continue;
+        };
+        let mut matching = tables.iter().filter(|(name, _)| *name == q);
+        if let (Some((_, at)), None) = (matching.next(), matching.next()) {
+            out.entry(*at).or_insert_with(Vec::new).push(c.clone());
+        }
+    }
+    out
 }
 
 /// Whether the statement has a data-modifying CTE anywhere.

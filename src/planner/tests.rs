@@ -528,6 +528,15 @@ fn other_shapes_pull_the_rows_they_read() {
         }
         other => panic!("{other:?}"),
     }
+    // A pulled table is filtered by the WHERE conjuncts on it alone.
+    match plan_of("select t.k from t join u on t.k = u.v where t.v = 'x' and u.k > 1 and t.k < u.k") {
+        Plan::Recursive(r) => {
+            let texts: Vec<&str> = r.subplans.iter().map(|s| s.stmt.text.as_str()).collect();
+            assert!(texts.iter().any(|t| t.ends_with("WHERE t.v = 'x'")), "{texts:?}");
+            assert!(!texts.iter().any(|t| t.contains("u.k")), "{texts:?}");
+        }
+        other => panic!("{other:?}"),
+    }
     // A modifying CTE on a distributed table stays refused.
     assert!(unsupported("with d as (delete from t where k = 1 returning *) select * from d"));
 }
