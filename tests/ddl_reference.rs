@@ -377,13 +377,19 @@ async fn reference_tables_and_pushed_down_joins() {
             "{q}"
         );
     }
+    // Joins the join step cannot prove: planned in parts (recursive planning, the
+    // tables pulled as intermediate results), still exact.
     for q in [
         "SELECT * FROM ja JOIN jb ON ja.v = jb.w",
         "SELECT * FROM ja JOIN jc ON ja.k = jc.k",
         "SELECT * FROM ref_r r LEFT JOIN ja ON ja.rid = r.id",
         "SELECT * FROM ja LEFT JOIN jb ON ja.v = jb.w WHERE ja.k = jb.k",
     ] {
-        assert_eq!(sqlstate_of(&pgs, q).await, "0A000", "{q}");
+        assert_eq!(
+            sorted_rows(&pgs, q).await,
+            sorted_rows(&plain, q).await,
+            "{q}"
+        );
     }
     // DDL reaches every placement of a reference table too.
     exec(&pgs, "ALTER TABLE ref_r ADD COLUMN extra int DEFAULT 1").await;

@@ -546,13 +546,7 @@ impl Session {
                     b'D' if err.is_none() => {
                         bytes += f.body.len() as u64;
                         if limit_kb >= 0 && bytes > (limit_kb as u64) * 1024 {
-                            let mut e = PgError::new(
-                                sqlstate::PROGRAM_LIMIT_EXCEEDED,
-                                format!(
-                                    "the intermediate result size exceeds citus.max_intermediate_result_size (currently {limit_kb} kB)"
-                                ),
-                            );
-                            e.hint = Some("To run the current query, set citus.max_intermediate_result_size to a higher value or -1 to disable.".into());
+                            let e = super::subplans::intermediate_result_too_large(limit_kb);
                             err = Some(e);
                             continue;
                         }

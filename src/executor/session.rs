@@ -64,6 +64,8 @@ mod pipelined;
 mod session_commands;
 /// SET / SET LOCAL / SET TRANSACTION and `citus.*` values across the nodes of a session.
 mod settings;
+/// Recursively planned statements: subplans into intermediate results, then the rest.
+mod subplans;
 /// A client's own PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED.
 mod two_phase;
 /// INSERT ... SELECT into distributed tables through the coordinator node.
@@ -2147,6 +2149,7 @@ impl Session {
                 done
             }
             Plan::DeclareCursor(p) => self.declare_cursor(p, params, sink).await,
+            Plan::Recursive(p) => self.recursive(p, params, formats, describe, sink).await,
             Plan::Local | Plan::Router(_) => Err(PgError::internal("plan runs on a backend")),
         }
     }

@@ -20,6 +20,7 @@ pub mod names;
 pub mod objects;
 pub mod plan;
 pub mod propagate;
+pub mod recursive;
 pub mod router;
 pub mod security;
 pub mod session_command;
@@ -148,6 +149,10 @@ pub const LADDER: &[(&str, PlanStep)] = &[
     ),
     ("copy", steps::copy),
     ("declare cursor", steps::cursor),
+    (
+        "recursive planning: subplans into intermediate results",
+        steps::recursive,
+    ),
 ];
 
 /// Plans one parsed statement against a catalog snapshot, its unqualified table

@@ -78,6 +78,9 @@ pub enum Plan {
     Propagate(Arc<propagate::PropagatePlan>),
     /// DECLARE CURSOR over distributed tables: rows kept on the coordinator node.
     DeclareCursor(Arc<cursor::DeclareCursorPlan>),
+    /// A SELECT run in parts: subplans into intermediate results first
+    /// (`recursive::plan_recursive`).
+    Recursive(Arc<recursive::RecursivePlan>),
     Unsupported(PgError),
 }
 

@@ -10,11 +10,15 @@ fn planned(p: PgResult<Plan>) -> PgResult<Step> {
     Ok(Step::Planned(p?))
 }
 
-/// A plan; a FEATURE_NOT_SUPPORTED refusal is deferred to the later steps.
+/// A plan; a FEATURE_NOT_SUPPORTED refusal (planned or returned) is deferred to
+/// the later steps.
 fn planned_or_deferred(p: PgResult<Plan>) -> PgResult<Step> {
-    Ok(match p? {
-        Plan::Unsupported(e) if e.code == sqlstate::FEATURE_NOT_SUPPORTED => Step::Deferred(e),
-        p => Step::Planned(p),
+    Ok(match p {
+        Ok(Plan::Unsupported(e)) | Err(e) if e.code == sqlstate::FEATURE_NOT_SUPPORTED => {
+            Step::Deferred(e)
+        }
+        Err(e) => return Err(e),
+        Ok(p) => Step::Planned(p),
     })
 }
 
@@ -278,6 +282,23 @@ pub(super) fn copy(i: &PlanInput) -> PgResult<Step> {
         refs.dist[0].1.clone(),
         &plan_query,
     ))
+}
+
+/// A SELECT no earlier step could run as a whole (they deferred their refusals):
+/// planned in parts, its CTEs, subqueries and set-operation arms (or, failing that,
+/// its distributed tables) run first into intermediate results
+/// (`planner/recursive.rs`). Declines when it cannot: the deferred refusal stands.
+pub(super) fn recursive(i: &PlanInput) -> PgResult<Step> {
+    let N::SelectStmt(s) = i.node else {
+        return Ok(Step::NotMine);
+    };
+    let plan_query = |q: &str| i.plan_text(q);
+    Ok(
+        match recursive::plan_recursive(s, i.catalog, i.names, &plan_query) {
+            Some(p) => Step::Planned(p),
+            None => Step::NotMine,
+        },
+    )
 }
 
 /// DECLARE CURSOR over distributed tables.

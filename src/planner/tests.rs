@@ -190,12 +190,13 @@ fn multi_shard_shapes() {
             "{sql}"
         );
     }
+    assert!(unsupported("select * from t for update"));
+    // Planned in parts (recursive planning): each arm, or each table, an intermediate result.
     for sql in [
         "select * from t join u on t.k = u.k",
         "select * from t union select * from t",
-        "select * from t for update",
     ] {
-        assert!(unsupported(sql), "{sql}");
+        assert!(matches!(plan_of(sql), Plan::Recursive(_)), "{sql}");
     }
 }
 
@@ -505,7 +506,62 @@ fn other_shapes_pull_the_rows_they_read() {
     // An output name shadowing a column: no pushdown.
     let c = combine_of("select v as k from t order by k limit 5");
     assert_eq!(c.raw.worker_sql("S"), "SELECT \"v\", \"k\" FROM S AS \"t\"");
-    assert!(unsupported("select k from t union select k from t"));
+    match plan_of("select k from t union select k from t") {
+        Plan::Recursive(r) => {
+            assert_eq!(r.subplans.len(), 2);
+            assert!(matches!(r.outer_plan, Plan::Local));
+            assert!(
+                r.outer.text.contains("pg_temp.pgs_intermediate_"),
+                "{}",
+                r.outer.text
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // A CTE: its body a subplan of its own (routed), the rest on the coordinator node.
+    match plan_of("with x as (select * from t where k = 1) select count(*) from x") {
+        Plan::Recursive(r) => {
+            assert_eq!(r.subplans.len(), 1);
+            assert!(matches!(r.subplans[0].plan, Plan::Router(_)));
+            let create = &r.subplans[0].create_sql;
+            assert!(create.starts_with("CREATE TEMP"), "{create}");
+            assert!(create.contains(" pg_temp.pgs_intermediate_"), "{create}");
+            assert!(
+                r.subplans[0].create_sql.ends_with("WITH NO DATA"),
+                "{}",
+                r.subplans[0].create_sql
+            );
+            assert!(matches!(r.outer_plan, Plan::Local));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A correlated subquery is no subplan: the tables themselves are pulled.
+    match plan_of("select k from t where exists (select 1 from t t2 where t2.v = t.v)") {
+        Plan::Recursive(r) => {
+            assert_eq!(r.subplans.len(), 2);
+            for s in &r.subplans {
+                assert!(s.stmt.text.starts_with("SELECT * FROM"), "{}", s.stmt.text);
+            }
+        }
+        other => panic!("{other:?}"),
+    }
+    // A pulled table is filtered by the WHERE conjuncts on it alone.
+    match plan_of("select t.k from t join u on t.k = u.v where t.v = 'x' and u.k > 1 and t.k < u.k")
+    {
+        Plan::Recursive(r) => {
+            let texts: Vec<&str> = r.subplans.iter().map(|s| s.stmt.text.as_str()).collect();
+            assert!(
+                texts.iter().any(|t| t.ends_with("WHERE t.v = 'x'")),
+                "{texts:?}"
+            );
+            assert!(!texts.iter().any(|t| t.contains("u.k")), "{texts:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A modifying CTE on a distributed table stays refused.
+    assert!(unsupported(
+        "with d as (delete from t where k = 1 returning *) select * from d"
+    ));
 }
 
 #[test]

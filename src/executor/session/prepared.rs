@@ -76,6 +76,7 @@ pub(super) fn described_on_coordinator(plan: &Plan) -> bool {
             | Plan::InsertViaCoordinator(_)
             | Plan::InsertIntoLocal(_)
             | Plan::InsertSelect(_)
+            | Plan::Recursive(_)
     )
 }
 

@@ -448,35 +448,8 @@ impl Session {
         let catalog = self.shared.catalog.snapshot();
         let plan = self.plan_statement(&stmt, &catalog).await?;
         let mut frames = ResultSink::capturing();
-        match &plan {
-            Plan::Unsupported(e) => return Err(e.clone()),
-            Plan::MultiShard(m) => {
-                self.multi_shard(m, params, &[], true, &mut frames).await?;
-            }
-            Plan::Router(r) if r.read_only => {
-                let empty = BindMsg::default_empty();
-                let bind = params.bind.unwrap_or(&empty);
-                let shard = route_bound(r, params.types, bind, &catalog)?;
-                let addr = placement_addr(&catalog, shard)?;
-                let sql = r.template.for_shard(shard.shard_id);
-                let idx = self.bulk_conn(&addr, false).await?;
-                let conn = &mut self.tx.held[idx].conn;
-                msg::write_unnamed_run(&mut conn.wbuf, &sql, params.types, bind, &[], true);
-                msg::write_sync(&mut conn.wbuf);
-                conn.flush().await?;
-                read_answer(conn, |tag, body| {
-                    if matches!(tag, b'T' | b'D') {
-                        frames.push_frame(tag, body);
-                    }
-                })
-                .await?;
-            }
-            _ => {
-                return Err(PgError::not_supported(
-                    "pgshard does not support this SELECT in an INSERT ... SELECT into a distributed table yet",
-                ))
-            }
-        }
+        self.plan_into(&plan, &stmt, params, &[], true, &mut frames)
+            .await?;
         let mut fields = Vec::new();
         let mut rows = Vec::new();
         for f in &frames.frames {
