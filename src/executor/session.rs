@@ -41,6 +41,8 @@ use tokio::io::AsyncWriteExt;
 mod bulk;
 /// A client's query text into statements: string settings, PostgreSQL's parse errors.
 mod client_text;
+/// CREATE TABLE AS / SELECT INTO reading distributed tables.
+mod create_as;
 /// DECLARE CURSOR over distributed tables.
 mod cursor;
 /// DDL on distributed tables inside a transaction block.
@@ -2086,7 +2088,10 @@ impl Session {
             }
             Plan::MultiShard(m) => self.multi_shard(m, params, formats, describe, sink).await,
             Plan::InsertRows(p) => self.insert_rows(p, params, formats, describe, sink).await,
-            Plan::InsertSelect(p) => self.insert_select(p, params, sink).await,
+            Plan::InsertSelect(p) => {
+                self.insert_select(p, params, formats, describe, sink)
+                    .await
+            }
             Plan::InsertViaCoordinator(p) => {
                 self.insert_via_coordinator(p, params, formats, describe, sink)
                     .await
@@ -2095,6 +2100,7 @@ impl Session {
                 self.insert_into_local(p, params, formats, describe, sink)
                     .await
             }
+            Plan::CreateTableAs(p) => self.create_table_as(p, params, sink).await,
             Plan::CopyIn(p) => self.copy_in(p, params.bind.is_some(), sink).await,
             Plan::CopyOut(p) => self.copy_out(p, sink).await,
             Plan::MultiShardModify(m) => {

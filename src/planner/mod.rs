@@ -6,6 +6,7 @@
 
 pub mod aggregate;
 pub mod copy;
+pub mod create_as;
 pub mod cursor;
 pub mod ddl;
 pub mod distvalue;
@@ -22,6 +23,7 @@ pub mod propagate;
 pub mod router;
 pub mod security;
 pub mod template;
+pub mod update_from;
 
 use crate::catalog::{Catalog, DistTable, PartitionMethod};
 use crate::error::{sqlstate, PgError, PgResult};
@@ -141,6 +143,8 @@ pub enum Plan {
     InsertViaCoordinator(Arc<insert_select::InsertViaCoordinatorPlan>),
     /// INSERT into a local table of a distributed SELECT (`insert_select::plan_into_local`).
     InsertIntoLocal(Arc<insert_select::InsertIntoLocalPlan>),
+    /// CREATE TABLE AS / SELECT INTO reading distributed tables (`create_as`).
+    CreateTableAs(Arc<create_as::CreateAsPlan>),
     /// COPY FROM STDIN into a distributed table: rows routed by pgshard.
     CopyIn(Arc<copy::CopyInPlan>),
     /// COPY TO STDOUT from a distributed table or a selection on one.
@@ -359,6 +363,8 @@ pub fn plan(
         return Ok(Plan::Local);
     }
     match node {
+        _ if create_as::applies(node) => create_as::plan_create_as(node, &stmt.text),
+        N::CreateStmt(c) if create_as::only_like_sources(c, &dist) => Ok(Plan::Local),
         N::SelectStmt(s) if rels.len() > 1 && dist.len() == rels.len() => {
             let pairs: Vec<(RelRef, Arc<DistTable>)> = dist
                 .iter()
@@ -392,6 +398,13 @@ pub fn plan(
                 }
                 p => Ok(p),
             }
+        }
+        N::UpdateStmt(_) | N::DeleteStmt(_) if update_from::applies(node) => {
+            let pairs: Vec<(RelRef, Arc<DistTable>)> = dist
+                .iter()
+                .map(|(r, t)| ((*r).clone(), t.clone()))
+                .collect();
+            update_from::plan_update_from(node, &stmt.text, &pairs, rels.len())
         }
         N::SelectStmt(_) | N::InsertStmt(_) | N::UpdateStmt(_) | N::DeleteStmt(_) => {
             if rels.len() != 1 || dist.len() != 1 {
