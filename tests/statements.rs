@@ -284,3 +284,50 @@ async fn create_table_like_a_distributed_table() {
         same_ok(&shard, &plain, sql).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_prepare_execute_deallocate() {
+    let (shard, plain) = setup(
+        "DROP TABLE IF EXISTS pe_t, pe_local;
+         CREATE TABLE pe_t (k int PRIMARY KEY, v text, n numeric(6,1));
+         CREATE TABLE pe_local (a int);
+         INSERT INTO pe_t SELECT g, 'v' || g, g / 4.0 FROM generate_series(1, 100) g;
+         INSERT INTO pe_local VALUES (1), (2);",
+        &[("pe_t", "k")],
+        &[],
+    )
+    .await;
+    for sql in [
+        "PREPARE pe_one(int) AS SELECT k, v, n FROM pe_t WHERE k = $1",
+        "EXECUTE pe_one(5)",
+        "EXECUTE pe_one(500)",
+        "EXECUTE pe_one('7')",
+        "EXECUTE pe_one('x')",
+        "EXECUTE pe_one(1, 2)",
+        "PREPARE pe_one AS SELECT 1",
+        "PREPARE pe_agg(numeric, text) AS SELECT count(*), sum(n) FROM pe_t WHERE n > $1 AND v <> $2",
+        "EXECUTE pe_agg(10.26, 'v50')",
+        "EXECUTE pe_agg(-1, 'v1')",
+        "PREPARE pe_upd(int, text) AS UPDATE pe_t SET v = $2 WHERE k = $1 RETURNING k, v",
+        "EXECUTE pe_upd(3, 'three')",
+        "PREPARE pe_all(int) AS DELETE FROM pe_t WHERE k > $1",
+        "EXECUTE pe_all(95)",
+        "PREPARE pe_ins AS INSERT INTO pe_t VALUES ($1, $2, $3)",
+        "EXECUTE pe_ins(200, 'two hundred', 2.25)",
+        "EXECUTE pe_ins(200, 'again', 1)",
+        "SELECT k, v, n FROM pe_t",
+        "PREPARE pe_loc(int) AS SELECT a FROM pe_local WHERE a = $1",
+        "EXECUTE pe_loc(2)",
+        "DEALLOCATE pe_one",
+        "EXECUTE pe_one(5)",
+        "DEALLOCATE pe_one",
+        "DEALLOCATE ALL",
+        "EXECUTE pe_agg(1, 'x')",
+        "EXECUTE pe_loc(1)",
+        "PREPARE pe_one(int) AS SELECT v FROM pe_t WHERE k = $1",
+        "EXECUTE pe_one(9)",
+        "DEALLOCATE pe_one",
+    ] {
+        let _ = same(&shard, &plain, sql).await;
+    }
+}

@@ -56,6 +56,8 @@ mod isolation;
 mod maintenance;
 /// Routed reads through the thread's pipelined connection to a node.
 mod pipelined;
+/// SQL-level PREPARE / EXECUTE of statements on distributed tables.
+mod sql_prepare;
 /// SET / SET LOCAL / SET TRANSACTION and `citus.*` values across the nodes of a session.
 mod settings;
 /// A client's own PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED.
@@ -927,6 +929,7 @@ impl Session {
     async fn plan_statement(&mut self, stmt: &Statement, catalog: &Catalog) -> PgResult<Plan> {
         let names = self.names_for(stmt, catalog).await?;
         let plan = planner::plan(stmt, catalog, &names, &commands::is_utility_function)?;
+        let plan = self.sql_execute_plan(stmt, plan);
         Ok(client_text::only_as_written(stmt, plan))
     }
 
@@ -2101,6 +2104,8 @@ impl Session {
                     .await
             }
             Plan::CreateTableAs(p) => self.create_table_as(p, params, sink).await,
+            Plan::SqlPrepare(p) => self.sql_prepare(p, sink).await,
+            Plan::SqlExecute(p) => self.sql_execute(p, params, sink).await,
             Plan::CopyIn(p) => self.copy_in(p, params.bind.is_some(), sink).await,
             Plan::CopyOut(p) => self.copy_out(p, sink).await,
             Plan::MultiShardModify(m) => {

@@ -22,6 +22,7 @@ pub mod objects;
 pub mod propagate;
 pub mod router;
 pub mod security;
+pub mod sql_prepare;
 pub mod template;
 pub mod update_from;
 
@@ -145,6 +146,10 @@ pub enum Plan {
     InsertIntoLocal(Arc<insert_select::InsertIntoLocalPlan>),
     /// CREATE TABLE AS / SELECT INTO reading distributed tables (`create_as`).
     CreateTableAs(Arc<create_as::CreateAsPlan>),
+    /// SQL `PREPARE` of a statement on distributed tables (`sql_prepare`).
+    SqlPrepare(Arc<sql_prepare::PreparePlan>),
+    /// SQL `EXECUTE` of a statement pgshard holds (`sql_prepare`).
+    SqlExecute(Arc<sql_prepare::ExecutePlan>),
     /// COPY FROM STDIN into a distributed table: rows routed by pgshard.
     CopyIn(Arc<copy::CopyInPlan>),
     /// COPY TO STDOUT from a distributed table or a selection on one.
@@ -365,6 +370,7 @@ pub fn plan(
     match node {
         _ if create_as::applies(node) => create_as::plan_create_as(node, &stmt.text),
         N::CreateStmt(c) if create_as::only_like_sources(c, &dist) => Ok(Plan::Local),
+        N::PrepareStmt(p) => sql_prepare::plan_prepare(p),
         N::SelectStmt(s) if rels.len() > 1 && dist.len() == rels.len() => {
             let pairs: Vec<(RelRef, Arc<DistTable>)> = dist
                 .iter()
