@@ -21,6 +21,7 @@ pub mod sqlstate {
     pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
     pub const SYNTAX_ERROR: &str = "42601";
     pub const UNDEFINED_TABLE: &str = "42P01";
+    pub const DUPLICATE_TABLE: &str = "42P07";
     pub const UNDEFINED_COLUMN: &str = "42703";
     pub const UNDEFINED_FUNCTION: &str = "42883";
     pub const INVALID_PARAMETER_VALUE: &str = "22023";

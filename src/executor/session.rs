@@ -47,6 +47,8 @@ use tokio::io::AsyncWriteExt;
 mod bulk;
 /// A client's query text into statements: string settings, PostgreSQL's parse errors.
 mod client_text;
+/// CREATE TABLE AS / SELECT INTO reading distributed tables.
+mod create_as;
 /// DECLARE CURSOR over distributed tables.
 mod cursor;
 /// DDL on distributed tables inside a transaction block.
@@ -64,6 +66,8 @@ mod pipelined;
 mod session_commands;
 /// SET / SET LOCAL / SET TRANSACTION and `citus.*` values across the nodes of a session.
 mod settings;
+/// SQL-level PREPARE / EXECUTE of statements on distributed tables.
+mod sql_prepare;
 /// Recursively planned statements: subplans into intermediate results, then the rest.
 mod subplans;
 /// A client's own PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED.
@@ -887,6 +891,7 @@ impl Session {
     async fn plan_statement(&mut self, stmt: &Statement, catalog: &Catalog) -> PgResult<Plan> {
         let names = self.names_for(stmt, catalog).await?;
         let plan = planner::plan(stmt, catalog, &names, &commands::is_utility_function)?;
+        let plan = self.sql_execute_plan(stmt, plan);
         Ok(client_text::only_as_written(stmt, plan))
     }
 
@@ -2024,7 +2029,7 @@ impl Session {
             }
             Plan::MultiShard(m) => self.multi_shard(m, params, formats, describe, sink).await,
             Plan::InsertRows(p) => self.insert_rows(p, params, formats, describe, sink).await,
-            Plan::InsertSelect(p) => self.insert_select(p, params, sink).await,
+            Plan::InsertSelect(p) => self.insert_select(p, params, formats, describe, sink).await,
             Plan::InsertViaCoordinator(p) => {
                 self.insert_via_coordinator(p, params, formats, describe, sink)
                     .await
@@ -2033,6 +2038,9 @@ impl Session {
                 self.insert_into_local(p, params, formats, describe, sink)
                     .await
             }
+            Plan::CreateTableAs(p) => self.create_table_as(p, params, sink).await,
+            Plan::SqlPrepare(p) => self.sql_prepare(p, sink).await,
+            Plan::SqlExecute(p) => self.sql_execute(p, params, sink).await,
             Plan::CopyIn(p) => self.copy_in(p, params.bind.is_some(), sink).await,
             Plan::CopyOut(p) => self.copy_out(p, sink).await,
             Plan::MultiShardModify(m) => {

@@ -1,7 +1,9 @@
 //! `INSERT INTO a SELECT ... FROM b ...` between co-located distributed tables, where
 //! the selected value for a's distribution column is b's distribution column: every row
 //! stays on the shard index it came from, so the statement runs shard by shard
-//! (`INSERT INTO a_i SELECT ... FROM b_i ...`) in one distributed transaction.
+//! (`INSERT INTO a_i SELECT ... FROM b_i ...`) in one distributed transaction, with
+//! its `ON CONFLICT (columns) DO NOTHING | DO UPDATE` and `RETURNING` as written (the
+//! conflicting rows are on the same shard).
 //! Other shapes run through the coordinator ([`plan_via_coordinator`]), and so does an
 //! INSERT into a local table selecting from distributed ones ([`plan_into_local`]).
 
@@ -82,6 +84,8 @@ pub struct InsertSelectPlan {
     pieces: Vec<Piece>,
     /// Functions called (the executor rules out user-defined aggregates).
     pub functions: Vec<String>,
+    /// RETURNING rows come from every shard's INSERT.
+    pub returning: bool,
 }
 
 impl InsertSelectPlan {
@@ -259,8 +263,11 @@ pub fn plan_insert_select(
     if target.colocation_id != source.colocation_id || target.shards.len() != source.shards.len() {
         return refuse("the tables are not co-located");
     }
-    if i.with_clause.is_some() || i.on_conflict_clause.is_some() || i.returning_clause.is_some() {
-        return refuse("WITH, ON CONFLICT or RETURNING");
+    if i.with_clause.is_some() {
+        return refuse("WITH");
+    }
+    if let Some(why) = on_conflict_refusal(i.on_conflict_clause.as_deref(), &target) {
+        return refuse(why);
     }
     let Some(N::SelectStmt(s)) = i.select_stmt.as_deref().and_then(|x| x.node.as_ref()) else {
         return refuse("unexpected shape");
@@ -358,7 +365,30 @@ pub fn plan_insert_select(
         tables: vec![target, source],
         pieces,
         functions,
+        returning: i
+            .returning_clause
+            .as_ref()
+            .is_some_and(|r| !r.exprs.is_empty()),
     })))
+}
+
+/// Why an ON CONFLICT clause cannot run shard by shard, if it cannot: a constraint
+/// named (the shards' constraints carry the shard id in their names), or a DO UPDATE
+/// that sets the distribution column (the row would belong to another shard).
+fn on_conflict_refusal(
+    on_conflict: Option<&protobuf::OnConflictClause>,
+    target: &DistTable,
+) -> Option<&'static str> {
+    let oc = on_conflict?;
+    if oc.infer.as_ref().is_some_and(|inf| !inf.conname.is_empty()) {
+        return Some("ON CONFLICT ON CONSTRAINT (name the conflict's columns instead)");
+    }
+    let col = target.dist_column.as_ref()?;
+    let sets_key = oc
+        .target_list
+        .iter()
+        .any(|t| matches!(t.node.as_ref(), Some(N::ResTarget(rt)) if rt.name == col.name));
+    sets_key.then_some("ON CONFLICT DO UPDATE setting the distribution column")
 }
 
 #[cfg(test)]

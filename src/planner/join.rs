@@ -9,7 +9,7 @@
 //! With a distribution value fixed the whole query is routed to one shard index;
 //! otherwise it runs per shard index. Anything else is refused with the reason.
 
-use super::distvalue::find_equality;
+use super::distvalue::{find_equality, ValueSource};
 use super::multishard::{self, Joined};
 use super::router::RouterPlan;
 use super::template::{Edit, RelTarget, ShardMap, ShardSqlTemplate};
@@ -200,28 +200,93 @@ pub fn plan_join(
     if s.with_clause.is_some() || s.op != protobuf::SetOperation::SetopNone as i32 {
         return refuse("WITH or set operations");
     }
+    let route = s.locking_clause.is_empty() && s.into_clause.is_none();
+    let paired = match pair_shards(
+        text,
+        rels,
+        &s.from_clause,
+        None,
+        s.where_clause.as_deref(),
+        route,
+    )? {
+        Ok(p) => p,
+        Err(reason) => return refuse(&reason),
+    };
+    let ptable = rels[paired.primary].1.clone();
+    match paired.fixed {
+        Some(value) => Ok(Plan::Router(Arc::new(RouterPlan {
+            template: ShardSqlTemplate::with_relations(
+                text,
+                paired.joined.targets,
+                paired.joined.edits,
+            ),
+            table: ptable,
+            values: vec![value],
+            is_insert: false,
+            read_only: true,
+            // The simple-protocol shape cache handles one relation only.
+            value_exprs: Vec::new(),
+            relation_span: None,
+            add_alias: false,
+        }))),
+        None => multishard::plan_select_joined(s, text, ptable, paired.joined),
+    }
+}
+
+/// Relations proven to pair shard by shard (see the module comment).
+pub struct Paired {
+    /// The relation whose shards the tasks iterate over (`rels` index): the one whose
+    /// distribution value is fixed, else `first` or the first hash table.
+    pub primary: usize,
+    /// The fixed distribution value of the primary, when routed.
+    pub fixed: Option<ValueSource>,
+    /// Every relation's edit and target, the primary first.
+    pub joined: Joined,
+}
+
+/// Proves that `rels` (every table reference of the statement, all distributed) pair
+/// shard by shard: the FROM items `from_items` (plus `first`, a relation inner-joined
+/// to them outside of FROM, as the target of `UPDATE ... FROM` / `DELETE ... USING`),
+/// joined by `where_clause` and their ON clauses. `route`: look for a fixed
+/// distribution value. `Ok(Err(reason))` when they do not pair.
+pub fn pair_shards(
+    text: &str,
+    rels: &[(RelRef, Arc<DistTable>)],
+    from_items: &[protobuf::Node],
+    first: Option<usize>,
+    where_clause: Option<&protobuf::Node>,
+    route: bool,
+) -> PgResult<Result<Paired, String>> {
     let mut conds = Vec::new();
     let mut links = Vec::new();
-    let mut covered = Vec::new();
-    for item in &s.from_clause {
+    let mut covered: Vec<usize> = first.into_iter().collect();
+    for item in from_items {
         match from_item(item, rels, &mut conds, &mut links) {
             Ok(c) => covered.extend(c),
-            Err(reason) => return refuse(&reason),
+            Err(reason) => return Ok(Err(reason)),
         }
     }
     covered.sort_unstable();
     covered.dedup();
     if covered.len() != rels.len() {
-        return refuse("distributed tables in subqueries");
+        return Ok(Err("distributed tables in subqueries".into()));
     }
-    if let Some(w) = &s.where_clause {
-        conds.push((**w).clone());
+    if let Some(w) = where_clause {
+        conds.push(w.clone());
     }
     let hash: Vec<usize> = (0..rels.len())
         .filter(|i| rels[*i].1.method == PartitionMethod::Hash)
         .collect();
-    let Some(&first) = hash.first() else {
-        return refuse("joins of reference tables only are not supported yet");
+    let first = match first {
+        Some(f) if rels[f].1.method == PartitionMethod::Hash => f,
+        _ => match hash.first() {
+            Some(&f) => f,
+            None => {
+                return Ok(Err(
+                    "joins of reference tables only are not supported yet".into()
+                ))
+            }
+        },
     };
     let mut parent: Vec<usize> = (0..rels.len()).collect();
     for (a, b) in dist_equalities(&conds, rels) {
@@ -275,7 +340,7 @@ pub fn plan_join(
                     (left.contains(a) && right.contains(b))
                         || (left.contains(b) && right.contains(a))
                 }) {
-                    return refuse("an outer join between distributed tables must have an equality of their distribution columns in its ON clause");
+                    return Ok(Err("an outer join between distributed tables must have an equality of their distribution columns in its ON clause".into()));
                 }
             }
         }
@@ -285,20 +350,20 @@ pub fn plan_join(
     for &i in &hash {
         let t = &rels[i].1;
         if t.colocation_id != base.colocation_id || t.shards.len() != base.shards.len() {
-            return refuse(&format!(
+            return Ok(Err(format!(
                 "\"{}\" and \"{}\" are not co-located",
                 base.name, t.name
-            ));
+            )));
         }
         if find(&mut parent, i) != root {
-            return refuse(&format!(
+            return Ok(Err(format!(
                 "\"{}\" and \"{}\" are not joined on their distribution columns",
                 base.name, t.name
-            ));
+            )));
         }
     }
     // The routed table: a hash table whose distribution column is fixed, if any.
-    let fixed = if s.locking_clause.is_empty() && s.into_clause.is_none() {
+    let fixed = if route {
         hash.iter().find_map(|&i| {
             let (r, t) = &rels[i];
             let col = t.dist_column.as_ref()?;
@@ -306,12 +371,12 @@ pub fn plan_join(
                 Some(a) => q == a,
                 None => q == t.name,
             };
-            find_equality(s.where_clause.as_deref(), col, &names).map(|(v, e)| (i, v, e.clone()))
+            find_equality(where_clause, col, &names).map(|(v, _)| (i, v))
         })
     } else {
         None
     };
-    let primary = fixed.as_ref().map(|(i, _, _)| *i).unwrap_or(first);
+    let primary = fixed.as_ref().map(|(i, _)| *i).unwrap_or(first);
     let ptable = rels[primary].1.clone();
     // Relation order in the template: the primary first.
     let mut order: Vec<usize> = vec![primary];
@@ -326,10 +391,10 @@ pub fn plan_join(
             match t.shards.as_slice() {
                 [one] => ShardMap::Fixed(one.shard_id),
                 _ => {
-                    return refuse(&format!(
+                    return Ok(Err(format!(
                         "reference table \"{}\" has no single shard",
                         t.name
-                    ))
+                    )))
                 }
             }
         } else {
@@ -337,10 +402,10 @@ pub fn plan_join(
             let mut m = std::collections::HashMap::new();
             for (a, b) in ptable.shards.iter().zip(&t.shards) {
                 if a.min != b.min || a.max != b.max {
-                    return refuse(&format!(
+                    return Ok(Err(format!(
                         "the shard ranges of \"{}\" and \"{}\" differ",
                         ptable.name, t.name
-                    ));
+                    )));
                 }
                 m.insert(a.shard_id, b.shard_id);
             }
@@ -353,22 +418,11 @@ pub fn plan_join(
         });
         edits.push(Edit::relation_of(text, r, slot)?);
     }
-    match fixed {
-        Some((_, value, _)) => {
-            Ok(Plan::Router(Arc::new(RouterPlan {
-                template: ShardSqlTemplate::with_relations(text, targets, edits),
-                table: ptable,
-                values: vec![value],
-                is_insert: false,
-                read_only: true,
-                // The simple-protocol shape cache handles one relation only.
-                value_exprs: Vec::new(),
-                relation_span: None,
-                add_alias: false,
-            })))
-        }
-        None => multishard::plan_select_joined(s, text, ptable, Joined { edits, targets }),
-    }
+    Ok(Ok(Paired {
+        primary,
+        fixed: fixed.map(|(_, v)| v),
+        joined: Joined { edits, targets },
+    }))
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 
 pub mod aggregate;
 pub mod copy;
+pub mod create_as;
 pub mod cursor;
 pub mod ddl;
 pub mod distvalue;
@@ -24,8 +25,10 @@ pub mod recursive;
 pub mod router;
 pub mod security;
 pub mod session_command;
+pub mod sql_prepare;
 mod steps;
 pub mod template;
+pub mod update_from;
 pub mod utility;
 
 use crate::catalog::{Catalog, DistTable, PartitionMethod};
@@ -133,6 +136,15 @@ pub const LADDER: &[(&str, PlanStep)] = &[
     ("truncate / vacuum / analyze", steps::propagate),
     ("DDL on a distributed table", steps::ddl),
     ("no distributed table referenced", steps::local),
+    (
+        "create table as / select into from distributed tables",
+        steps::create_as,
+    ),
+    (
+        "create table (like a distributed table)",
+        steps::create_like,
+    ),
+    ("SQL-level prepare", steps::sql_prepare),
     ("co-located or reference join", steps::join),
     (
         "insert into a local table from distributed tables",
@@ -142,6 +154,10 @@ pub const LADDER: &[(&str, PlanStep)] = &[
     (
         "insert ... select through the coordinator node",
         steps::insert_via_coordinator,
+    ),
+    (
+        "update ... from / delete ... using co-located or reference tables",
+        steps::update_from,
     ),
     (
         "one distributed table: router or multi-shard",

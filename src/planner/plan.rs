@@ -78,6 +78,12 @@ pub enum Plan {
     Propagate(Arc<propagate::PropagatePlan>),
     /// DECLARE CURSOR over distributed tables: rows kept on the coordinator node.
     DeclareCursor(Arc<cursor::DeclareCursorPlan>),
+    /// CREATE TABLE AS / SELECT INTO reading distributed tables (`create_as`).
+    CreateTableAs(Arc<create_as::CreateAsPlan>),
+    /// SQL `PREPARE` of a statement on distributed tables (`sql_prepare`).
+    SqlPrepare(Arc<sql_prepare::PreparePlan>),
+    /// SQL `EXECUTE` of a statement pgshard holds (`sql_prepare`).
+    SqlExecute(Arc<sql_prepare::ExecutePlan>),
     /// A SELECT run in parts: subplans into intermediate results first
     /// (`recursive::plan_recursive`).
     Recursive(Arc<recursive::RecursivePlan>),

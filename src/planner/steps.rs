@@ -148,6 +148,61 @@ pub(super) fn local(i: &PlanInput) -> PgResult<Step> {
     Ok(Step::Planned(Plan::Local))
 }
 
+/// CREATE TABLE AS / SELECT INTO reading distributed tables: a local table made
+/// from the query over the shells, filled with the distributed query's rows.
+pub(super) fn create_as(i: &PlanInput) -> PgResult<Step> {
+    match create_as::applies(i.node) {
+        true => planned(create_as::plan_create_as(i.node, &i.stmt.text)),
+        false => Ok(Step::NotMine),
+    }
+}
+
+/// CREATE TABLE naming distributed tables only as LIKE sources: the coordinator
+/// node makes it from the shell.
+pub(super) fn create_like(i: &PlanInput) -> PgResult<Step> {
+    let N::CreateStmt(c) = i.node else {
+        return Ok(Step::NotMine);
+    };
+    let refs = i.references();
+    let dist: Vec<(&RelRef, Arc<DistTable>)> = refs
+        .dist
+        .iter()
+        .map(|(r, t)| (&refs.rels[*r], t.clone()))
+        .collect();
+    Ok(match create_as::only_like_sources(c, &dist) {
+        true => Step::Planned(Plan::Local),
+        false => Step::NotMine,
+    })
+}
+
+/// SQL-level PREPARE of a statement on distributed tables.
+pub(super) fn sql_prepare(i: &PlanInput) -> PgResult<Step> {
+    match i.node {
+        N::PrepareStmt(p) => planned(sql_prepare::plan_prepare(p)),
+        _ => Ok(Step::NotMine),
+    }
+}
+
+/// UPDATE ... FROM / DELETE ... USING between co-located tables joined on their
+/// distribution columns, or with reference tables.
+pub(super) fn update_from(i: &PlanInput) -> PgResult<Step> {
+    if !matches!(i.node, N::UpdateStmt(_) | N::DeleteStmt(_)) || !update_from::applies(i.node) {
+        return Ok(Step::NotMine);
+    }
+    let refs = i.references();
+    let pairs: Vec<(RelRef, Arc<DistTable>)> = refs
+        .dist
+        .iter()
+        .map(|(r, t)| (refs.rels[*r].clone(), t.clone()))
+        .collect();
+    planned_or_deferred(update_from::plan_update_from(
+        i.node,
+        &i.stmt.text,
+        &pairs,
+        refs.rels.len(),
+    ))
+}
+
 /// A SELECT joining distributed tables only: co-located or with reference tables.
 pub(super) fn join(i: &PlanInput) -> PgResult<Step> {
     let refs = i.references();

@@ -312,7 +312,6 @@ async fn generated_shapes_match_postgres() {
 /// `SELECT ... INTO` of the same name fails with 42P07. Un-ignore with the fix (and set
 /// `writes.rs`'s `SELECT_INTO_ROUTED_TO_A_WORKER` to false).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "wrong answer on main: SELECT INTO routed to a worker"]
 async fn select_into_creates_the_table_where_the_client_sees_it() {
     let shard = cluster().client().await;
     let plain = plain_postgres().client().await;

@@ -157,7 +157,7 @@ fn insert_select_on_conflict(rng: &mut Rng, lane: usize) -> Vec<Stmt> {
 /// runs on a worker on main: it answers `SELECT n` and the new table exists there only
 /// (`main.rs`'s ignored `select_into_creates_the_table_where_the_client_sees_it`). While
 /// true, the generator writes CREATE TABLE AS instead of SELECT INTO.
-const SELECT_INTO_ROUTED_TO_A_WORKER: bool = true;
+const SELECT_INTO_ROUTED_TO_A_WORKER: bool = false;
 
 fn create_table_as(rng: &mut Rng, lane: usize, cleanup: &mut Vec<String>) -> Vec<Stmt> {
     let name = format!("{SCHEMA}.ctas{lane}");

@@ -1122,6 +1122,8 @@ impl Session {
         &mut self,
         plan: &InsertSelectPlan,
         params: &BoundParams<'_>,
+        formats: &[i16],
+        describe: bool,
         sink: &mut ResultSink,
     ) -> PgResult<()> {
         if self.calls_aggregate(&plan.functions).await? {
@@ -1153,7 +1155,7 @@ impl Session {
             false
         };
         let r = self
-            .insert_on_nodes(&by_node, params, &[], false, sink)
+            .insert_on_nodes(&by_node, params, formats, describe && plan.returning, sink)
             .await;
         match r {
             Ok(total) => {

@@ -154,6 +154,7 @@ fn reaches_shards(plan: &Plan) -> bool {
             | Plan::InsertSelect(_)
             | Plan::InsertViaCoordinator(_)
             | Plan::InsertIntoLocal(_)
+            | Plan::CreateTableAs(_)
             | Plan::ReferenceWrite { .. }
     )
 }

@@ -75,6 +75,7 @@ pub(super) fn described_on_coordinator(plan: &Plan) -> bool {
             | Plan::ReferenceWrite { .. }
             | Plan::InsertViaCoordinator(_)
             | Plan::InsertIntoLocal(_)
+            | Plan::CreateTableAs(_)
             | Plan::InsertSelect(_)
             | Plan::Recursive(_)
     )

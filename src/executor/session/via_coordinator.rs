@@ -493,7 +493,7 @@ impl Session {
     }
 
     /// The chunks of [`Session::insert_into_local`]; returns the rows inserted.
-    async fn insert_local_rows(
+    pub(super) async fn insert_local_rows(
         &mut self,
         plan: &InsertIntoLocalPlan,
         params: &BoundParams<'_>,
