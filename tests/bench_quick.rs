@@ -154,6 +154,11 @@ fn bench_quick_runs_both_targets() {
             "w3-sysbench-insert",
             "w4-count",
             "w4-groupby",
+            "w4q-cte-groups",
+            "w4q-from-limit",
+            "w4q-union",
+            "w4q-cte-join",
+            "w4q-in-subquery",
             "w4-copy",
         ],
         "{text}"

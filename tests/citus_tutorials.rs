@@ -25,20 +25,12 @@ use tokio_postgres::Client;
 
 /// Statements pgshard refuses today (issue 19); the list must shrink to nothing.
 const EXPECTED_REFUSALS: &[&str] = &[
+    // 42883: Citus's function is not in pgshard's surface yet (issue 22).
     "mt: create_distributed_function",
+    // A PL/pgSQL function deleting from a distributed table runs on the coordinator
+    // node and meets the shell's guard (functions are not delegated to workers).
     "mt: run delete_campaign",
-    "rt: top repo creators",
-    "rt: roll up with country counters",
-    "app: CTE on one tenant",
-    "app: top creators through a subquery in FROM",
-    "app: top creators through a CTE",
-    "app: campaigns of companies with clicks (IN)",
-    "app: ads without impressions (NOT EXISTS, correlated on the tenant)",
-    "app: share of the company's impressions (scalar subquery)",
-    "app: users who pushed or watched (UNION)",
-    "app: one tenant's campaigns above its average budget (HAVING subquery)",
-    "app: pause campaigns with a much-clicked ad (UPDATE ... FROM)",
-    "app: delete clicks of blacklisted sites (DELETE ... USING)",
+    // Views over distributed tables: not yet.
     "app: view of running campaigns",
 ];
 

@@ -58,7 +58,8 @@ pub struct BenchArgs {
     /// Workloads to run (default: all): w1-select-prepared, w1-select-simple, w1-tpcb,
     /// w1-tpcb-simple, w1-tpcb-vs-own-2pc, w1-tpcb-1pc, w2-9shards-2pc, w2-9shards-1pc,
     /// w2-2shards-2pc, w2-2shards-1pc, w2-1shard, w2-1row, w3-sysbench-insert, w4-count,
-    /// w4-groupby, w4-copy; a prefix (w1, w2, ...) selects a group.
+    /// w4-groupby, w4-copy, w4q-cte-groups, w4q-from-limit, w4q-union, w4q-cte-join,
+    /// w4q-in-subquery; a prefix (w1, w2, ...) selects a group.
     pub workloads: Vec<String>,
     /// pgbench scale factor (100,000 accounts each) [default: 10; --quick: 1].
     #[arg(long)]
@@ -358,6 +359,37 @@ const WORKLOADS: &[Workload] = &[
         },
         reference: (Some(0.71), Some(1.0)),
     },
+    w4q(
+        "w4q-cte-groups",
+        "a CTE grouping every row (subplan: the combine step), the spread of its counts on \
+         the coordinator node",
+        "with g as (select c1, count(*) as n from test group by c1) select max(n) - min(n) from g",
+    ),
+    w4q(
+        "w4q-from-limit",
+        "a FROM subquery with ORDER BY id LIMIT 10000 (subplan: LIMIT pushed to every shard), \
+         aggregated on the coordinator node",
+        "select count(*), sum(c2) from (select c2 from test order by id limit 10000) s",
+    ),
+    w4q(
+        "w4q-union",
+        "UNION of two filtered selections (one subplan per arm), ordered",
+        "select c1 from test where c2 = 1 and c3 = 1 union select c1 from test where c2 = 2 \
+         and c3 = 2 order by 1",
+    ),
+    w4q(
+        "w4q-cte-join",
+        "two grouped CTEs (two subplans) joined on the coordinator node",
+        "with a as (select c1, count(*) as n from test where c2 < 50 group by c1), \
+         b as (select c1, count(*) as n from test where c2 >= 50 group by c1) \
+         select a.c1, a.n, b.n from a join b using (c1) order by a.c1",
+    ),
+    w4q(
+        "w4q-in-subquery",
+        "IN (subquery) between two filtered selections of 1,000 rows each (two subplans)",
+        "select count(*) from (select c1 from test where id <= 1000) s \
+         where c1 in (select c2 from test where id <= 1000)",
+    ),
     Workload {
         name: "w4-copy",
         description: "W4 load by COPY: W4's rows (a CSV file exported from the plain \
@@ -367,6 +399,20 @@ const WORKLOADS: &[Workload] = &[
         reference: (None, Some(1.0)),
     },
 ];
+
+/// A W4 query with CTEs, subqueries or set operations (recursive planning), compared
+/// row by row; the group `w4q`.
+const fn w4q(name: &'static str, description: &'static str, sql: &'static str) -> Workload {
+    Workload {
+        name,
+        description,
+        kind: Kind::Query {
+            sql,
+            compare: Compare::Rows,
+        },
+        reference: (None, None),
+    }
+}
 
 /// W4's table, and its rows (`setseed` first, in the same transaction, so that both
 /// targets get the same data and answer the same).
@@ -428,7 +474,7 @@ impl Options {
                 .collect();
             if chosen.is_empty() {
                 bail!(
-                    "unknown workload {name:?}; known: {} (or a group: w1, w2, w3, w4)",
+                    "unknown workload {name:?}; known: {} (or a group: w1, w2, w3, w4, w4q)",
                     WORKLOADS
                         .iter()
                         .map(|w| w.name)

@@ -426,12 +426,14 @@ pub fn pair_shards(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::catalog::{Catalog, DistColumn, ShardInterval};
     use crate::sharding::ranges::ShardIndexer;
 
-    fn table(
+    /// A table for planner tests: hash-distributed on `k` (two shards on groups 1
+    /// and 2) or a reference table on both.
+    pub(crate) fn table(
         relid: u32,
         name: &str,
         method: PartitionMethod,

@@ -157,57 +157,9 @@ pub fn plan_update_from(
 
 #[cfg(test)]
 mod tests {
-    use crate::catalog::{Catalog, DistColumn, ShardInterval};
-    use crate::catalog::{DistTable, PartitionMethod};
+    use crate::catalog::{Catalog, DistTable, PartitionMethod};
+    use crate::planner::join::tests::table;
     use crate::planner::Plan;
-    use crate::sharding::ranges::ShardIndexer;
-
-    fn table(
-        relid: u32,
-        name: &str,
-        method: PartitionMethod,
-        coloc: i32,
-        first_id: i64,
-    ) -> DistTable {
-        let shards: Vec<ShardInterval> = if method == PartitionMethod::Reference {
-            vec![ShardInterval {
-                shard_id: first_id,
-                min: i32::MIN,
-                max: i32::MAX,
-                placement_groups: vec![1, 2],
-            }]
-        } else {
-            crate::sharding::ranges::all_ranges(2)
-                .into_iter()
-                .enumerate()
-                .map(|(i, (min, max))| ShardInterval {
-                    shard_id: first_id + i as i64,
-                    min,
-                    max,
-                    placement_groups: vec![1 + i as i32],
-                })
-                .collect()
-        };
-        DistTable {
-            relid,
-            schema: "public".into(),
-            name: name.into(),
-            method,
-            dist_column: (method == PartitionMethod::Hash).then(|| DistColumn {
-                name: "k".into(),
-                attnum: 1,
-                type_oid: 23,
-                collation: 0,
-                typmod: -1,
-                type_sql: "integer".into(),
-            }),
-            colocation_id: coloc,
-            indexer: ShardIndexer::for_intervals(&shards),
-            shards,
-            columns: vec!["k".into(), "v".into(), format!("{name}_only")],
-            indexes: vec![],
-        }
-    }
 
     fn plan(sql: &str) -> Plan {
         let stmts = crate::sql::parse::parse(sql).unwrap();

@@ -287,7 +287,7 @@ fn application_forms() -> Vec<Step> {
                (SELECT user_id, count(*) AS n FROM github_events \
                 WHERE event_type = 'CreateEvent' AND payload @> '{\"ref_type\": \"repository\"}' \
                 GROUP BY user_id) c ON c.user_id = gu.user_id \
-             ORDER BY n DESC LIMIT 10",
+             ORDER BY n DESC, login LIMIT 10",
             true,
         ),
         read(
@@ -295,7 +295,7 @@ fn application_forms() -> Vec<Step> {
             "WITH creators AS (SELECT user_id, count(*) AS n FROM github_events \
                 WHERE event_type = 'CreateEvent' AND payload @> '{\"ref_type\": \"repository\"}' \
                 GROUP BY user_id) \
-             SELECT login, n FROM creators JOIN github_users USING (user_id) ORDER BY n DESC LIMIT 10",
+             SELECT login, n FROM creators JOIN github_users USING (user_id) ORDER BY n DESC, login LIMIT 10",
             true,
         ),
         read(

@@ -309,8 +309,8 @@ async fn generated_shapes_match_postgres() {
 /// A wrong answer on main found by this generator: `SELECT ... INTO` over a reference table
 /// or one shard of a distributed table is routed to a worker, which creates the table
 /// there; the client is told `SELECT n` but cannot read the table (42P01) and a later
-/// `SELECT ... INTO` of the same name fails with 42P07. Un-ignore with the fix (and set
-/// `writes.rs`'s `SELECT_INTO_ROUTED_TO_A_WORKER` to false).
+/// `SELECT ... INTO` of the same name fails with 42P07. Fixed in session 15 (SELECT ...
+/// INTO reading distributed tables is planned as CREATE TABLE AS on the coordinator node).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn select_into_creates_the_table_where_the_client_sees_it() {
     let shard = cluster().client().await;
