@@ -8,8 +8,8 @@
 
 mod common;
 
-use common::{cluster, plain_postgres};
-use tokio_postgres::{Client, SimpleQueryMessage};
+use common::{cluster, compare, plain_postgres};
+use tokio_postgres::Client;
 
 type Rows = Vec<Vec<Option<String>>>;
 
@@ -22,29 +22,10 @@ enum Outcome {
 }
 
 async fn outcome(c: &Client, sql: &str, ordered: bool) -> Outcome {
-    match c.simple_query(sql).await {
-        Ok(msgs) => {
-            let mut rows = Vec::new();
-            let mut counts = Vec::new();
-            for m in msgs {
-                match m {
-                    SimpleQueryMessage::Row(r) => {
-                        rows.push((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
-                    }
-                    SimpleQueryMessage::CommandComplete(n) => counts.push(n),
-                    _ => {}
-                }
-            }
-            if !ordered {
-                rows.sort();
-            }
-            Outcome::Done { rows, counts }
-        }
-        Err(e) => Outcome::Failed(
-            e.as_db_error()
-                .map(|d| d.code().code().to_string())
-                .unwrap_or_else(|| format!("{e:?}")),
-        ),
+    let answer = compare::run(c, sql).await;
+    match if ordered { answer } else { answer.sorted() } {
+        compare::Outcome::Rows { rows, counts } => Outcome::Done { rows, counts },
+        compare::Outcome::Error { code, .. } => Outcome::Failed(code),
     }
 }
 
