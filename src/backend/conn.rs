@@ -554,6 +554,25 @@ impl BackendConn {
         }
     }
 
+    /// Sends `COPY ... FROM STDIN` (`sql`) and waits until the server is ready for the
+    /// data (CopyInResponse); on an error it reads to ReadyForQuery and returns it.
+    pub async fn start_copy_in(&mut self, sql: &str) -> PgResult<()> {
+        messages::write_query(&mut self.wbuf, sql);
+        self.flush().await?;
+        loop {
+            let f = self.read().await?;
+            match f.tag {
+                b'G' => return Ok(()),
+                b'E' => {
+                    let e = PgError::from_server_fields(f.body);
+                    self.drain_to_ready().await.ok();
+                    return Err(e);
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// Runs one simple query whose results nobody needs, returning its first error.
     pub async fn simple(&mut self, sql: &str) -> PgResult<()> {
         messages::write_query(&mut self.wbuf, sql);

@@ -485,26 +485,11 @@ impl Session {
         catalog: &Catalog,
     ) -> PgResult<()> {
         let binary = cols.iter().all(|c| c.type_oid < FIRST_NORMAL_OBJECT_ID);
-        msg::write_query(
-            &mut conn.wbuf,
-            &format!(
-                "COPY {PARTIALS_TABLE} FROM STDIN{}",
-                if binary { " (FORMAT binary)" } else { "" }
-            ),
-        );
-        conn.flush().await?;
-        loop {
-            let f = conn.read().await?;
-            match f.tag {
-                b'G' => break,
-                b'E' => {
-                    let e = PgError::from_server_fields(f.body);
-                    conn.drain_to_ready().await.ok();
-                    return Err(e);
-                }
-                _ => {}
-            }
-        }
+        conn.start_copy_in(&format!(
+            "COPY {PARTIALS_TABLE} FROM STDIN{}",
+            if binary { " (FORMAT binary)" } else { "" }
+        ))
+        .await?;
         if binary {
             msg::write_raw(&mut conn.wbuf, b'd', &combine::COPY_BINARY_HEADER);
         }

@@ -2291,12 +2291,8 @@ impl Session {
             decisions: &self.shared.decisions,
             pools: &self.shared.pools,
             coordinator: &self.shared.coordinator,
-            gid_prefix: format!(
-                "pgshard_{}_{}_{}",
-                self.shared.instance_id,
-                std::process::id(),
-                self.tx.txn_serial
-            ),
+            instance_id: &self.shared.instance_id,
+            txn_serial: self.tx.txn_serial,
             delete_records: self.shared.cfg.recovery_interval_secs == 0,
         };
         let result = distributed::end(

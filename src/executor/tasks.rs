@@ -45,11 +45,13 @@ impl Session {
         let empty = BindMsg::default_empty();
         let bind = params.bind.unwrap_or(&empty);
         let mut first = describe == Describe::FirstTask;
+        // Per node: which task each statement written is (None: a statement around a
+        // large task).
         let mut nodes = Vec::with_capacity(tasks.len());
         for t in tasks {
             let idx = self.bulk_conn(&t.addr, write).await?;
             let h = &mut self.tx.held[idx];
-            write_tasks(
+            let written = write_tasks(
                 &mut h.conn.wbuf,
                 &t.sql,
                 params.types,
@@ -60,22 +62,24 @@ impl Session {
             msg::write_sync(&mut h.conn.wbuf);
             h.in_batch = false;
             h.conn.flush().await?;
-            nodes.push(idx);
+            nodes.push((idx, written));
         }
         // Read every node's answers (they ran in parallel meanwhile).
         let mut err: Option<PgError> = None;
         let mut total = 0u64;
-        for (t, idx) in tasks.iter().zip(nodes) {
-            // Which of the node's tasks is answering.
-            let mut n = 0;
-            let mut jit_replies = 0;
+        for (t, (idx, written)) in tasks.iter().zip(nodes) {
+            // The statement answering: the node runs them in order.
+            let mut at = 0;
             loop {
                 let f = self.tx.held[idx].conn.read().await?;
                 match f.tag {
                     b'Z' => break,
                     b'E' => {
                         if err.is_none() {
-                            let sql = t.sql.get(n).map(String::as_str).unwrap_or("");
+                            let sql = match written.get(at) {
+                                Some(Some(task)) => t.sql[*task].as_str(),
+                                _ => "(the setting of jit around a large statement)",
+                            };
                             err = Some(error_with_context(
                                 &f.body,
                                 &format!("while executing on node {}: {}", t.addr, abridged(sql)),
@@ -83,22 +87,13 @@ impl Session {
                         }
                     }
                     b'C' => {
-                        // The statements turning JIT off and back around a large
-                        // task answer too.
-                        if !t
-                            .sql
-                            .get(n)
-                            .is_some_and(|sql| sql.len() > LARGE_STATEMENT_BYTES)
-                            || jit_replies == 2
-                        {
-                            n += 1;
-                            jit_replies = 0;
-                        } else {
-                            jit_replies += 1;
-                        }
-                        total += rows_of_tag(&f.body);
-                        if err.is_none() {
-                            on_reply(f, sink)?;
+                        let task = written.get(at).copied().flatten();
+                        at += 1;
+                        if task.is_some() {
+                            total += msg::command_rows(&f.body);
+                            if err.is_none() {
+                                on_reply(f, sink)?;
+                            }
                         }
                     }
                     b'N' => sink.push_frame(b'N', f.body),
@@ -119,16 +114,6 @@ impl Session {
             None => Ok(total),
         }
     }
-}
-
-/// The rows a command tag reports (its last word), 0 for none.
-fn rows_of_tag(body: &[u8]) -> u64 {
-    String::from_utf8_lossy(body)
-        .trim_end_matches('\0')
-        .rsplit(' ')
-        .next()
-        .and_then(|x| x.parse::<u64>().ok())
-        .unwrap_or(0)
 }
 
 /// A statement as an error's context shows it: its first 500 bytes.
@@ -159,7 +144,8 @@ const JIT_RESTORE: &str =
 
 /// Writes one node's tasks into its batch (before the Sync), each as an unnamed
 /// Parse/Bind/Execute; `describe`: whether the next task is described (cleared after
-/// the first). A task larger than `LARGE_STATEMENT_BYTES` runs without JIT.
+/// the first). A task larger than `LARGE_STATEMENT_BYTES` runs without JIT. Returns,
+/// for each statement written in order, the task it is (None: a JIT setting).
 pub(super) fn write_tasks(
     buf: &mut BytesMut,
     tasks: &[String],
@@ -167,19 +153,24 @@ pub(super) fn write_tasks(
     bind: &BindMsg,
     formats: &[i16],
     describe: &mut bool,
-) {
+) -> Vec<Option<usize>> {
     let empty = BindMsg::default_empty();
-    for sql in tasks {
+    let mut written = Vec::with_capacity(tasks.len());
+    for (i, sql) in tasks.iter().enumerate() {
         let large = sql.len() > LARGE_STATEMENT_BYTES;
         if large {
             for s in JIT_OFF {
                 msg::write_unnamed_run(buf, s, &[], &empty, &[], false);
+                written.push(None);
             }
         }
         msg::write_unnamed_run(buf, sql, param_types, bind, formats, *describe);
+        written.push(Some(i));
         *describe = false;
         if large {
             msg::write_unnamed_run(buf, JIT_RESTORE, &[], &empty, &[], false);
+            written.push(None);
         }
     }
+    written
 }

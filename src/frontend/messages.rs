@@ -756,8 +756,26 @@ pub fn command_tag(body: &[u8]) -> &str {
     std::str::from_utf8(&body[..end]).unwrap_or("")
 }
 
+/// The row count a CommandComplete reports (its tag's last word: `INSERT 0 12` → 12,
+/// `COPY 5` → 5), 0 for tags without one.
+pub fn command_rows(body: &[u8]) -> u64 {
+    command_tag(body)
+        .rsplit(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn command_tags_give_their_row_count() {
+        assert_eq!(super::command_rows(b"INSERT 0 12\0"), 12);
+        assert_eq!(super::command_rows(b"UPDATE 3\0"), 3);
+        assert_eq!(super::command_rows(b"INSERT 0 0\0"), 0);
+        assert_eq!(super::command_rows(b"CREATE TABLE\0"), 0);
+    }
+
     #[test]
     fn unnamed_run_is_parse_bind_describe_execute() {
         let bind = super::BindMsg {

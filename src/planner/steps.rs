@@ -207,11 +207,7 @@ pub(super) fn update_from(i: &PlanInput) -> PgResult<Step> {
 pub(super) fn join(i: &PlanInput) -> PgResult<Step> {
     let refs = i.references();
     match i.node {
-        N::SelectStmt(s)
-            if refs.rels.len() > 1
-                && refs.dist.len() == refs.rels.len()
-                && s.into_clause.is_none() =>
-        {
+        N::SelectStmt(s) if refs.rels.len() > 1 && refs.dist.len() == refs.rels.len() => {
             let pairs: Vec<(RelRef, Arc<DistTable>)> = refs
                 .dist
                 .iter()
@@ -302,13 +298,6 @@ pub(super) fn one_table(i: &PlanInput) -> PgResult<Step> {
         return Ok(Step::NotMine);
     }
     let refs = i.references();
-    if matches!(i.node, N::SelectStmt(s) if s.into_clause.is_some()) {
-        // SELECT ... INTO creates a table: never on a worker.
-        return Ok(Step::Deferred(PgError::not_supported(format!(
-            "pgshard does not support SELECT ... INTO from the distributed table \"{}\" yet",
-            refs.dist[0].1.name
-        ))));
-    }
     if refs.rels.len() != 1 || refs.dist.len() != 1 {
         return Ok(Step::Deferred(PgError::not_supported(format!(
             "pgshard does not support statements that combine the distributed table \"{}\" with other tables or subqueries yet",

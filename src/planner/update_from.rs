@@ -157,7 +157,7 @@ pub fn plan_update_from(
 
 #[cfg(test)]
 mod tests {
-    use crate::catalog::{Catalog, DistTable, PartitionMethod};
+    use crate::catalog::{Catalog, PartitionMethod};
     use crate::planner::join::tests::table;
     use crate::planner::Plan;
 

@@ -71,8 +71,10 @@ pub struct CommitServices<'a> {
     pub decisions: &'a decision::Target,
     pub pools: &'a Pools,
     pub coordinator: &'a NodeAddr,
-    /// `pgshard_<instance>_<pid>_<serial>`: the transaction's gids are `<prefix>_<n>`.
-    pub gid_prefix: String,
+    /// This pgshard process's instance id and the session's transaction serial: the
+    /// transaction's gids are `pgshard_<instance>_<pid>_<serial>_<n>`.
+    pub instance_id: &'a str,
+    pub txn_serial: u64,
     /// Delete the decision records once committed (periodic recovery off; with it
     /// on, recovery deletes finished transactions' records in bulk, as Citus does).
     pub delete_records: bool,
@@ -126,7 +128,12 @@ async fn two_phase(
     end_messages: &mut Vec<Frame>,
 ) -> PgResult<()> {
     let catalog = services.catalog.snapshot();
-    let prefix = services.gid_prefix.clone();
+    let prefix = format!(
+        "pgshard_{}_{}_{}",
+        services.instance_id,
+        std::process::id(),
+        services.txn_serial
+    );
     // Recovery leaves the transaction alone until this function returns.
     let _in_flight = InFlight::register(prefix.clone());
     let group_of = |addr: &NodeAddr| {

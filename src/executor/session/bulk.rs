@@ -652,14 +652,7 @@ impl Session {
             let f = self.tx.held[idx].conn.read().await?;
             match f.tag {
                 b'C' => {
-                    let tag = String::from_utf8_lossy(&f.body);
-                    let n: u64 = tag
-                        .trim_end_matches('\0')
-                        .rsplit(' ')
-                        .next()
-                        .and_then(|x| x.parse().ok())
-                        .unwrap_or(0);
-                    st.copied += n;
+                    st.copied += msg::command_rows(&f.body);
                 }
                 b'E' => {
                     if st.error.is_none() {
@@ -789,15 +782,7 @@ impl Session {
                             }
                         }
                     }
-                    b'C' => {
-                        let tag = String::from_utf8_lossy(&f.body);
-                        total += tag
-                            .trim_end_matches('\0')
-                            .rsplit(' ')
-                            .next()
-                            .and_then(|x| x.parse::<u64>().ok())
-                            .unwrap_or(0);
-                    }
+                    b'C' => total += msg::command_rows(&f.body),
                     b'E' => {
                         if err.is_none() {
                             err = Some(error_with_context(

@@ -121,20 +121,8 @@ impl Session {
 
         let idx = self.bulk_conn(&coord, false).await?;
         let conn = &mut self.tx.held[idx].conn;
-        msg::write_query(&mut conn.wbuf, &format!("COPY {} FROM STDIN", sub.table));
-        conn.flush().await?;
-        loop {
-            let f = conn.read().await?;
-            match f.tag {
-                b'G' => break,
-                b'E' => {
-                    let e = PgError::from_server_fields(f.body);
-                    read_answer(conn, |_, _| {}).await.ok();
-                    return Err(e);
-                }
-                _ => {}
-            }
-        }
+        conn.start_copy_in(&format!("COPY {} FROM STDIN", sub.table))
+            .await?;
         let mut line = BytesMut::new();
         for f in rows.frames.iter().filter(|f| f.tag == b'D') {
             line.clear();

@@ -543,7 +543,7 @@ impl Session {
             conn.flush().await?;
             read_answer(conn, |tag, body| match tag {
                 b'T' | b'D' | b'N' => sink.push_frame(tag, body),
-                b'C' => count += command_rows(&body),
+                b'C' => count += msg::command_rows(&body),
                 _ => {}
             })
             .await?;
@@ -627,16 +627,6 @@ pub(super) async fn read_answer(
     }
 }
 
-/// The row count of a CommandComplete tag (`INSERT 0 12` → 12).
-fn command_rows(body: &[u8]) -> u64 {
-    let tag = body.split(|&b| b == 0).next().unwrap_or_default();
-    std::str::from_utf8(tag)
-        .ok()
-        .and_then(|t| t.rsplit(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -675,11 +665,5 @@ mod tests {
             sql,
             "INSERT INTO t (a, b) SELECT * FROM (VALUES (1, 2)) pgshard_rows ON CONFLICT (a) DO UPDATE SET b = excluded.b RETURNING a"
         );
-    }
-
-    #[test]
-    fn command_tags_give_their_row_count() {
-        assert_eq!(command_rows(b"INSERT 0 12\0"), 12);
-        assert_eq!(command_rows(b"INSERT 0 0\0"), 0);
     }
 }
