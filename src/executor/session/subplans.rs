@@ -64,47 +64,37 @@ impl Session {
                     )
                     .await;
             }
-            if !made.is_empty() {
-                // In a failed block this fails too; its rollback removes them.
-                let sql = format!("DROP TABLE IF EXISTS {}", made.join(", "));
-                let coord = self.shared.coordinator.clone();
-                if let Ok(idx) = self.bulk_conn(&coord, false).await {
-                    let conn = &mut self.tx.held[idx].conn;
-                    msg::write_query(&mut conn.wbuf, &sql);
-                    if conn.flush().await.is_ok() {
-                        read_answer(conn, |_, _| {}).await.ok();
-                    }
-                }
-            }
+            self.drop_intermediate_results(&made).await;
             done
         })
     }
 
+    /// Drops the intermediate results `made` (in a failed block this fails too; its
+    /// rollback removes them).
+    pub(super) async fn drop_intermediate_results(&mut self, made: &[&str]) {
+        if made.is_empty() {
+            return;
+        }
+        let sql = format!("DROP TABLE IF EXISTS {}", made.join(", "));
+        let coord = self.shared.coordinator.clone();
+        if let Ok(idx) = self.bulk_conn(&coord, false).await {
+            let conn = &mut self.tx.held[idx].conn;
+            msg::write_query(&mut conn.wbuf, &sql);
+            if conn.flush().await.is_ok() {
+                read_answer(conn, |_, _| {}).await.ok();
+            }
+        }
+    }
+
     /// One subplan: its table created (exact types), its rows run and copied in.
-    async fn intermediate_result<'a>(
+    pub(super) async fn intermediate_result<'a>(
         &mut self,
         sub: &'a SubPlan,
         params: &BoundParams<'_>,
         made: &mut Vec<&'a str>,
     ) -> PgResult<()> {
+        self.create_intermediate_table(sub, params, made).await?;
         let coord = self.shared.coordinator.clone();
-        let empty = BindMsg::default_empty();
-        let bind = params.bind.unwrap_or(&empty);
-        let idx = self.bulk_conn(&coord, false).await?;
-        let conn = &mut self.tx.held[idx].conn;
-        msg::write_unnamed_run(
-            &mut conn.wbuf,
-            &sub.create_sql,
-            params.types,
-            bind,
-            &[],
-            false,
-        );
-        msg::write_sync(&mut conn.wbuf);
-        conn.flush().await?;
-        read_answer(conn, |_, _| {}).await?;
-        made.push(&sub.table);
-
         let mut rows = ResultSink::capturing();
         self.plan_into(&sub.plan, &sub.stmt, params, &[], false, &mut rows)
             .await?;
@@ -135,6 +125,34 @@ impl Session {
         msg::write_raw(&mut conn.wbuf, b'c', &[]);
         conn.flush().await?;
         read_answer(conn, |_, _| {}).await
+    }
+
+    /// A subplan's table, created empty with the subtree's exact types (EXPLAIN makes
+    /// them so to explain the statement over them).
+    pub(super) async fn create_intermediate_table<'a>(
+        &mut self,
+        sub: &'a SubPlan,
+        params: &BoundParams<'_>,
+        made: &mut Vec<&'a str>,
+    ) -> PgResult<()> {
+        let coord = self.shared.coordinator.clone();
+        let empty = BindMsg::default_empty();
+        let bind = params.bind.unwrap_or(&empty);
+        let idx = self.bulk_conn(&coord, false).await?;
+        let conn = &mut self.tx.held[idx].conn;
+        msg::write_unnamed_run(
+            &mut conn.wbuf,
+            &sub.create_sql,
+            params.types,
+            bind,
+            &[],
+            false,
+        );
+        msg::write_sync(&mut conn.wbuf);
+        conn.flush().await?;
+        read_answer(conn, |_, _| {}).await?;
+        made.push(&sub.table);
+        Ok(())
     }
 
     /// Runs a plan of pgshard's own (a subplan, an outer statement, a SELECT feeding an
