@@ -25,11 +25,6 @@ use tokio_postgres::Client;
 
 /// Statements pgshard refuses today (issue 19); the list must shrink to nothing.
 const EXPECTED_REFUSALS: &[&str] = &[
-    // 42883: Citus's function is not in pgshard's surface yet (issue 22).
-    "mt: create_distributed_function",
-    // A PL/pgSQL function deleting from a distributed table runs on the coordinator
-    // node and meets the shell's guard (functions are not delegated to workers).
-    "mt: run delete_campaign",
     // Views over distributed tables: not yet.
     "app: view of running campaigns",
 ];

@@ -71,7 +71,14 @@ fn load_sql() -> String {
      'groups', (SELECT coalesce(json_agg(pl.groupid ORDER BY pl.placementid), '[]')
                 FROM pg_catalog.pg_dist_placement pl
                 WHERE pl.shardid = s.shardid AND pl.shardstate = 1))), '[]')
-  FROM pg_catalog.pg_dist_shard s)::text"#
+  FROM pg_catalog.pg_dist_shard s)::text,
+ (SELECT coalesce(json_agg(json_build_object(
+     'oid', p.oid::int8, 'schema', n.nspname, 'name', p.proname, 'nargs', p.pronargs,
+     'dist_arg', o.distribution_argument_index, 'colocation_id', o.colocationid)), '[]')
+  FROM pg_catalog.pg_dist_object o
+  JOIN pg_catalog.pg_proc p ON o.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND p.oid = o.objid
+  JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+  WHERE o.colocationid IS NOT NULL)::text"#
     )
 }
 
@@ -251,12 +258,15 @@ pub async fn load(client: &Client) -> Result<Catalog, PgError> {
     let nodes: String = row.get(1);
     let tables: String = row.get(2);
     let shards: String = row.get(3);
-    build_catalog(
+    let functions: String = row.get(4);
+    let mut catalog = build_catalog(
         version.unwrap_or(0),
         parse_json("node", &nodes)?,
         parse_json("table", &tables)?,
         parse_json("shard", &shards)?,
-    )
+    )?;
+    catalog.functions = parse_json("function", &functions)?;
+    Ok(catalog)
 }
 
 #[cfg(test)]

@@ -110,6 +110,21 @@ pub struct Catalog {
     pub tables_by_oid: HashMap<Oid, Arc<DistTable>>,
     /// Table name -> every distributed table of that name (across schemas).
     pub tables_by_name: HashMap<String, Vec<Arc<DistTable>>>,
+    /// Functions distributed with `create_distributed_function`.
+    pub functions: Vec<DistFunction>,
+}
+
+/// A function distributed with `create_distributed_function` (a `pg_dist_object` row
+/// with a colocation group): pgshard runs its calls itself.
+#[derive(Debug, Clone, serde::Deserialize, PartialEq, Eq)]
+pub struct DistFunction {
+    pub oid: Oid,
+    pub schema: String,
+    pub name: String,
+    pub nargs: i32,
+    /// The distribution argument (0-based), if any.
+    pub dist_arg: Option<i32>,
+    pub colocation_id: i32,
 }
 
 impl Catalog {

@@ -21,6 +21,7 @@
 pub mod ddl;
 pub mod dependencies;
 pub mod distribute;
+pub mod functions;
 pub mod nodes;
 pub mod privileges;
 pub mod reference;
@@ -158,6 +159,15 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
     ),
     ("create_reference_table", &["table_name"]),
     (
+        "create_distributed_function",
+        &[
+            "function_name",
+            "distribution_arg_name",
+            "colocate_with",
+            "force_delegation",
+        ],
+    ),
+    (
         "get_shard_id_for_distribution_column",
         &["table_name", "distribution_value"],
     ),
@@ -274,6 +284,9 @@ pub async fn call_utility(
             distribute::create_distributed_table(cache, settings, &args, &notices, caller).await
         }
         "create_reference_table" => reference::create_reference_table(cache, &args, caller).await,
+        "create_distributed_function" => {
+            functions::create_distributed_function(cache, &args, caller).await
+        }
         "get_shard_id_for_distribution_column" => {
             shards::get_shard_id_for_distribution_column(cache, &args).await
         }

@@ -70,6 +70,8 @@ mod session_commands;
 mod settings;
 /// SQL-level PREPARE / EXECUTE of statements on distributed tables.
 mod sql_prepare;
+/// Calls of distributed functions: their statements run by pgshard.
+mod function_call;
 /// Recursively planned statements: subplans into intermediate results, then the rest.
 mod subplans;
 /// A client's own PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED.
@@ -2043,6 +2045,7 @@ impl Session {
             Plan::CreateTableAs(p) => self.create_table_as(p, params, sink).await,
             Plan::SqlPrepare(p) => self.sql_prepare(p, sink).await,
             Plan::SqlExecute(p) => self.sql_execute(p, params, sink).await,
+            Plan::FunctionCall(p) => self.function_call(p, params, formats, describe, sink).await,
             Plan::CopyIn(p) => self.copy_in(p, params.bind.is_some(), sink).await,
             Plan::CopyOut(p) => self.copy_out(p, sink).await,
             Plan::MultiShardModify(m) => {

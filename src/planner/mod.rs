@@ -13,6 +13,7 @@ pub mod distvalue;
 pub mod evaluate;
 pub mod explain;
 pub mod fastpath;
+pub mod function_call;
 pub mod insert;
 pub mod insert_select;
 pub mod join;
@@ -130,6 +131,7 @@ pub const LADDER: &[(&str, PlanStep)] = &[
     ("role statement", steps::role),
     ("grant", steps::grant),
     ("no distributed table yet", steps::empty_catalog),
+    ("call of a distributed function", steps::function_call),
     ("object DDL", steps::objects),
     ("explain", steps::explain),
     ("drop of distributed tables or indexes", steps::drop),

@@ -41,6 +41,8 @@ pub enum Plan {
     CopyOut(Arc<copy::CopyOutPlan>),
     /// UPDATE / DELETE on every shard of a table.
     MultiShardModify(Arc<multishard::ModifyPlan>),
+    /// A call of a distributed function: its statements run by pgshard.
+    FunctionCall(Arc<function_call::FunctionCallPlan>),
     /// EXPLAIN of a statement on distributed tables.
     Explain(Arc<explain::ExplainPlan>),
     /// DROP TABLE naming distributed tables.

@@ -113,7 +113,7 @@ pub fn plan_execute(e: &protobuf::ExecuteStmt) -> Plan {
     }))
 }
 
-fn is_constant(n: &protobuf::Node) -> bool {
+pub(super) fn is_constant(n: &protobuf::Node) -> bool {
     match n.node.as_ref() {
         Some(N::AConst(_)) => true,
         Some(N::TypeCast(tc)) => tc.arg.as_deref().is_some_and(is_constant),

@@ -69,6 +69,17 @@ pub(super) fn empty_catalog(i: &PlanInput) -> PgResult<Step> {
     })
 }
 
+/// `SELECT f(...)` of a function distributed with `create_distributed_function`.
+pub(super) fn function_call(i: &PlanInput) -> PgResult<Step> {
+    Ok(match i.node {
+        N::SelectStmt(s) => match super::function_call::plan_function_call(s, i.catalog) {
+            Some(p) => Step::Planned(p),
+            None => Step::NotMine,
+        },
+        _ => Step::NotMine,
+    })
+}
+
 /// Types, domains, collations, functions and schemas: every worker too.
 pub(super) fn objects(i: &PlanInput) -> PgResult<Step> {
     Ok(match objects::plan_objects(i.node, &i.stmt.text) {

@@ -130,7 +130,7 @@ impl Session {
     /// `sql`'s rows on the client's own coordinator-node connection: inside a block the
     /// block's (joined now if it was not yet), else its home connection with its
     /// settings.
-    async fn home_rows(&mut self, sql: &str) -> PgResult<Vec<Vec<Option<String>>>> {
+    pub(super) async fn home_rows(&mut self, sql: &str) -> PgResult<Vec<Vec<Option<String>>>> {
         let coord = self.shared.coordinator.clone();
         if self.tx.state != TxnState::Idle || self.held_index(&coord).is_some() {
             let idx = self.bulk_conn(&coord, false).await?;

@@ -90,24 +90,42 @@ impl Session {
         let stmt = stmts.remove(0);
         let catalog = self.shared.catalog.snapshot();
         let inner = self.plan_statement(&stmt, &catalog).await?;
-        match &inner {
-            Plan::SqlExecute(_) | Plan::SqlPrepare(_) => {
-                Err(PgError::not_supported("EXECUTE of EXECUTE"))
-            }
-            // As the simple protocol runs them (`simple_query`).
-            Plan::Local => {
-                let coord = self.shared.coordinator.clone();
-                self.simple_on_backend(&coord, &sql, !is_read_only_local(&stmt))
-                    .await
-            }
+        if matches!(inner, Plan::SqlExecute(_) | Plan::SqlPrepare(_)) {
+            return Err(PgError::not_supported("EXECUTE of EXECUTE"));
+        }
+        self.run_as_simple_query(&inner, &stmt, params, sink, false)
+            .await
+    }
+
+    /// Runs the planned statement `stmt` of pgshard's own making as the simple
+    /// protocol runs a client's (`simple_query`): on the coordinator node or one shard
+    /// as written, anything else by its plan. Replies go to the client, or all into
+    /// `sink` with `capture` (an error is then only returned).
+    pub(super) async fn run_as_simple_query(
+        &mut self,
+        inner: &Plan,
+        stmt: &Statement,
+        params: &BoundParams<'_>,
+        sink: &mut ResultSink,
+        capture: bool,
+    ) -> PgResult<()> {
+        let catalog = self.shared.catalog.snapshot();
+        let (addr, sql, write) = match inner {
+            Plan::Local => (
+                self.shared.coordinator.clone(),
+                stmt.text.clone(),
+                !is_read_only_local(stmt),
+            ),
             Plan::Router(r) => {
                 let shard = route_bound(r, &[], &BindMsg::default_empty(), &catalog)?;
                 let addr = placement_addr(&catalog, shard)?;
-                let shard_sql = r.template.for_shard(shard.shard_id);
-                self.simple_on_backend(&addr, &shard_sql, !r.read_only)
-                    .await
+                (addr, r.template.for_shard(shard.shard_id), !r.read_only)
             }
-            _ => Box::pin(self.run_plan(&inner, &stmt, params, &[], true, sink)).await,
-        }
+            _ => return Box::pin(self.run_plan(inner, stmt, params, &[], true, sink)).await,
+        };
+        let into = if capture { Some(sink) } else { None };
+        self.simple_on_backend_into(&addr, &sql, write, into)
+            .await
+            .map(|_| ())
     }
 }
