@@ -21,7 +21,7 @@ struct PartialColumn {
 }
 
 /// Shards grouped by the node holding them, in shard order.
-fn shards_by_node<'a>(
+pub(super) fn shards_by_node<'a>(
     catalog: &Catalog,
     table: &'a crate::catalog::DistTable,
 ) -> PgResult<Vec<(NodeAddr, Vec<&'a ShardInterval>)>> {

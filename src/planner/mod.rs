@@ -16,6 +16,7 @@ pub mod fastpath;
 pub mod insert;
 pub mod insert_select;
 pub mod join;
+pub mod modify_recursive;
 pub mod multishard;
 pub mod names;
 pub mod objects;
@@ -168,6 +169,10 @@ pub const LADDER: &[(&str, PlanStep)] = &[
     (
         "recursive planning: subplans into intermediate results",
         steps::recursive,
+    ),
+    (
+        "update / delete over intermediate results shipped to the workers",
+        steps::modify_recursive,
     ),
 ];
 
