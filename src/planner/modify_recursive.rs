@@ -136,7 +136,7 @@ pub fn plan_modify_recursive(
     cx.cut_ctes(&mut tree);
     cx.cut_subqueries(&mut tree);
     cx.pull_tables(&mut tree);
-    if cx.failed || cx.subplans.is_empty() {
+    if cx.failed || (cx.subplans.is_empty() && runs == OuterRuns::OnCoordinator) {
         return None;
     }
     let Some(table) = table else {
@@ -370,6 +370,16 @@ mod tests {
         assert!(matches!(p.outer_plan, Plan::Local));
         assert!(p.shipped.is_empty());
         assert!(p.outer.text.contains("pg_temp.pgs_intermediate_"));
+    }
+
+    #[test]
+    fn reference_tables_alone_need_no_result() {
+        let p = parts("UPDATE r SET v = x.v FROM r x WHERE x.k = r.v");
+        assert!(p.subplans.is_empty() && p.shipped.is_empty());
+        assert!(matches!(p.outer_plan, Plan::ReferenceWrite { .. }));
+        let p = parts("DELETE FROM a WHERE a.v IN (SELECT r.v FROM r WHERE r.k > 2)");
+        assert!(p.subplans.is_empty());
+        assert!(matches!(p.outer_plan, Plan::MultiShardModify(_)));
     }
 
     #[test]
