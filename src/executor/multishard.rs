@@ -1,12 +1,11 @@
 //! Multi-shard execution (a child module of `session`, so it shares the session's
 //! connections and transaction state): reads streamed from every shard, reads
 //! combined on the coordinator node's PostgreSQL over the shards' rows, UPDATE and
-//! DELETE on every shard, and EXPLAIN of distributed statements in Citus's shape.
+//! DELETE on every shard.
 
 use super::tasks::write_tasks;
 use super::*;
 use crate::planner::aggregate::{CombinePlan, CombineStage, PARTIALS_TABLE};
-use crate::planner::explain::ExplainPlan;
 use crate::planner::multishard::ModifyPlan;
 
 /// Types created by initdb: their binary form is the same on every node (user-defined
@@ -14,10 +13,10 @@ use crate::planner::multishard::ModifyPlan;
 const FIRST_NORMAL_OBJECT_ID: u32 = 16384;
 
 /// A column of the coordinator's temporary table.
-struct PartialColumn {
-    name: String,
-    type_oid: u32,
-    type_name: String,
+pub(super) struct PartialColumn {
+    pub(super) name: String,
+    pub(super) type_oid: u32,
+    pub(super) type_name: String,
 }
 
 /// Shards grouped by the node holding them, in shard order.
@@ -37,7 +36,7 @@ pub(super) fn shards_by_node<'a>(
 }
 
 /// The shard ids of a node's shards.
-fn ids_of(shards: &[&ShardInterval]) -> Vec<ShardId> {
+pub(super) fn ids_of(shards: &[&ShardInterval]) -> Vec<ShardId> {
     shards.iter().map(|s| s.shard_id).collect()
 }
 
@@ -342,7 +341,7 @@ impl Session {
 
     /// BEGIN and the temporary table of a stage's worker rows (exact types from the
     /// shell table). Returns its columns.
-    async fn create_partials_table(
+    pub(super) async fn create_partials_table(
         conn: &mut PooledConn,
         stage: &CombineStage,
         param_types: &[u32],
@@ -661,203 +660,5 @@ impl Session {
             .await?;
         sink.complete(&format!("{} {total}", m.verb));
         Ok(())
-    }
-
-    // ---- EXPLAIN -----------------------------------------------------------
-
-    /// Runs `sql` on `addr` inside the session's transaction and returns the first
-    /// column of its rows (EXPLAIN output).
-    async fn text_rows_on(
-        &mut self,
-        addr: &NodeAddr,
-        sql: &str,
-        write: bool,
-    ) -> PgResult<Vec<String>> {
-        let idx = self.join(addr, write).await?;
-        self.drain_all().await?;
-        let h = &mut self.tx.held[idx];
-        h.in_batch = false;
-        h.conn.simple_column(sql).await
-    }
-
-    pub(super) async fn explain(
-        &mut self,
-        e: &ExplainPlan,
-        params: &BoundParams<'_>,
-        formats: &[i16],
-        describe: bool,
-        sink: &mut ResultSink,
-    ) -> PgResult<()> {
-        if params.bind.is_some_and(|b| !b.params.is_empty()) {
-            return Err(PgError::not_supported(
-                "pgshard does not support EXPLAIN of distributed queries with parameters yet",
-            ));
-        }
-        let catalog = self.shared.catalog.snapshot();
-        let all_tasks = self.explain_all_tasks;
-        let dbname = self.shared.cfg.database.clone();
-        let lines = match &e.inner {
-            Plan::Router(r) => {
-                let shard = route_bound(r, &[], &BindMsg::default_empty(), &catalog)?;
-                let addr = placement_addr(&catalog, shard)?;
-                let sql = format!("{}{}", e.prefix, r.template.for_shard(shard.shard_id));
-                let worker = self
-                    .text_rows_on(&addr, &sql, e.analyze && !r.read_only)
-                    .await?;
-                crate::planner::explain::custom_scan(
-                    1,
-                    &[(addr.host.clone(), addr.port, worker)],
-                    &dbname,
-                    true,
-                    e.costs,
-                    0,
-                )
-            }
-            Plan::MultiShard(m) => self.explain_multi_shard(e, m, &catalog, all_tasks).await?,
-            Plan::MultiShardModify(m) => {
-                if e.analyze {
-                    return Err(PgError::not_supported(
-                        "pgshard does not support EXPLAIN ANALYZE of multi-shard UPDATE/DELETE yet",
-                    ));
-                }
-                let tasks = m
-                    .table
-                    .shards
-                    .iter()
-                    .map(|s| (s.shard_id, m.template.for_shard(s.shard_id)))
-                    .collect::<Vec<_>>();
-                self.explain_tasks(e, &m.table, &tasks, &catalog, all_tasks, 0)
-                    .await?
-            }
-            Plan::Unsupported(err) => return Err(err.clone()),
-            _ => {
-                return Err(PgError::not_supported(
-                    "pgshard does not support EXPLAIN of this statement",
-                ))
-            }
-        };
-        if describe {
-            sink.row_description(&[FieldDesc::computed(
-                "QUERY PLAN",
-                25,
-                -1,
-                result_format(formats, 0),
-            )]);
-        }
-        for l in &lines {
-            sink.data_row(&[Some(l.as_bytes())]);
-        }
-        sink.complete("EXPLAIN");
-        Ok(())
-    }
-
-    /// The Custom Scan block of `tasks` (shard id, shard SQL): the first task or all.
-    async fn explain_tasks(
-        &mut self,
-        e: &ExplainPlan,
-        table: &crate::catalog::DistTable,
-        tasks: &[(ShardId, String)],
-        catalog: &Catalog,
-        all_tasks: bool,
-        rows: u64,
-    ) -> PgResult<Vec<String>> {
-        let shown = if all_tasks {
-            tasks.len()
-        } else {
-            1.min(tasks.len())
-        };
-        let mut explained = Vec::new();
-        for (shard_id, sql) in tasks.iter().take(shown) {
-            let shard = table
-                .shards
-                .iter()
-                .find(|s| s.shard_id == *shard_id)
-                .ok_or_else(|| PgError::internal("shard vanished"))?;
-            let addr = placement_addr(catalog, shard)?;
-            let lines = self
-                .text_rows_on(&addr, &format!("{}{sql}", e.prefix), false)
-                .await?;
-            explained.push((addr.host.clone(), addr.port, lines));
-        }
-        Ok(crate::planner::explain::custom_scan(
-            tasks.len(),
-            &explained,
-            &self.shared.cfg.database,
-            all_tasks,
-            e.costs,
-            rows,
-        ))
-    }
-
-    async fn explain_multi_shard(
-        &mut self,
-        e: &ExplainPlan,
-        m: &MultiShardPlan,
-        catalog: &Catalog,
-        all_tasks: bool,
-    ) -> PgResult<Vec<String>> {
-        let user_aggregate = self.calls_aggregate(&m.functions).await?;
-        let stage = match (&m.combine, &m.shape) {
-            (Some(c), MultiShardShape::Combine) => Some(match (&c.partial, user_aggregate) {
-                (Some(p), false) => p,
-                _ => &c.raw,
-            }),
-            (Some(c), _) if user_aggregate => Some(&c.raw),
-            _ => None,
-        };
-        // The same tasks as the execution runs: per node or per shard.
-        let mut tasks: Vec<(ShardId, String)> = Vec::new();
-        for (_, shards) in shards_by_node(catalog, &m.table)? {
-            let ids = ids_of(&shards);
-            let sqls = m.tasks(stage, &ids);
-            if sqls.len() == ids.len() {
-                tasks.extend(ids.into_iter().zip(sqls));
-            } else {
-                tasks.extend(sqls.into_iter().map(|sql| (ids[0], sql)));
-            }
-        }
-        // Citus shows the tasks in shard order.
-        if !m.node_tasks {
-            tasks.sort_by_key(|(id, _)| *id);
-        }
-        let scan = self
-            .explain_tasks(e, &m.table, &tasks, catalog, all_tasks, 100000)
-            .await?;
-        let Some(stage) = stage else {
-            return Ok(match &m.shape {
-                MultiShardShape::Aggregate { .. } => {
-                    crate::planner::explain::under("Aggregate", e.costs, scan)
-                }
-                _ if m.limit != Bound::None || m.offset > 0 => {
-                    crate::planner::explain::under("Limit", e.costs, scan)
-                }
-                _ => scan,
-            });
-        };
-        // The coordinator's own plan of the combine, over the (empty) temporary table.
-        let coord = self.shared.coordinator.clone();
-        let mut conn = self.private_conn(&coord).await?;
-        let cols = Self::create_partials_table(&mut conn, stage, &[], &self.local_settings).await?;
-        let exprs = combine::partial_expressions(&stage.partials, &|name| {
-            cols.iter()
-                .find(|c| c.name == name)
-                .map(|c| (c.type_oid, c.type_name.clone()))
-        });
-        let Some(exprs) = exprs else {
-            conn.simple("ROLLBACK").await.ok();
-            return Ok(scan);
-        };
-        let combine_sql = stage.combine_sql(&|i| exprs[i].clone());
-        let explain_sql = format!(
-            "EXPLAIN (COSTS {}) {combine_sql}",
-            if e.costs { "on" } else { "off" }
-        );
-        let coordinator_lines = conn.simple_column(&explain_sql).await;
-        conn.simple("ROLLBACK").await.ok();
-        let coordinator_lines = coordinator_lines?;
-        Ok(crate::planner::explain::splice_scan(
-            &coordinator_lines,
-            &scan,
-        ))
     }
 }

@@ -9,6 +9,8 @@
 //! one node stops the rest of the batch exactly as PostgreSQL would.
 
 use super::combine;
+#[path = "explain.rs"]
+mod explain;
 #[path = "multishard.rs"]
 mod multishard;
 #[path = "tasks.rs"]

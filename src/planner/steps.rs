@@ -373,16 +373,19 @@ pub(super) fn cursor(i: &PlanInput) -> PgResult<Step> {
 /// EXPLAIN: the explained statement is planned; where it runs on the coordinator node
 /// the EXPLAIN goes there unchanged, otherwise pgshard explains it in Citus's shape.
 fn plan_explain(e: &protobuf::ExplainStmt, i: &PlanInput) -> PgResult<Plan> {
-    let Some((inner, prefix, analyze, costs)) = explain::split_explain(e, &i.stmt.text)? else {
+    let Some((inner, prefix, format, analyze, costs)) = explain::split_explain(e, &i.stmt.text)?
+    else {
         return Ok(Plan::Local);
     };
     let inner_plan = plan(&inner, i.catalog, i.names, i.is_utility_function)?;
     match inner_plan {
         Plan::Local => Ok(Plan::Local),
-        Plan::Router(_) | Plan::MultiShard(_) | Plan::MultiShardModify(_) => {
+        Plan::Router(_) | Plan::MultiShard(_) | Plan::MultiShardModify(_) | Plan::Recursive(_) => {
             Ok(Plan::Explain(Arc::new(explain::ExplainPlan {
                 inner: inner_plan,
+                stmt: inner,
                 prefix,
+                format,
                 analyze,
                 costs,
             })))

@@ -69,8 +69,8 @@ impl Session {
         })
     }
 
-    /// Drops the coordinator node's intermediate results of a statement (in a failed
-    /// block this fails too; its rollback removes them).
+    /// Drops the intermediate results `made` (in a failed block this fails too; its
+    /// rollback removes them).
     pub(super) async fn drop_intermediate_results(&mut self, made: &[&str]) {
         if made.is_empty() {
             return;
@@ -94,24 +94,8 @@ impl Session {
         params: &BoundParams<'_>,
         made: &mut Vec<&'a str>,
     ) -> PgResult<Vec<Frame>> {
+        self.create_intermediate_table(sub, params, made).await?;
         let coord = self.shared.coordinator.clone();
-        let empty = BindMsg::default_empty();
-        let bind = params.bind.unwrap_or(&empty);
-        let idx = self.bulk_conn(&coord, false).await?;
-        let conn = &mut self.tx.held[idx].conn;
-        msg::write_unnamed_run(
-            &mut conn.wbuf,
-            &sub.create_sql,
-            params.types,
-            bind,
-            &[],
-            false,
-        );
-        msg::write_sync(&mut conn.wbuf);
-        conn.flush().await?;
-        read_answer(conn, |_, _| {}).await?;
-        made.push(&sub.table);
-
         let mut rows = ResultSink::capturing();
         self.plan_into(&sub.plan, &sub.stmt, params, &[], false, &mut rows)
             .await?;
@@ -149,6 +133,34 @@ impl Session {
         msg::write_raw(&mut conn.wbuf, b'c', &[]);
         conn.flush().await?;
         read_answer(conn, |_, _| {}).await
+    }
+
+    /// A subplan's table, created empty with the subtree's exact types (EXPLAIN makes
+    /// them so to explain the statement over them).
+    pub(super) async fn create_intermediate_table<'a>(
+        &mut self,
+        sub: &'a SubPlan,
+        params: &BoundParams<'_>,
+        made: &mut Vec<&'a str>,
+    ) -> PgResult<()> {
+        let coord = self.shared.coordinator.clone();
+        let empty = BindMsg::default_empty();
+        let bind = params.bind.unwrap_or(&empty);
+        let idx = self.bulk_conn(&coord, false).await?;
+        let conn = &mut self.tx.held[idx].conn;
+        msg::write_unnamed_run(
+            &mut conn.wbuf,
+            &sub.create_sql,
+            params.types,
+            bind,
+            &[],
+            false,
+        );
+        msg::write_sync(&mut conn.wbuf);
+        conn.flush().await?;
+        read_answer(conn, |_, _| {}).await?;
+        made.push(&sub.table);
+        Ok(())
     }
 
     /// Runs a plan of pgshard's own (a subplan, an outer statement, a SELECT feeding an

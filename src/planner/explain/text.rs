@@ -1,68 +1,7 @@
-//! EXPLAIN of statements on distributed tables, in Citus's shape: a `Custom Scan
-//! (Citus Adaptive)` node with its task count, the task(s) shown with their node and
-//! the worker's own plan of the shard query, under the coordinator's combine plan
-//! where there is one. Planning (which statement is explained, with which options)
-//! and the pure text layout live here; the executor runs the EXPLAINs.
-
-use super::Plan;
-use crate::error::{PgError, PgResult};
-use crate::sql::clauses::explained_statement_start;
-use crate::sql::parse::{parse, Statement};
-use pg_query::protobuf::node::Node as N;
-use pg_query::protobuf::{self};
-
-#[derive(Debug)]
-pub struct ExplainPlan {
-    /// The plan of the explained statement (Router, MultiShard, MultiShardModify).
-    pub inner: Plan,
-    /// `EXPLAIN <options> ` exactly as the client wrote it, put before shard queries.
-    pub prefix: String,
-    pub analyze: bool,
-    pub costs: bool,
-}
-
-/// The explained statement and the client's EXPLAIN options. None when the text
-/// cannot be split (then the caller refuses).
-pub fn split_explain(
-    e: &protobuf::ExplainStmt,
-    text: &str,
-) -> PgResult<Option<(Statement, String, bool, bool)>> {
-    let Some(start) = explained_statement_start(text) else {
-        return Ok(None);
-    };
-    let mut analyze = false;
-    let mut costs = true;
-    for o in &e.options {
-        let Some(N::DefElem(d)) = o.node.as_ref() else {
-            continue;
-        };
-        let value = super::const_text(d.arg.as_deref()).map(|v| v.to_ascii_lowercase());
-        let on = value
-            .as_deref()
-            .map_or(true, |v| matches!(v, "true" | "on" | "1" | "yes"));
-        match d.defname.as_str() {
-            "analyze" => analyze = on,
-            "costs" => costs = on,
-            "format" if value.as_deref() != Some("text") => {
-                return Err(PgError::not_supported(
-                    "pgshard supports EXPLAIN of distributed queries in FORMAT TEXT only",
-                ))
-            }
-            _ => {}
-        }
-    }
-    let inner_text = text[start..].to_string();
-    let mut stmts = parse(&inner_text)?;
-    if stmts.len() != 1 {
-        return Ok(None);
-    }
-    Ok(Some((
-        stmts.remove(0),
-        text[..start].to_string(),
-        analyze,
-        costs,
-    )))
-}
+//! The TEXT layout of EXPLAIN in Citus's shape: the `Custom Scan (Citus Adaptive)`
+//! block with its tasks and subplans, the wrappers pgshard's own combine adds, and the
+//! coordinator node's combine plan with its scan of the partials table replaced by the
+//! Custom Scan. Pure functions over lines; the structured formats live in `tree.rs`.
 
 fn cost(costs: bool, rows: u64, width: u64) -> String {
     if costs {
@@ -177,6 +116,36 @@ pub fn splice_scan(coordinator: &[String], scan: &[String]) -> Vec<String> {
     out
 }
 
+/// `subplans` put under the first Custom Scan of `block`, before its task count, each
+/// as `->  Distributed Subplan <plan_id>_<n>` with its plan as a child (Citus's layout).
+pub fn with_subplans(block: Vec<String>, subplans: &[Vec<String>], plan_id: u64) -> Vec<String> {
+    if subplans.is_empty() {
+        return block;
+    }
+    let Some(at) = block.iter().position(|l| l.contains("Custom Scan (Citus Adaptive)")) else {
+        return block;
+    };
+    let line = &block[at];
+    let spaces = line.len() - line.trim_start().len();
+    // The column where the node's own name starts (after `->  ` for a child).
+    let column = if line.trim_start().starts_with("->  ") {
+        spaces + 4
+    } else {
+        spaces
+    };
+    let mut out: Vec<String> = block[..=at].to_vec();
+    for (n, sub) in subplans.iter().enumerate() {
+        out.push(format!(
+            "{}->  Distributed Subplan {plan_id}_{}",
+            " ".repeat(column + 2),
+            n + 1
+        ));
+        out.extend(indent_child(sub, column + 6));
+    }
+    out.extend(block[at + 1..].iter().cloned());
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,5 +197,29 @@ mod tests {
         );
         let top = splice_scan(&["Seq Scan on pgs_partials test".to_string()], &block[..1]);
         assert_eq!(top, block[..1].to_vec());
+    }
+
+    #[test]
+    fn subplans_go_under_the_first_custom_scan() {
+        let outer = vec![
+            "Aggregate".to_string(),
+            "  ->  Custom Scan (Citus Adaptive)".to_string(),
+            "        Task Count: 1".to_string(),
+        ];
+        let sub = vec![
+            "Custom Scan (Citus Adaptive)".to_string(),
+            "  Task Count: 4".to_string(),
+        ];
+        assert_eq!(
+            with_subplans(outer, &[sub], 1),
+            vec![
+                "Aggregate",
+                "  ->  Custom Scan (Citus Adaptive)",
+                "        ->  Distributed Subplan 1_1",
+                "              ->  Custom Scan (Citus Adaptive)",
+                "                    Task Count: 4",
+                "        Task Count: 1",
+            ]
+        );
     }
 }
