@@ -2,11 +2,12 @@
 //! one PostgreSQL does (issue 19): a local table in FROM, IN / EXISTS subqueries, a
 //! distributed table joined off its distribution column, a CTE, a scalar subquery in
 //! SET, a reference table and a local table as the target, RETURNING, the extended
-//! protocol with a parameter, inside a rolled-back block; an error in the middle (in a
-//! subplan, or on one shard after others were written) leaves nothing written; and the
-//! intermediate results are gone on every node afterwards, after success and failure,
-//! with no prepared transaction left. The same tables and rows live in the pgshard
-//! cluster and in a plain PostgreSQL; every statement runs on both.
+//! protocol with a parameter, inside a rolled-back block, by a role that is no
+//! superuser. An error in the middle (in a subplan, or on one shard after others were
+//! written) leaves nothing written; the intermediate results are gone on every node
+//! afterwards, after success and failure, with no prepared transaction left. The same
+//! tables and rows live in the pgshard cluster and in a plain PostgreSQL; every
+//! statement runs on both.
 
 mod common;
 
@@ -185,6 +186,29 @@ async fn modifications_over_intermediate_results_match_postgres() {
         same_contents(&shard, &plain, sql).await;
     }
     nothing_left("the extended protocol").await;
+
+    // A role that is no superuser ships its results too (they are its own tables).
+    for sql in [
+        "CREATE ROLE mr_app LOGIN PASSWORD 'mr app'",
+        "GRANT SELECT, UPDATE, DELETE ON mr_t TO mr_app",
+        "GRANT SELECT ON mr_o TO mr_app",
+        "GRANT SELECT ON mr_l TO mr_app",
+        "GRANT SELECT ON mr_r TO mr_app",
+        "GRANT SELECT ON mr_lt TO mr_app",
+    ] {
+        shard.batch_execute(sql).await.unwrap();
+    }
+    let cl = cluster();
+    let app = common::connect(&cl.host, cl.port, "mr_app", "mr app", &cl.database).await;
+    same(
+        &app,
+        &plain,
+        "UPDATE mr_t w SET v = o.v FROM mr_o o, mr_l l WHERE o.id = w.id AND l.id = w.id \
+         RETURNING w.k, w.id, w.v",
+    )
+    .await;
+    nothing_left("a write by a role that is no superuser").await;
+
     an_error_in_the_middle_leaves_nothing_written().await;
 }
 
