@@ -93,7 +93,10 @@ async fn nothing_left(after: &str) {
             .await
             .unwrap()
             .get(0);
-        assert_eq!(n, 0, "after {after}: {n} intermediate results left on port {port}");
+        assert_eq!(
+            n, 0,
+            "after {after}: {n} intermediate results left on port {port}"
+        );
     }
     assert_no_prepared_xacts().await;
 }
@@ -229,7 +232,12 @@ async fn an_error_in_the_middle_leaves_nothing_written() {
     ] {
         let (got, want) = (run(&shard, sql).await, run(&plain, sql).await);
         assert!(want.is_error(), "{sql}: {}", show(&want));
-        assert_eq!(judge(&got, &want, false), Verdict::Same, "{sql}: {}", show(&got));
+        assert_eq!(
+            judge(&got, &want, false),
+            Verdict::Same,
+            "{sql}: {}",
+            show(&got)
+        );
         for table in ["mf_t", "mf_r", "mf_l"] {
             let q = format!("SELECT * FROM {table}");
             let (g, w) = (run(&shard, &q).await, run(&plain, &q).await);

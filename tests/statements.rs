@@ -145,7 +145,11 @@ async fn update_from_and_delete_using() {
         same_ok(&shard, &plain, "SELECT id, name FROM uf_r").await;
     }
     // The distribution column set: refused.
-    refused(&shard, "UPDATE uf_t SET k = u.k FROM uf_u u WHERE uf_t.k = u.k").await;
+    refused(
+        &shard,
+        "UPDATE uf_t SET k = u.k FROM uf_u u WHERE uf_t.k = u.k",
+    )
+    .await;
     same_ok(&shard, &plain, check).await;
 }
 

@@ -19,11 +19,11 @@
 //!
 //! The executor's half is `executor::session::shipped_results`.
 
+use super::distvalue::find_equality;
+use super::multishard::ModifyPlan;
 use super::recursive::{
     deparse_node, is_intermediate_result, modifies, statement_of, Cutter, OuterRuns, SubPlan,
 };
-use super::distvalue::find_equality;
-use super::multishard::ModifyPlan;
 use super::router::RouterPlan;
 use super::template::{Edit, RelTarget, ShardMap, ShardSqlTemplate};
 use super::{Names, Plan};
@@ -176,7 +176,9 @@ pub fn plan_modify_recursive(
                     });
                 }
                 rv.schemaname = SHIPPED_SCHEMA.to_string();
-                rv.relname = name.trim_start_matches(&format!("{SHIPPED_SCHEMA}.")).to_string();
+                rv.relname = name
+                    .trim_start_matches(&format!("{SHIPPED_SCHEMA}."))
+                    .to_string();
             }
             return true;
         }
@@ -221,8 +223,16 @@ fn on_workers(
         return Ok(None);
     };
     let (target, where_clause, returning) = match node {
-        N::UpdateStmt(u) => (u.relation.as_ref(), u.where_clause.as_deref(), &u.returning_clause),
-        N::DeleteStmt(d) => (d.relation.as_ref(), d.where_clause.as_deref(), &d.returning_clause),
+        N::UpdateStmt(u) => (
+            u.relation.as_ref(),
+            u.where_clause.as_deref(),
+            &u.returning_clause,
+        ),
+        N::DeleteStmt(d) => (
+            d.relation.as_ref(),
+            d.where_clause.as_deref(),
+            &d.returning_clause,
+        ),
         _ => return Ok(None),
     };
     let Some(target) = target else {
@@ -273,24 +283,26 @@ fn on_workers(
         Some(a) => q == a.aliasname,
         None => q == target.relname,
     };
-    Ok(Some(match find_equality(where_clause, col, &names_target) {
-        Some((value, _)) => Plan::Router(Arc::new(RouterPlan {
-            table: table.clone(),
-            template,
-            values: vec![value],
-            is_insert: false,
-            read_only: false,
-            value_exprs: Vec::new(),
-            relation_span: None,
-            add_alias: false,
-        })),
-        None => Plan::MultiShardModify(Arc::new(ModifyPlan {
-            table: table.clone(),
-            template,
-            verb,
-            returning,
-        })),
-    }))
+    Ok(Some(
+        match find_equality(where_clause, col, &names_target) {
+            Some((value, _)) => Plan::Router(Arc::new(RouterPlan {
+                table: table.clone(),
+                template,
+                values: vec![value],
+                is_insert: false,
+                read_only: false,
+                value_exprs: Vec::new(),
+                relation_span: None,
+                add_alias: false,
+            })),
+            None => Plan::MultiShardModify(Arc::new(ModifyPlan {
+                table: table.clone(),
+                template,
+                verb,
+                returning,
+            })),
+        },
+    ))
 }
 
 #[cfg(test)]
@@ -340,7 +352,8 @@ mod tests {
             )
         );
         // Not co-located: c is pulled, its filter first.
-        let p = parts("DELETE FROM a USING c WHERE a.v = c.v AND c.v > 3 AND a.k = 5 RETURNING a.k");
+        let p =
+            parts("DELETE FROM a USING c WHERE a.v = c.v AND c.v > 3 AND a.k = 5 RETURNING a.k");
         assert_eq!(p.subplans[0].stmt.text, "SELECT * FROM c WHERE c.v > 3");
         assert!(matches!(&p.outer_plan, Plan::Router(r) if !r.read_only));
     }

@@ -46,7 +46,15 @@ impl Session {
             let mut made: Vec<&str> = Vec::new();
             let mut shipped_to: Vec<(NodeAddr, &str)> = Vec::new();
             let mut done = self
-                .modify_in_parts(plan, params, formats, describe, sink, &mut made, &mut shipped_to)
+                .modify_in_parts(
+                    plan,
+                    params,
+                    formats,
+                    describe,
+                    sink,
+                    &mut made,
+                    &mut shipped_to,
+                )
                 .await;
             if done.is_ok() {
                 done = self.drop_shipped(&shipped_to).await;
@@ -131,10 +139,12 @@ impl Session {
                 let shard = route_bound(r, params.types, params.bind.unwrap_or(&empty), &catalog)?;
                 vec![placement_addr(&catalog, shard)?]
             }
-            Plan::MultiShardModify(m) => multishard::shards_by_node(&catalog, &catalog.current(&m.table))?
-                .into_iter()
-                .map(|(addr, _)| addr)
-                .collect(),
+            Plan::MultiShardModify(m) => {
+                multishard::shards_by_node(&catalog, &catalog.current(&m.table))?
+                    .into_iter()
+                    .map(|(addr, _)| addr)
+                    .collect()
+            }
             Plan::ReferenceWrite { table, .. } => bulk::reference_nodes(&catalog, table)?,
             _ => Vec::new(),
         })
@@ -172,7 +182,8 @@ impl Session {
         if made(addr) {
             return Ok(());
         }
-        let client = crate::backend::control::connect(&self.shared.cfg, &addr.host, addr.port).await?;
+        let client =
+            crate::backend::control::connect(&self.shared.cfg, &addr.host, addr.port).await?;
         let schema = quote_ident(SHIPPED_SCHEMA);
         let sql = format!(
             "CREATE SCHEMA IF NOT EXISTS {schema}; GRANT USAGE, CREATE ON SCHEMA {schema} TO PUBLIC"
@@ -214,14 +225,28 @@ impl Session {
         };
         let mut ignored = ResultSink::default();
         let mut on_reply = |_: Frame, _: &mut ResultSink| -> PgResult<()> { Ok(()) };
-        self.run_tasks(&tasks, false, &params, &[], Describe::None, &mut ignored, &mut on_reply)
-            .await
-            .map(drop)
+        self.run_tasks(
+            &tasks,
+            false,
+            &params,
+            &[],
+            Describe::None,
+            &mut ignored,
+            &mut on_reply,
+        )
+        .await
+        .map(drop)
     }
 }
 
-/// A node's error while a result was shipped to it, naming the node and statement.
+/// A node's error while a result was shipped to it, naming the node and statement. A
+/// schema gone (a node made anew) is made again by the next statement.
 fn shipping_error(mut e: PgError, addr: &NodeAddr, sql: &str) -> PgError {
+    if e.code == sqlstate::INVALID_SCHEMA_NAME {
+        if let Some(made) = SCHEMA_MADE.lock().unwrap().as_mut() {
+            made.remove(addr);
+        }
+    }
     if e.code != sqlstate::CONNECTION_FAILURE {
         e.raw = None;
         e.message = format!(

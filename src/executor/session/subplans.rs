@@ -47,7 +47,11 @@ impl Session {
             let mut made: Vec<&str> = Vec::new();
             let mut done = Ok(());
             for sub in &plan.subplans {
-                if let Err(e) = self.intermediate_result(sub, params, &mut made).await.map(drop) {
+                if let Err(e) = self
+                    .intermediate_result(sub, params, &mut made)
+                    .await
+                    .map(drop)
+                {
                     done = Err(e);
                     break;
                 }
