@@ -131,17 +131,25 @@ async fn update_from_and_delete_using() {
     }
     same_ok(&shard, &plain, check).await;
     for sql in [
-        // Not joined on the distribution columns, not co-located, a local table, the
-        // distribution column set, a subquery in FROM, a reference target.
+        // Not joined on the distribution columns, not co-located, a local table, a
+        // subquery in FROM, a reference target: planned in parts, the other tables'
+        // rows shipped to the target's nodes (more in tests/modify_recursive.rs).
         "UPDATE uf_t SET v = 1 FROM uf_u WHERE uf_t.v = uf_u.k",
-        "UPDATE uf_t SET v = 1 FROM uf_other o WHERE uf_t.k = o.k",
+        "UPDATE uf_t SET v = 2 FROM uf_other o WHERE uf_t.k = o.k",
         "DELETE FROM uf_t USING uf_local l WHERE uf_t.k = l.k",
-        "UPDATE uf_t SET k = u.k FROM uf_u u WHERE uf_t.k = u.k",
-        "DELETE FROM uf_t USING (SELECT * FROM uf_u) s WHERE uf_t.k = s.k",
-        "UPDATE uf_r SET name = 'x' FROM uf_t WHERE uf_r.id = uf_t.k",
+        "DELETE FROM uf_t USING (SELECT * FROM uf_u) s WHERE uf_t.k = s.k AND s.w > 1500",
+        "UPDATE uf_r SET name = 'x' FROM uf_t WHERE uf_r.id = uf_t.v",
     ] {
-        refused(&shard, sql).await;
+        same(&shard, &plain, sql).await;
+        same_ok(&shard, &plain, check).await;
+        same_ok(&shard, &plain, "SELECT id, name FROM uf_r").await;
     }
+    // The distribution column set: refused.
+    refused(
+        &shard,
+        "UPDATE uf_t SET k = u.k FROM uf_u u WHERE uf_t.k = u.k",
+    )
+    .await;
     same_ok(&shard, &plain, check).await;
 }
 

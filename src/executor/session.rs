@@ -74,6 +74,8 @@ mod sql_prepare;
 mod function_call;
 /// Recursively planned statements: subplans into intermediate results, then the rest.
 mod subplans;
+/// UPDATE / DELETE over intermediate results shipped to the workers.
+mod shipped_results;
 /// A client's own PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED.
 mod two_phase;
 /// INSERT ... SELECT into distributed tables through the coordinator node.
@@ -2163,6 +2165,10 @@ impl Session {
             }
             Plan::DeclareCursor(p) => self.declare_cursor(p, params, sink).await,
             Plan::Recursive(p) => self.recursive(p, params, formats, describe, sink).await,
+            Plan::ModifyRecursive(p) => {
+                self.modify_recursive(p, params, formats, describe, sink)
+                    .await
+            }
             Plan::Local | Plan::Router(_) => Err(PgError::internal("plan runs on a backend")),
         }
     }

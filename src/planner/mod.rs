@@ -17,6 +17,7 @@ pub mod function_call;
 pub mod insert;
 pub mod insert_select;
 pub mod join;
+pub mod modify_recursive;
 pub mod multishard;
 pub mod names;
 pub mod objects;
@@ -170,6 +171,10 @@ pub const LADDER: &[(&str, PlanStep)] = &[
     (
         "recursive planning: subplans into intermediate results",
         steps::recursive,
+    ),
+    (
+        "update / delete over intermediate results shipped to the workers",
+        steps::modify_recursive,
     ),
 ];
 

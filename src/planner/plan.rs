@@ -89,6 +89,9 @@ pub enum Plan {
     /// A SELECT run in parts: subplans into intermediate results first
     /// (`recursive::plan_recursive`).
     Recursive(Arc<recursive::RecursivePlan>),
+    /// An UPDATE / DELETE run in parts: subplans into intermediate results, shipped to
+    /// the nodes the statement runs on (`modify_recursive::plan_modify_recursive`).
+    ModifyRecursive(Arc<modify_recursive::ModifyRecursivePlan>),
     Unsupported(PgError),
 }
 

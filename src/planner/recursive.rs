@@ -68,26 +68,22 @@ pub fn plan_recursive(
     if select.into_clause.is_some() || !select.locking_clause.is_empty() {
         return None;
     }
-    let mut cx = Cutter {
-        catalog,
-        names,
-        plan_text,
-        subplans: Vec::new(),
-        failed: false,
-    };
-    let mut tree = select.clone();
-    if modifies(&tree) {
+    let mut cx = Cutter::new(catalog, names, plan_text, OuterRuns::OnCoordinator);
+    if modifies(select) {
         // Modifying CTEs on distributed tables: not yet (the earlier refusal stands).
         return None;
     }
+    let mut tree = N::SelectStmt(Box::new(select.clone()));
     cx.cut_ctes(&mut tree);
-    cx.cut_set_arms(&mut tree);
+    if let N::SelectStmt(s) = &mut tree {
+        cx.cut_set_arms(s);
+    }
     cx.cut_subqueries(&mut tree);
     if cx.failed {
         return None;
     }
     if !cx.subplans.is_empty() {
-        let outer = deparse_select(&tree).ok()?;
+        let outer = deparse_node(&tree).ok()?;
         match plan_text(&outer) {
             Ok(Plan::Unsupported(_)) | Err(_) => {}
             Ok(outer_plan) => {
@@ -101,39 +97,56 @@ pub fn plan_recursive(
     if cx.failed || cx.subplans.len() == before {
         return None;
     }
-    let outer = deparse_select(&tree).ok()?;
+    let outer = deparse_node(&tree).ok()?;
     match plan_text(&outer) {
         Ok(Plan::Unsupported(_)) | Err(_) => None,
         Ok(outer_plan) => Some(cx.finish(outer, outer_plan)),
     }
 }
 
-struct Cutter<'a> {
+/// Where the statement left after cutting runs, which decides what must be cut from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OuterRuns {
+    /// On the coordinator node: what reads distributed or reference tables is cut.
+    OnCoordinator,
+    /// On the workers, shard by shard or on every placement (an UPDATE / DELETE of a
+    /// distributed or reference table, `modify_recursive`): what reads anything but
+    /// reference tables and intermediate results is cut, every CTE, and uncorrelated
+    /// subqueries calling functions (evaluated once, as PostgreSQL's initplans are).
+    OnWorkers,
+}
+
+pub(super) struct Cutter<'a> {
     catalog: &'a Catalog,
     names: &'a Names,
     plan_text: PlanText<'a>,
-    subplans: Vec<SubPlan>,
+    pub(super) subplans: Vec<SubPlan>,
     /// A subplan could not be planned: the statement is not planned recursively.
-    failed: bool,
+    pub(super) failed: bool,
+    outer_runs: OuterRuns,
 }
 
-impl Cutter<'_> {
+impl<'a> Cutter<'a> {
+    pub(super) fn new(
+        catalog: &'a Catalog,
+        names: &'a Names,
+        plan_text: PlanText<'a>,
+        outer_runs: OuterRuns,
+    ) -> Cutter<'a> {
+        Cutter {
+            catalog,
+            names,
+            plan_text,
+            subplans: Vec::new(),
+            failed: false,
+            outer_runs,
+        }
+    }
+
     fn finish(self, outer: String, outer_plan: Plan) -> Plan {
-        let outer = Statement {
-            node: pg_query::parse(&outer, 0).ok().and_then(|p| {
-                p.protobuf
-                    .stmts
-                    .into_iter()
-                    .next()
-                    .and_then(|s| s.stmt)
-                    .and_then(|s| s.node)
-            }),
-            text: outer,
-            form: Default::default(),
-        };
         Plan::Recursive(Arc::new(RecursivePlan {
             subplans: self.subplans,
-            outer,
+            outer: statement_of(outer),
             outer_plan,
         }))
     }
@@ -145,6 +158,44 @@ impl Cutter<'_> {
                 .resolve(self.catalog, r.schema.as_deref(), &r.name)
                 .is_some()
         })
+    }
+
+    /// Whether a table reference must become an intermediate result for the outer
+    /// statement to run where it runs (`OuterRuns`). `ctes`: names of CTEs in scope.
+    fn must_pull(&self, rv: &protobuf::RangeVar, ctes: &HashSet<String>) -> bool {
+        let schema = (!rv.schemaname.is_empty()).then_some(rv.schemaname.as_str());
+        let table = self.names.resolve(self.catalog, schema, &rv.relname);
+        match self.outer_runs {
+            OuterRuns::OnCoordinator => table.is_some(),
+            OuterRuns::OnWorkers => match table {
+                Some(t) => t.method != crate::catalog::PartitionMethod::Reference,
+                None => {
+                    !is_intermediate_result(rv) && !(schema.is_none() && ctes.contains(&rv.relname))
+                }
+            },
+        }
+    }
+
+    /// Whether an uncorrelated subtree (CTE body, subquery) must run first, as a
+    /// subplan, for the outer statement to run where it runs.
+    fn must_cut(&self, node: &N) -> bool {
+        match self.outer_runs {
+            OuterRuns::OnCoordinator => self.reads_distributed(node),
+            OuterRuns::OnWorkers => {
+                let ctes = defined_ctes(node);
+                let mut cut = false;
+                for (n, _, _, _) in node.nodes() {
+                    match n {
+                        pg_query::NodeRef::RangeVar(rv) => cut |= self.must_pull(rv, &ctes),
+                        pg_query::NodeRef::FuncCall(_) | pg_query::NodeRef::SqlvalueFunction(_) => {
+                            cut = true
+                        }
+                        _ => {}
+                    }
+                }
+                cut
+            }
+        }
     }
 
     /// Plans `sql` as a subplan; returns its table, or None (and marks the failure).
@@ -183,10 +234,11 @@ impl Cutter<'_> {
         }
     }
 
-    /// Each non-recursive CTE reading distributed tables becomes an intermediate
-    /// result; its references name that table instead and the CTE goes.
-    fn cut_ctes(&mut self, s: &mut protobuf::SelectStmt) {
-        let Some(with) = s.with_clause.as_mut() else {
+    /// Each non-recursive CTE reading distributed tables (any CTE when the statement
+    /// runs on the workers) becomes an intermediate result; its references name that
+    /// table instead and the CTE goes. `root`: a SELECT, UPDATE or DELETE.
+    pub(super) fn cut_ctes(&mut self, root: &mut N) {
+        let Some(with) = with_clause_mut(root).and_then(|w| w.as_mut()) else {
             return;
         };
         if with.recursive {
@@ -214,8 +266,12 @@ impl Cutter<'_> {
                     _ => None,
                 })
                 .collect();
+            let reads = match self.outer_runs {
+                OuterRuns::OnCoordinator => self.reads_distributed(body),
+                OuterRuns::OnWorkers => true,
+            };
             let standalone = matches!(body, N::SelectStmt(_))
-                && self.reads_distributed(body)
+                && reads
                 && !names_any(body, &later_names)
                 && !correlated(body, self.catalog, self.names);
             if !standalone {
@@ -233,21 +289,20 @@ impl Cutter<'_> {
             let Some(table) = self.subplan(sql) else {
                 return;
             };
-            // Every later reference (later CTEs and the statement itself).
+            // Every later reference (later CTEs and the statement itself, whose WITH
+            // list is empty meanwhile).
             for c in ctes[i + 1..].iter_mut() {
                 rename_relation(c, &cte.ctename, &table);
             }
-            let mut body = N::SelectStmt(Box::new(std::mem::take(s)));
-            rename_relation_node(&mut body, &cte.ctename, &table);
-            if let N::SelectStmt(b) = body {
-                *s = *b;
-            }
+            rename_relation_node(root, &cte.ctename, &table);
             i += 1;
         }
-        if let Some(with) = s.with_clause.as_mut() {
-            with.ctes = kept;
-            if with.ctes.is_empty() {
-                s.with_clause = None;
+        if let Some(w) = with_clause_mut(root) {
+            if let Some(with) = w.as_mut() {
+                with.ctes = kept;
+            }
+            if w.as_ref().is_some_and(|with| with.ctes.is_empty()) {
+                *w = None;
             }
         }
     }
@@ -286,8 +341,7 @@ impl Cutter<'_> {
 
     /// Subqueries in FROM (not LATERAL) and sublinks that read distributed tables and
     /// stand alone, outermost first.
-    fn cut_subqueries(&mut self, s: &mut protobuf::SelectStmt) {
-        let mut root = N::SelectStmt(Box::new(std::mem::take(s)));
+    pub(super) fn cut_subqueries(&mut self, root: &mut N) {
         let mut found: Vec<(usize, String)> = Vec::new();
         let mut counter = 0usize;
         // First pass: which subqueries to cut (by visiting order), and their SQL.
@@ -302,7 +356,7 @@ impl Cutter<'_> {
                 let Some(sub) = sub.and_then(|x| x.node.as_ref()) else {
                     return false;
                 };
-                if self.reads_distributed(sub) && !correlated(sub, self.catalog, self.names) {
+                if self.must_cut(sub) && !correlated(sub, self.catalog, self.names) {
                     if let Ok(sql) = deparse_node(sub) {
                         found.push((counter, sql));
                         return true;
@@ -310,7 +364,7 @@ impl Cutter<'_> {
                 }
                 false
             };
-            walk::statement(&mut root, false, &mut f);
+            walk::statement(root, false, &mut f);
         }
         let mut tables = Vec::new();
         for (at, sql) in found {
@@ -336,28 +390,21 @@ impl Cutter<'_> {
                 }
                 false
             };
-            walk::statement(&mut root, false, &mut f);
-        }
-        if let N::SelectStmt(b) = root {
-            *s = *b;
+            walk::statement(root, false, &mut f);
         }
     }
 
     /// Every distributed table still named becomes `SELECT * FROM t`'s result, under
     /// the name the statement knows it by.
-    fn pull_tables(&mut self, s: &mut protobuf::SelectStmt) {
-        let pushable = pushable_quals(s);
-        let mut root = N::SelectStmt(Box::new(std::mem::take(s)));
+    /// (The target of an UPDATE / DELETE is no expression: it stays.)
+    pub(super) fn pull_tables(&mut self, root: &mut N) {
+        let pushable = pushable_quals(root);
+        let ctes = defined_ctes(root);
         let mut f = |n: &mut protobuf::Node, _: bool| -> bool {
             let Some(N::RangeVar(rv)) = n.node.as_mut() else {
                 return false;
             };
-            let schema = (!rv.schemaname.is_empty()).then_some(rv.schemaname.as_str());
-            if self
-                .names
-                .resolve(self.catalog, schema, &rv.relname)
-                .is_none()
-            {
+            if !self.must_pull(rv, &ctes) {
                 return false;
             }
             let mut source = rv.clone();
@@ -405,11 +452,40 @@ impl Cutter<'_> {
             *rv = temp_range_var(&table, Some(alias));
             true
         };
-        walk::statement(&mut root, false, &mut f);
-        if let N::SelectStmt(b) = root {
-            *s = *b;
-        }
+        walk::statement(root, false, &mut f);
     }
+}
+
+/// A statement pgshard deparsed, parsed again.
+pub(super) fn statement_of(text: String) -> Statement {
+    Statement {
+        node: pg_query::parse(&text, 0).ok().and_then(|p| {
+            p.protobuf
+                .stmts
+                .into_iter()
+                .next()
+                .and_then(|s| s.stmt)
+                .and_then(|s| s.node)
+        }),
+        text,
+        form: Default::default(),
+    }
+}
+
+/// The WITH clause of a SELECT, INSERT, UPDATE or DELETE.
+fn with_clause_mut(n: &mut N) -> Option<&mut Option<protobuf::WithClause>> {
+    match n {
+        N::SelectStmt(s) => Some(&mut s.with_clause),
+        N::InsertStmt(s) => Some(&mut s.with_clause),
+        N::UpdateStmt(s) => Some(&mut s.with_clause),
+        N::DeleteStmt(s) => Some(&mut s.with_clause),
+        _ => None,
+    }
+}
+
+/// Whether a table reference names an intermediate result (`pg_temp.pgs_intermediate_<n>`).
+pub(super) fn is_intermediate_result(rv: &protobuf::RangeVar) -> bool {
+    rv.schemaname == "pg_temp" && rv.relname.starts_with("pgs_intermediate_")
 }
 
 /// The top-level WHERE conjuncts that a pulled table's rows may be filtered by before
@@ -418,8 +494,14 @@ impl Cutter<'_> {
 /// rows get NULL-extended), no column aliases, conjuncts whose every column is
 /// qualified by that table's name and that call no function and hold no subquery
 /// (nothing volatile runs twice).
-fn pushable_quals(s: &protobuf::SelectStmt) -> std::collections::HashMap<i32, Vec<protobuf::Node>> {
+fn pushable_quals(root: &N) -> std::collections::HashMap<i32, Vec<protobuf::Node>> {
     let mut out = std::collections::HashMap::new();
+    let (from_clause, where_clause) = match root {
+        N::SelectStmt(s) => (&s.from_clause, &s.where_clause),
+        N::UpdateStmt(u) => (&u.from_clause, &u.where_clause),
+        N::DeleteStmt(d) => (&d.using_clause, &d.where_clause),
+        _ => return out,
+    };
     let mut tables: Vec<(String, i32)> = Vec::new();
     fn inner_tables(n: &protobuf::Node, out: &mut Vec<(String, i32)>) {
         match n.node.as_ref() {
@@ -436,10 +518,10 @@ fn pushable_quals(s: &protobuf::SelectStmt) -> std::collections::HashMap<i32, Ve
             _ => {}
         }
     }
-    for f in &s.from_clause {
+    for f in from_clause {
         inner_tables(f, &mut tables);
     }
-    let Some(w) = s.where_clause.as_deref() else {
+    let Some(w) = where_clause.as_deref() else {
         return out;
     };
     let conjuncts: Vec<&protobuf::Node> = match w.node.as_ref() {
@@ -491,7 +573,7 @@ fn pushable_quals(s: &protobuf::SelectStmt) -> std::collections::HashMap<i32, Ve
 }
 
 /// Whether the statement has a data-modifying CTE anywhere.
-fn modifies(s: &protobuf::SelectStmt) -> bool {
+pub(super) fn modifies<T: serde::Serialize>(s: &T) -> bool {
     let value = serde_json::to_value(s).unwrap_or_default();
     fn walk(v: &serde_json::Value) -> bool {
         match v {
@@ -527,7 +609,7 @@ fn names_any(node: &N, ctes: &HashSet<String>) -> bool {
         .any(|r| r.schema.is_none() && ctes.contains(&r.name) && !inner.contains(&r.name))
 }
 
-fn defined_ctes(node: &N) -> HashSet<String> {
+pub(super) fn defined_ctes(node: &N) -> HashSet<String> {
     let mut out = HashSet::new();
     for (n, _, _, _) in node.nodes() {
         if let pg_query::NodeRef::CommonTableExpr(c) = n {
@@ -730,11 +812,7 @@ fn create_as(table: &str, query: &N) -> PgResult<String> {
     deparse_node(tree.node.as_ref().expect("set above"))
 }
 
-fn deparse_select(s: &protobuf::SelectStmt) -> PgResult<String> {
-    deparse_node(&N::SelectStmt(Box::new(s.clone())))
-}
-
-fn deparse_node(n: &N) -> PgResult<String> {
+pub(super) fn deparse_node(n: &N) -> PgResult<String> {
     n.deparse(Default::default())
         .map_err(|e| PgError::internal(format!("cannot deparse a subquery: {e}")))
 }

@@ -358,7 +358,7 @@ fn plan_reference(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> 
 
 /// Which columns a write may fill with their defaults; `keyword`: the DEFAULT keyword
 /// stands somewhere in it (VALUES, SET, nested), so any column may.
-fn default_use(node: &N, keyword: bool) -> super::DefaultUse {
+pub(super) fn default_use(node: &N, keyword: bool) -> super::DefaultUse {
     use super::DefaultUse;
     match node {
         _ if keyword => DefaultUse::Any,

@@ -356,6 +356,23 @@ pub(super) fn recursive(i: &PlanInput) -> PgResult<Step> {
     )
 }
 
+/// An UPDATE / DELETE no earlier step could run as a whole: the parts its target's
+/// nodes cannot read run first into intermediate results, shipped to those nodes
+/// (`planner/modify_recursive.rs`). Declines when it cannot: the deferred refusal
+/// stands.
+pub(super) fn modify_recursive(i: &PlanInput) -> PgResult<Step> {
+    if !matches!(i.node, N::UpdateStmt(_) | N::DeleteStmt(_)) || i.references().dist.is_empty() {
+        return Ok(Step::NotMine);
+    }
+    let plan_query = |q: &str| i.plan_text(q);
+    Ok(
+        match modify_recursive::plan_modify_recursive(i.node, i.catalog, i.names, &plan_query) {
+            Some(p) => Step::Planned(p),
+            None => Step::NotMine,
+        },
+    )
+}
+
 /// DECLARE CURSOR over distributed tables.
 pub(super) fn cursor(i: &PlanInput) -> PgResult<Step> {
     match i.node {

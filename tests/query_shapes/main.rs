@@ -13,7 +13,8 @@
 //!
 //! `PGSHARD_SEED` replays a run (the seed is printed), `PGSHARD_SHAPES_CASES` sets how many
 //! cases, `PGSHARD_SHAPES_ONLY=<index>` runs one (on fresh data: a case after writes of
-//! its lane may need the whole run), `PGSHARD_SHAPES_SHOW=<n>` prints more mismatches.
+//! its lane may need the whole run), `PGSHARD_SHAPES_SHOW=<n>` prints more mismatches,
+//! `PGSHARD_SHAPES_CATEGORIES=update_from,delete_using` runs only those categories' cases.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -204,6 +205,9 @@ async fn generated_shapes_match_postgres() {
         .unwrap_or(DEFAULT_SEED);
     let cases = env_usize("PGSHARD_SHAPES_CASES").unwrap_or(DEFAULT_CASES);
     let only = env_usize("PGSHARD_SHAPES_ONLY");
+    let categories: Option<Vec<String>> = std::env::var("PGSHARD_SHAPES_CATEGORIES")
+        .ok()
+        .map(|v| v.split(',').map(|c| c.trim().to_string()).collect());
     eprintln!("query_shapes: seed {seed} (PGSHARD_SEED={seed} replays it), {cases} cases");
     load().await;
     let started = std::time::Instant::now();
@@ -211,6 +215,7 @@ async fn generated_shapes_match_postgres() {
     let mut lanes = Vec::new();
     for lane in 0..LANES {
         let tally = tally.clone();
+        let categories = categories.clone();
         lanes.push(tokio::spawn(async move {
             let shard = cluster().client().await;
             let plain = plain_postgres().client().await;
@@ -222,6 +227,12 @@ async fn generated_shapes_match_postgres() {
                     continue;
                 }
                 let case = generate(seed, index, lane);
+                if categories
+                    .as_ref()
+                    .is_some_and(|c| !c.iter().any(|c| c == case.category))
+                {
+                    continue;
+                }
                 let (finding, statements, oracle_error) = run_case(&shard, &plain, &case).await;
                 let mut t = tally.lock().await;
                 t.cases += 1;
@@ -297,7 +308,7 @@ async fn generated_shapes_match_postgres() {
             t.cases
         );
     }
-    if only.is_none() && cases >= DEFAULT_CASES {
+    if only.is_none() && categories.is_none() && cases >= DEFAULT_CASES {
         assert!(
             t.statements >= MIN_STATEMENTS,
             "only {} statements",

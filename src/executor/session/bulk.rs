@@ -28,6 +28,24 @@ const MAX_IN_FLIGHT: usize = 3;
 /// A log line every this many rows.
 const PROGRESS_EVERY: u64 = 1_000_000;
 
+/// The nodes holding a reference table's placements, in group order.
+pub(super) fn reference_nodes(catalog: &Catalog, table: &DistTable) -> PgResult<Vec<NodeAddr>> {
+    let shard = table.shards.first().ok_or_else(|| {
+        PgError::internal(format!("reference table \"{}\" has no shard", table.name))
+    })?;
+    let mut groups = shard.placement_groups.clone();
+    groups.sort_unstable();
+    let mut nodes = Vec::new();
+    for g in groups {
+        let n = catalog.placement_node(shard.shard_id, g)?;
+        nodes.push(NodeAddr {
+            host: n.host.clone(),
+            port: n.port,
+        });
+    }
+    Ok(nodes)
+}
+
 /// Rebuilds a server's ErrorResponse with `context` added to its CONTEXT field.
 pub(super) fn error_with_context(raw: &[u8], context: &str) -> PgError {
     let mut fields: Vec<(u8, Vec<u8>)> = Vec::new();
@@ -1194,19 +1212,8 @@ impl Session {
             )));
         }
         let catalog = self.shared.catalog.snapshot();
-        let shard = table.shards.first().ok_or_else(|| {
-            PgError::internal(format!("reference table \"{}\" has no shard", table.name))
-        })?;
-        let mut groups = shard.placement_groups.clone();
-        groups.sort_unstable();
-        let mut nodes = Vec::new();
-        for g in groups {
-            let n = catalog.placement_node(shard.shard_id, g)?;
-            nodes.push(NodeAddr {
-                host: n.host.clone(),
-                port: n.port,
-            });
-        }
+        let nodes = reference_nodes(&catalog, table)?;
+        let shard = table.shards.first().expect("reference_nodes found it");
         let sql = template.for_shard(shard.shard_id);
         let extended = params.bind.is_some();
         let own = if nodes.len() > 1 {

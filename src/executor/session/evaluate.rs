@@ -59,8 +59,12 @@ impl Session {
             })
             .collect();
         let lookup = |name: &str| table.iter().find(|(n, _)| n == name).map(|(_, k)| *k);
+        let reference_write = match plan {
+            Plan::ModifyRecursive(p) => &p.outer_plan,
+            other => other,
+        };
         if matches!(node, N::UpdateStmt(_))
-            && !matches!(plan, Plan::ReferenceWrite { .. })
+            && !matches!(reference_write, Plan::ReferenceWrite { .. })
             && evaluate::calls_volatile(node, &lookup, true)
         {
             return Err(PgError::not_supported(VOLATILE_IN_UPDATE));
@@ -156,5 +160,5 @@ fn reaches_shards(plan: &Plan) -> bool {
             | Plan::InsertIntoLocal(_)
             | Plan::CreateTableAs(_)
             | Plan::ReferenceWrite { .. }
-    )
+    ) || matches!(plan, Plan::ModifyRecursive(p) if !matches!(p.outer_plan, Plan::Local))
 }

@@ -79,6 +79,7 @@ pub(super) fn described_on_coordinator(plan: &Plan) -> bool {
             | Plan::InsertSelect(_)
             | Plan::Recursive(_)
             | Plan::FunctionCall(_)
+            | Plan::ModifyRecursive(_)
     )
 }
 

@@ -31,7 +31,7 @@ pub(super) fn intermediate_result_too_large(limit_kb: i64) -> PgError {
     e
 }
 
-type Run<'a> = Pin<Box<dyn Future<Output = PgResult<()>> + Send + 'a>>;
+pub(super) type Run<'a> = Pin<Box<dyn Future<Output = PgResult<()>> + Send + 'a>>;
 
 impl Session {
     /// `Plan::Recursive`: subplans into intermediate results, then the outer statement.
@@ -47,7 +47,11 @@ impl Session {
             let mut made: Vec<&str> = Vec::new();
             let mut done = Ok(());
             for sub in &plan.subplans {
-                if let Err(e) = self.intermediate_result(sub, params, &mut made).await {
+                if let Err(e) = self
+                    .intermediate_result(sub, params, &mut made)
+                    .await
+                    .map(drop)
+                {
                     done = Err(e);
                     break;
                 }
@@ -87,34 +91,42 @@ impl Session {
     }
 
     /// One subplan: its table created (exact types), its rows run and copied in.
+    /// Returns the rows (DataRows) for results shipped further.
     pub(super) async fn intermediate_result<'a>(
         &mut self,
         sub: &'a SubPlan,
         params: &BoundParams<'_>,
         made: &mut Vec<&'a str>,
-    ) -> PgResult<()> {
+    ) -> PgResult<Vec<Frame>> {
         self.create_intermediate_table(sub, params, made).await?;
         let coord = self.shared.coordinator.clone();
         let mut rows = ResultSink::capturing();
         self.plan_into(&sub.plan, &sub.stmt, params, &[], false, &mut rows)
             .await?;
         let limit_kb = self.max_intermediate_kb;
-        let bytes: u64 = rows
-            .frames
-            .iter()
-            .filter(|f| f.tag == b'D')
-            .map(|f| f.body.len() as u64)
-            .sum();
+        let rows: Vec<Frame> = rows.frames.into_iter().filter(|f| f.tag == b'D').collect();
+        let bytes: u64 = rows.iter().map(|f| f.body.len() as u64).sum();
         if limit_kb >= 0 && bytes > (limit_kb as u64) * 1024 {
             return Err(intermediate_result_too_large(limit_kb));
         }
-
         let idx = self.bulk_conn(&coord, false).await?;
-        let conn = &mut self.tx.held[idx].conn;
-        conn.start_copy_in(&format!("COPY {} FROM STDIN", sub.table))
+        self.fill_intermediate_result(idx, &format!("COPY {} FROM STDIN", sub.table), &rows)
             .await?;
+        Ok(rows)
+    }
+
+    /// Copies `rows` (DataRows in text format) into a table on held connection `idx`:
+    /// `copy_sql` is the `COPY ... FROM STDIN` (maybe after the table's CREATE).
+    pub(super) async fn fill_intermediate_result(
+        &mut self,
+        idx: usize,
+        copy_sql: &str,
+        rows: &[Frame],
+    ) -> PgResult<()> {
+        let conn = &mut self.tx.held[idx].conn;
+        conn.start_copy_in(copy_sql).await?;
         let mut line = BytesMut::new();
-        for f in rows.frames.iter().filter(|f| f.tag == b'D') {
+        for f in rows {
             line.clear();
             crate::executor::combine::copy_text_row(&f.body, &mut line)?;
             msg::write_raw(&mut conn.wbuf, b'd', &line);
