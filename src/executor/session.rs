@@ -70,6 +70,8 @@ mod settings;
 mod sql_prepare;
 /// Recursively planned statements: subplans into intermediate results, then the rest.
 mod subplans;
+/// Statements with modifying CTEs: snapshots, CTEs, then the statement, atomically.
+mod modifying_cte;
 /// A client's own PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED.
 mod two_phase;
 /// INSERT ... SELECT into distributed tables through the coordinator node.
@@ -2158,6 +2160,10 @@ impl Session {
             }
             Plan::DeclareCursor(p) => self.declare_cursor(p, params, sink).await,
             Plan::Recursive(p) => self.recursive(p, params, formats, describe, sink).await,
+            Plan::ModifyingCte(p) => {
+                self.modifying_ctes(p, params, formats, describe, sink)
+                    .await
+            }
             Plan::Local | Plan::Router(_) => Err(PgError::internal("plan runs on a backend")),
         }
     }

@@ -16,6 +16,7 @@ pub mod fastpath;
 pub mod insert;
 pub mod insert_select;
 pub mod join;
+pub mod modifying_cte;
 pub mod multishard;
 pub mod names;
 pub mod objects;
@@ -136,6 +137,7 @@ pub const LADDER: &[(&str, PlanStep)] = &[
     ("truncate / vacuum / analyze", steps::propagate),
     ("DDL on a distributed table", steps::ddl),
     ("no distributed table referenced", steps::local),
+    ("modifying CTEs", steps::modifying_ctes),
     (
         "create table as / select into from distributed tables",
         steps::create_as,

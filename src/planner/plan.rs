@@ -87,6 +87,9 @@ pub enum Plan {
     /// A SELECT run in parts: subplans into intermediate results first
     /// (`recursive::plan_recursive`).
     Recursive(Arc<recursive::RecursivePlan>),
+    /// A statement with modifying CTEs: snapshots, CTEs, then the statement
+    /// (`modifying_cte::plan_modifying_ctes`), in one transaction.
+    ModifyingCte(Arc<modifying_cte::ModifyingCtePlan>),
     Unsupported(PgError),
 }
 

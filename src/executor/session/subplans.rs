@@ -81,7 +81,7 @@ impl Session {
     }
 
     /// One subplan: its table created (exact types), its rows run and copied in.
-    async fn intermediate_result<'a>(
+    pub(super) async fn intermediate_result<'a>(
         &mut self,
         sub: &'a SubPlan,
         params: &BoundParams<'_>,
@@ -177,6 +177,13 @@ impl Session {
                 let shard = route_bound(r, params.types, bind, &catalog)?;
                 let addr = placement_addr(&catalog, shard)?;
                 (addr, r.template.for_shard(shard.shard_id), false)
+            }
+            // A routed write (a modifying CTE's) inside the statement's block.
+            Plan::Router(r) if self.tx.state == TxnState::InBlock => {
+                let catalog = self.shared.catalog.snapshot();
+                let shard = route_bound(r, params.types, bind, &catalog)?;
+                let addr = placement_addr(&catalog, shard)?;
+                (addr, r.template.for_shard(shard.shard_id), true)
             }
             Plan::Router(_) => {
                 return Err(PgError::not_supported(
