@@ -2458,7 +2458,17 @@ fn is_read_only_local(stmt: &Statement) -> bool {
     use pg_query::protobuf::node::Node as N;
     match &stmt.node {
         Some(N::SelectStmt(s)) => {
-            s.locking_clause.is_empty() && s.into_clause.is_none() && s.with_clause.is_none()
+            // Only a top-level CTE may modify (PostgreSQL refuses them anywhere else).
+            let ctes_read_only = s.with_clause.as_ref().map_or(true, |w| {
+                w.ctes.iter().all(|c| match &c.node {
+                    Some(N::CommonTableExpr(c)) => matches!(
+                        c.ctequery.as_deref().and_then(|q| q.node.as_ref()),
+                        Some(N::SelectStmt(_))
+                    ),
+                    _ => false,
+                })
+            });
+            s.locking_clause.is_empty() && s.into_clause.is_none() && ctes_read_only
         }
         Some(N::VariableShowStmt(_)) | Some(N::VariableSetStmt(_)) | Some(N::ExplainStmt(_)) => {
             true

@@ -733,3 +733,14 @@ fn node_tasks_aggregate_shard_by_shard_only_without_group_by() {
     assert!(m.node_sql(None, &three).is_none());
     assert_eq!(m.tasks(None, &three).len(), 3);
 }
+
+#[test]
+fn modifying_cte_without_returning_still_snapshots() {
+    match plan_of("with x as (delete from t where k = 3) select count(*) from t") {
+        Plan::ModifyingCte(m) => {
+            assert_eq!(m.steps.len(), 2, "{:?}", m.steps);
+            assert!(m.outer.text.contains("pgs_intermediate"), "{}", m.outer.text);
+        }
+        other => panic!("{other:?}"),
+    }
+}
