@@ -2,7 +2,8 @@
 //! PostgreSQL does, and leave the same table contents: DELETE / UPDATE / INSERT in CTEs
 //! over distributed, reference and local tables, RETURNING referenced once, twice or not
 //! at all, column aliases, two modifying CTEs, a modifying CTE feeding the statement's own
-//! INSERT / UPDATE (with RETURNING); PostgreSQL's snapshot (the statement and its other
+//! INSERT / UPDATE (with RETURNING), statements on one shard group sent whole;
+//! PostgreSQL's snapshot (the statement and its other
 //! CTEs read the tables as they were before any modification); atomicity (a failure
 //! after the modification, `1/0` in the statement, rolls it back, outside a block, in a
 //! query string, in a client's block); the extended protocol with parameters, prepared
@@ -126,6 +127,11 @@ const STATEMENTS: &[&str] = &[
      INSERT INTO mc_d2 SELECT * FROM moved",
     "WITH u AS (UPDATE mc_d SET v = 0 WHERE k = 1 RETURNING *) \
      UPDATE mc_d2 SET v = 99 WHERE k = 1 RETURNING id, v",
+    // One shard group (co-located tables, one distribution value): sent whole.
+    "WITH d AS (DELETE FROM mc_d WHERE k = 3 AND v > 5 RETURNING id) \
+     UPDATE mc_d2 SET v = -1 WHERE k = 3 AND id IN (SELECT id + 0 FROM d) RETURNING id, v",
+    "WITH d AS (DELETE FROM mc_d WHERE k = 3 RETURNING id, v) \
+     SELECT d.id, d.v, x.v FROM d JOIN mc_d2 x ON x.id = d.id WHERE x.k = 3",
     // A local table written, distributed ones read.
     "WITH u AS (DELETE FROM mc_l WHERE k = 1 RETURNING *) SELECT count(*) FROM mc_d JOIN u USING (k)",
     // Errors: the same SQLSTATE, and nothing written.

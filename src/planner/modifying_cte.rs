@@ -6,7 +6,9 @@
 //! copied whole into an intermediate result (its *snapshot*), and that part reads the
 //! copy; each modifying CTE runs exactly once, referenced or not.
 //!
-//! The plan is a list of steps run in order, in one transaction (the executor's half,
+//! When every table is distributed in one co-location group and every part filters to
+//! the same distribution value, the statement goes whole to that shard index's worker
+//! (`route_whole`). Otherwise the plan is a list of steps run in order, in one transaction (the executor's half,
 //! `executor::session::modifying_cte`, opens pgshard's own block outside a client's):
 //! the snapshots, then each CTE in its order (a modifying one, and a read-only one that
 //! a later modifying CTE reads, into intermediate results; other read-only CTEs stay in
@@ -162,9 +164,165 @@ fn plan_part(sql: &str, plan_text: PlanText<'_>) -> Result<Plan, PgError> {
     }
 }
 
+/// Routes the whole statement to one shard index when every table it names (CTE names
+/// aside) is a hash-distributed table of one co-location group, and every query level
+/// (each SELECT, and each UPDATE / DELETE with its FROM / USING items) filters each of
+/// the tables in its FROM by the same distribution value (a top-level `AND`ed
+/// `col = constant | $n`): every row any part reads or writes then lives on that shard
+/// index, and its worker runs the statement as PostgreSQL would. INSERTs into
+/// distributed tables, reference and local tables take the general path.
+fn route_whole(
+    node: &N,
+    text: &str,
+    catalog: &Catalog,
+    names: &Names,
+    cte_names: &HashSet<String>,
+) -> Option<Plan> {
+    use super::distvalue::{find_equality, ValueSource};
+    use super::template::{Edit, RelTarget, ShardMap, ShardSqlTemplate};
+    use crate::catalog::PartitionMethod;
+    let resolve = |rv: &protobuf::RangeVar| {
+        let schema = (!rv.schemaname.is_empty()).then_some(rv.schemaname.as_str());
+        names.resolve(catalog, schema, &rv.relname)
+    };
+    // Every table reference: a CTE's name, or a hash table (a table named as a CTE
+    // is not routed: which one a reference means is left to the general path).
+    let mut rels = Vec::new();
+    for r in full_relations(node) {
+        let table = names.resolve(catalog, r.schema.as_deref(), &r.name);
+        match (r.schema.is_none() && cte_names.contains(&r.name), table) {
+            (true, None) => {}
+            (false, Some(t)) if t.method == PartitionMethod::Hash => rels.push((r, t.clone())),
+            _ => return None,
+        }
+    }
+    let first = rels.first()?.1.clone();
+    if rels.iter().any(|(_, t)| {
+        t.colocation_id != first.colocation_id || t.shards.len() != first.shards.len()
+    }) {
+        return None;
+    }
+    // Each level's tables and WHERE.
+    fn from_tables<'a>(items: &'a [protobuf::Node], out: &mut Vec<&'a protobuf::RangeVar>) {
+        for item in items {
+            match item.node.as_ref() {
+                Some(N::RangeVar(rv)) => out.push(rv),
+                Some(N::JoinExpr(j)) => {
+                    for side in [&j.larg, &j.rarg].into_iter().flatten() {
+                        from_tables(std::slice::from_ref(side.as_ref()), out);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut value: Option<ValueSource> = None;
+    let mut checked: HashSet<i32> = HashSet::new();
+    let mut check_level = |tables: Vec<&protobuf::RangeVar>, where_clause: Option<&protobuf::Node>| {
+        for rv in tables {
+            let Some(t) = resolve(rv) else {
+                continue;
+            };
+            let col = t.dist_column.as_ref()?;
+            let names_table = |q: &str| match &rv.alias {
+                Some(a) => q == a.aliasname,
+                None => q == rv.relname,
+            };
+            let (v, _) = find_equality(where_clause, col, &names_table)?;
+            if !matches!(v, ValueSource::Hash(_) | ValueSource::Param(_)) {
+                return None;
+            }
+            if *value.get_or_insert(v) != v {
+                return None;
+            }
+            checked.insert(rv.location);
+        }
+        Some(())
+    };
+    let mut levels = vec![node.clone()];
+    for (n, _, _, _) in node.nodes() {
+        match n {
+            pg_query::NodeRef::SelectStmt(s) => levels.push(N::SelectStmt(Box::new(s.clone()))),
+            pg_query::NodeRef::UpdateStmt(s) => levels.push(N::UpdateStmt(Box::new(s.clone()))),
+            pg_query::NodeRef::DeleteStmt(s) => levels.push(N::DeleteStmt(Box::new(s.clone()))),
+            pg_query::NodeRef::InsertStmt(s) => levels.push(N::InsertStmt(Box::new(s.clone()))),
+            _ => {}
+        }
+    }
+    for level in &levels {
+        let mut tables = Vec::new();
+        let where_clause = match level {
+            N::SelectStmt(s) => {
+                from_tables(&s.from_clause, &mut tables);
+                s.where_clause.as_deref()
+            }
+            N::UpdateStmt(s) => {
+                tables.extend(s.relation.as_ref());
+                from_tables(&s.from_clause, &mut tables);
+                s.where_clause.as_deref()
+            }
+            N::DeleteStmt(s) => {
+                tables.extend(s.relation.as_ref());
+                from_tables(&s.using_clause, &mut tables);
+                s.where_clause.as_deref()
+            }
+            N::InsertStmt(s) => match s.relation.as_ref().and_then(resolve) {
+                Some(_) => return None,
+                None => continue,
+            },
+            _ => continue,
+        };
+        check_level(tables, where_clause)?;
+    }
+    let all: HashSet<i32> = rels.iter().map(|(r, _)| r.location as i32).collect();
+    if checked != all || rels.iter().any(|(r, _)| r.location == 0) {
+        return None;
+    }
+    // The template: each reference spliced with its table's shard of the same index.
+    let mut targets: Vec<RelTarget> = Vec::new();
+    let mut edits = Vec::new();
+    for (r, t) in &rels {
+        let slot = match targets.iter().position(|x| x.schema == t.schema && x.table == t.name) {
+            Some(i) => i,
+            None => {
+                let map = if targets.is_empty() {
+                    ShardMap::Same
+                } else {
+                    let mut m = std::collections::HashMap::new();
+                    for (a, b) in first.shards.iter().zip(&t.shards) {
+                        if a.min != b.min || a.max != b.max {
+                            return None;
+                        }
+                        m.insert(a.shard_id, b.shard_id);
+                    }
+                    ShardMap::ByPrimary(m)
+                };
+                targets.push(RelTarget {
+                    schema: t.schema.clone(),
+                    table: t.name.clone(),
+                    map,
+                });
+                targets.len() - 1
+            }
+        };
+        edits.push(Edit::relation_of(text, r, slot).ok()?);
+    }
+    Some(Plan::Router(Arc::new(super::RouterPlan {
+        template: ShardSqlTemplate::with_relations(text, targets, edits),
+        table: first,
+        values: vec![value?],
+        is_insert: false,
+        read_only: false,
+        value_exprs: Vec::new(),
+        relation_span: None,
+        add_alias: false,
+    })))
+}
+
 /// Plans a statement with modifying CTEs; None when it has none at its top level.
 pub fn plan_modifying_ctes(
     node: &N,
+    text: &str,
     catalog: &Catalog,
     names: &Names,
     plan_text: PlanText<'_>,
@@ -232,6 +390,11 @@ pub fn plan_modifying_ctes(
         return refuse(format!(
             "pgshard does not support a CTE named as the table \"{n}\" that a modifying CTE writes"
         ));
+    }
+
+    // One shard group: the whole statement to its worker.
+    if let Some(routed) = route_whole(node, text, catalog, names, &cte_names) {
+        return Some(Ok(routed));
     }
 
     let mut steps: Vec<CteStep> = Vec::new();

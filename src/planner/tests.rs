@@ -559,10 +559,22 @@ fn other_shapes_pull_the_rows_they_read() {
         other => panic!("{other:?}"),
     }
     // A modifying CTE on a distributed table: the CTE, then the statement over its rows.
-    match plan_of("with d as (delete from t where k = 1 returning *) select * from d") {
+    match plan_of("with d as (delete from t where v = 'x' returning *) select * from d") {
         Plan::ModifyingCte(m) => {
             assert_eq!(m.steps.len(), 1);
             assert!(matches!(&m.outer_plan, Plan::Local), "{:?}", m.outer_plan);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Every part on one distribution value: the whole statement to that shard.
+    match plan_of(
+        "with d as (delete from t where k = 1 returning *) \
+         select * from d where d.v not in (select v from t where t.k = 1)",
+    ) {
+        Plan::Router(r) => {
+            assert!(!r.read_only);
+            let sql = r.template.for_shard(r.table.shards[0].shard_id);
+            assert!(sql.contains("\"t_"), "{sql}");
         }
         other => panic!("{other:?}"),
     }
