@@ -67,14 +67,24 @@ async fn reset(shard: &Client, plain: &Client) {
 }
 
 async fn contents(c: &Client, table: &str) -> Outcome {
-    run(c, &format!("SELECT k, id, v, t FROM {table} ORDER BY k, id")).await
+    run(
+        c,
+        &format!("SELECT k, id, v, t FROM {table} ORDER BY k, id"),
+    )
+    .await
 }
 
 /// Every table the same on both sides.
 async fn same_tables(shard: &Client, plain: &Client, after: &str) {
     for t in TABLES {
         let (a, b) = (contents(shard, t).await, contents(plain, t).await);
-        assert_eq!(a, b, "{t} after {after}:\n  pgshard: {}\n  plain:   {}", show(&a), show(&b));
+        assert_eq!(
+            a,
+            b,
+            "{t} after {after}:\n  pgshard: {}\n  plain:   {}",
+            show(&a),
+            show(&b)
+        );
     }
 }
 

@@ -60,6 +60,8 @@ pub mod identity;
 mod isolation;
 /// TRUNCATE / VACUUM / ANALYZE of distributed tables.
 mod maintenance;
+/// Statements with modifying CTEs: snapshots, CTEs, then the statement, atomically.
+mod modifying_cte;
 /// Routed reads through the thread's pipelined connection to a node.
 mod pipelined;
 /// Session commands: transaction control, settings, DISCARD, DEALLOCATE.
@@ -70,8 +72,6 @@ mod settings;
 mod sql_prepare;
 /// Recursively planned statements: subplans into intermediate results, then the rest.
 mod subplans;
-/// Statements with modifying CTEs: snapshots, CTEs, then the statement, atomically.
-mod modifying_cte;
 /// A client's own PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED.
 mod two_phase;
 /// INSERT ... SELECT into distributed tables through the coordinator node.

@@ -102,8 +102,16 @@ fn cte(c: &protobuf::Node) -> Option<(&protobuf::CommonTableExpr, &N)> {
 fn returning_shape(n: &N) -> Option<N> {
     let (relation, more, with) = match n {
         N::InsertStmt(s) => (s.relation.clone()?, Vec::new(), s.with_clause.clone()),
-        N::UpdateStmt(s) => (s.relation.clone()?, s.from_clause.clone(), s.with_clause.clone()),
-        N::DeleteStmt(s) => (s.relation.clone()?, s.using_clause.clone(), s.with_clause.clone()),
+        N::UpdateStmt(s) => (
+            s.relation.clone()?,
+            s.from_clause.clone(),
+            s.with_clause.clone(),
+        ),
+        N::DeleteStmt(s) => (
+            s.relation.clone()?,
+            s.using_clause.clone(),
+            s.with_clause.clone(),
+        ),
         _ => return None,
     };
     let mut from_clause = vec![protobuf::Node {
@@ -218,7 +226,8 @@ fn route_whole(
     }
     let mut value: Option<ValueSource> = None;
     let mut checked: HashSet<i32> = HashSet::new();
-    let mut check_level = |tables: Vec<&protobuf::RangeVar>, where_clause: Option<&protobuf::Node>| {
+    let mut check_level = |tables: Vec<&protobuf::RangeVar>,
+                           where_clause: Option<&protobuf::Node>| {
         for rv in tables {
             let Some(t) = resolve(rv) else {
                 continue;
@@ -282,7 +291,10 @@ fn route_whole(
     let mut targets: Vec<RelTarget> = Vec::new();
     let mut edits = Vec::new();
     for (r, t) in &rels {
-        let slot = match targets.iter().position(|x| x.schema == t.schema && x.table == t.name) {
+        let slot = match targets
+            .iter()
+            .position(|x| x.schema == t.schema && x.table == t.name)
+        {
             Some(i) => i,
             None => {
                 let map = if targets.is_empty() {

@@ -578,11 +578,24 @@ fn other_shapes_pull_the_rows_they_read() {
         }
         other => panic!("{other:?}"),
     }
+    // Two distribution values, or a level without one: not sent whole.
+    for sql in [
+        "with d as (delete from t where k = 1 returning *) \
+         select * from d where d.v not in (select v from t where t.k = 2)",
+        "with d as (delete from t where k = 1 returning *) \
+         select * from d where d.v not in (select v from t)",
+    ] {
+        assert!(matches!(plan_of(sql), Plan::ModifyingCte(_)), "{sql}");
+    }
     // A read of the written table elsewhere reads a snapshot taken first.
     match plan_of("with d as (delete from t where k = 1 returning *) select count(*) from t") {
         Plan::ModifyingCte(m) => {
             assert_eq!(m.steps.len(), 2);
-            assert!(m.outer.text.contains("pgs_intermediate"), "{}", m.outer.text);
+            assert!(
+                m.outer.text.contains("pgs_intermediate"),
+                "{}",
+                m.outer.text
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -751,7 +764,11 @@ fn modifying_cte_without_returning_still_snapshots() {
     match plan_of("with x as (delete from t where k = 3) select count(*) from t") {
         Plan::ModifyingCte(m) => {
             assert_eq!(m.steps.len(), 2, "{:?}", m.steps);
-            assert!(m.outer.text.contains("pgs_intermediate"), "{}", m.outer.text);
+            assert!(
+                m.outer.text.contains("pgs_intermediate"),
+                "{}",
+                m.outer.text
+            );
         }
         other => panic!("{other:?}"),
     }
