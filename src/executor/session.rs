@@ -62,6 +62,8 @@ pub mod identity;
 mod isolation;
 /// TRUNCATE / VACUUM / ANALYZE of distributed tables.
 mod maintenance;
+/// Statements with modifying CTEs: snapshots, CTEs, then the statement, atomically.
+mod modifying_cte;
 /// Routed reads through the thread's pipelined connection to a node.
 mod pipelined;
 /// Session commands: transaction control, settings, DISCARD, DEALLOCATE.
@@ -2169,6 +2171,10 @@ impl Session {
                 self.modify_recursive(p, params, formats, describe, sink)
                     .await
             }
+            Plan::ModifyingCte(p) => {
+                self.modifying_ctes(p, params, formats, describe, sink)
+                    .await
+            }
             Plan::Local | Plan::Router(_) => Err(PgError::internal("plan runs on a backend")),
         }
     }
@@ -2463,7 +2469,17 @@ fn is_read_only_local(stmt: &Statement) -> bool {
     use pg_query::protobuf::node::Node as N;
     match &stmt.node {
         Some(N::SelectStmt(s)) => {
-            s.locking_clause.is_empty() && s.into_clause.is_none() && s.with_clause.is_none()
+            // Only a top-level CTE may modify (PostgreSQL refuses them anywhere else).
+            let ctes_read_only = s.with_clause.as_ref().map_or(true, |w| {
+                w.ctes.iter().all(|c| match &c.node {
+                    Some(N::CommonTableExpr(c)) => matches!(
+                        c.ctequery.as_deref().and_then(|q| q.node.as_ref()),
+                        Some(N::SelectStmt(_))
+                    ),
+                    _ => false,
+                })
+            });
+            s.locking_clause.is_empty() && s.into_clause.is_none() && ctes_read_only
         }
         Some(N::VariableShowStmt(_)) | Some(N::VariableSetStmt(_)) | Some(N::ExplainStmt(_)) => {
             true

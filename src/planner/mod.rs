@@ -18,6 +18,7 @@ pub mod insert;
 pub mod insert_select;
 pub mod join;
 pub mod modify_recursive;
+pub mod modifying_cte;
 pub mod multishard;
 pub mod names;
 pub mod objects;
@@ -139,6 +140,7 @@ pub const LADDER: &[(&str, PlanStep)] = &[
     ("truncate / vacuum / analyze", steps::propagate),
     ("DDL on a distributed table", steps::ddl),
     ("no distributed table referenced", steps::local),
+    ("modifying CTEs", steps::modifying_ctes),
     (
         "create table as / select into from distributed tables",
         steps::create_as,

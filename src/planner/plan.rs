@@ -92,6 +92,9 @@ pub enum Plan {
     /// An UPDATE / DELETE run in parts: subplans into intermediate results, shipped to
     /// the nodes the statement runs on (`modify_recursive::plan_modify_recursive`).
     ModifyRecursive(Arc<modify_recursive::ModifyRecursivePlan>),
+    /// A statement with modifying CTEs: snapshots, CTEs, then the statement
+    /// (`modifying_cte::plan_modifying_ctes`), in one transaction.
+    ModifyingCte(Arc<modifying_cte::ModifyingCtePlan>),
     Unsupported(PgError),
 }
 

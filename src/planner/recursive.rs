@@ -49,7 +49,7 @@ pub struct SubPlan {
 /// Names are unique per process: a subplan's own subplans use the same session.
 static NEXT_RESULT: AtomicU64 = AtomicU64::new(1);
 
-fn next_table() -> String {
+pub(super) fn next_table() -> String {
     format!(
         "pg_temp.pgs_intermediate_{}",
         NEXT_RESULT.fetch_add(1, Ordering::Relaxed)
@@ -599,7 +599,7 @@ pub(super) fn modifies<T: serde::Serialize>(s: &T) -> bool {
 }
 
 /// Whether the subtree names (unqualified) one of `ctes` without defining it itself.
-fn names_any(node: &N, ctes: &HashSet<String>) -> bool {
+pub(super) fn names_any(node: &N, ctes: &HashSet<String>) -> bool {
     if ctes.is_empty() {
         return false;
     }
@@ -692,7 +692,7 @@ fn correlated(node: &N, catalog: &Catalog, names: &Names) -> bool {
     })
 }
 
-fn star() -> protobuf::Node {
+pub(super) fn star() -> protobuf::Node {
     protobuf::Node {
         node: Some(N::ResTarget(Box::new(protobuf::ResTarget {
             val: Some(Box::new(protobuf::Node {
@@ -710,7 +710,7 @@ fn star() -> protobuf::Node {
 }
 
 /// `pg_temp.pgs_intermediate_<n> [AS alias]` as a RangeVar.
-fn temp_range_var(table: &str, alias: Option<protobuf::Alias>) -> protobuf::RangeVar {
+pub(super) fn temp_range_var(table: &str, alias: Option<protobuf::Alias>) -> protobuf::RangeVar {
     let name = table.trim_start_matches("pg_temp.");
     protobuf::RangeVar {
         catalogname: String::new(),
@@ -724,7 +724,7 @@ fn temp_range_var(table: &str, alias: Option<protobuf::Alias>) -> protobuf::Rang
 }
 
 /// `SELECT * FROM <table>`.
-fn select_from(table: &str) -> PgResult<N> {
+pub(super) fn select_from(table: &str) -> PgResult<N> {
     Ok(N::SelectStmt(Box::new(protobuf::SelectStmt {
         target_list: vec![star()],
         from_clause: vec![protobuf::Node {
@@ -738,7 +738,7 @@ fn select_from(table: &str) -> PgResult<N> {
 
 /// A CTE's body as a statement, its column aliases applied
 /// (`SELECT * FROM (<body>) AS pgs_cte(a, b)`).
-fn cte_as_select(body: &N, aliascolnames: &[protobuf::Node]) -> PgResult<String> {
+pub(super) fn cte_as_select(body: &N, aliascolnames: &[protobuf::Node]) -> PgResult<String> {
     if aliascolnames.is_empty() {
         return deparse_node(body);
     }
@@ -771,7 +771,7 @@ fn rename_relation(n: &mut protobuf::Node, name: &str, table: &str) {
     }
 }
 
-fn rename_relation_node(node: &mut N, name: &str, table: &str) {
+pub(super) fn rename_relation_node(node: &mut N, name: &str, table: &str) {
     let mut f = |n: &mut protobuf::Node, _: bool| -> bool {
         match n.node.as_mut() {
             Some(N::RangeVar(rv)) if rv.schemaname.is_empty() && rv.relname == name => {
@@ -798,7 +798,7 @@ fn rename_relation_node(node: &mut N, name: &str, table: &str) {
 }
 
 /// `CREATE TEMP TABLE <table> AS <query> WITH NO DATA`, on the tree.
-fn create_as(table: &str, query: &N) -> PgResult<String> {
+pub(super) fn create_as(table: &str, query: &N) -> PgResult<String> {
     let template = format!("CREATE TEMP TABLE {table} AS SELECT 1 WITH NO DATA");
     let mut tree = crate::sql::parse::first_tree(&template, "intermediate result")?;
     match tree.node.as_mut() {

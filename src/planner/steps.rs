@@ -373,6 +373,16 @@ pub(super) fn modify_recursive(i: &PlanInput) -> PgResult<Step> {
     )
 }
 
+/// A statement with modifying CTEs (`modifying_cte.rs`).
+pub(super) fn modifying_ctes(i: &PlanInput) -> PgResult<Step> {
+    let plan_query = |q: &str| i.plan_text(q);
+    match modifying_cte::plan_modifying_ctes(i.node, &i.stmt.text, i.catalog, i.names, &plan_query)
+    {
+        Some(p) => planned(p),
+        None => Ok(Step::NotMine),
+    }
+}
+
 /// DECLARE CURSOR over distributed tables.
 pub(super) fn cursor(i: &PlanInput) -> PgResult<Step> {
     match i.node {

@@ -558,9 +558,50 @@ fn other_shapes_pull_the_rows_they_read() {
         }
         other => panic!("{other:?}"),
     }
-    // A modifying CTE on a distributed table stays refused.
+    // A modifying CTE on a distributed table: the CTE, then the statement over its rows.
+    match plan_of("with d as (delete from t where v = 'x' returning *) select * from d") {
+        Plan::ModifyingCte(m) => {
+            assert_eq!(m.steps.len(), 1);
+            assert!(matches!(&m.outer_plan, Plan::Local), "{:?}", m.outer_plan);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Every part on one distribution value: the whole statement to that shard.
+    match plan_of(
+        "with d as (delete from t where k = 1 returning *) \
+         select * from d where d.v not in (select v from t where t.k = 1)",
+    ) {
+        Plan::Router(r) => {
+            assert!(!r.read_only);
+            let sql = r.template.for_shard(r.table.shards[0].shard_id);
+            assert!(sql.contains("\"t_"), "{sql}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Two distribution values, or a level without one: not sent whole.
+    for sql in [
+        "with d as (delete from t where k = 1 returning *) \
+         select * from d where d.v not in (select v from t where t.k = 2)",
+        "with d as (delete from t where k = 1 returning *) \
+         select * from d where d.v not in (select v from t)",
+    ] {
+        assert!(matches!(plan_of(sql), Plan::ModifyingCte(_)), "{sql}");
+    }
+    // A read of the written table elsewhere reads a snapshot taken first.
+    match plan_of("with d as (delete from t where k = 1 returning *) select count(*) from t") {
+        Plan::ModifyingCte(m) => {
+            assert_eq!(m.steps.len(), 2);
+            assert!(
+                m.outer.text.contains("pgs_intermediate"),
+                "{}",
+                m.outer.text
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // A modifying CTE nested below the top level is PostgreSQL's error (0A000).
     assert!(unsupported(
-        "with d as (delete from t where k = 1 returning *) select * from d"
+        "select * from (with d as (delete from t where k = 1 returning *) select * from d) s"
     ));
 }
 
@@ -716,4 +757,19 @@ fn node_tasks_aggregate_shard_by_shard_only_without_group_by() {
     let m = multi("select ctid, count(*) from t group by 1");
     assert!(m.node_sql(None, &three).is_none());
     assert_eq!(m.tasks(None, &three).len(), 3);
+}
+
+#[test]
+fn modifying_cte_without_returning_still_snapshots() {
+    match plan_of("with x as (delete from t where k = 3) select count(*) from t") {
+        Plan::ModifyingCte(m) => {
+            assert_eq!(m.steps.len(), 2, "{:?}", m.steps);
+            assert!(
+                m.outer.text.contains("pgs_intermediate"),
+                "{}",
+                m.outer.text
+            );
+        }
+        other => panic!("{other:?}"),
+    }
 }

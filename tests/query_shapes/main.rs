@@ -14,7 +14,8 @@
 //! `PGSHARD_SEED` replays a run (the seed is printed), `PGSHARD_SHAPES_CASES` sets how many
 //! cases, `PGSHARD_SHAPES_ONLY=<index>` runs one (on fresh data: a case after writes of
 //! its lane may need the whole run), `PGSHARD_SHAPES_SHOW=<n>` prints more mismatches,
-//! `PGSHARD_SHAPES_CATEGORIES=update_from,delete_using` runs only those categories' cases.
+//! `PGSHARD_SHAPES_CATEGORIES=update_from,delete_using` (or `PGSHARD_SHAPES_CATEGORY`) runs only
+//! those categories' cases.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -206,6 +207,7 @@ async fn generated_shapes_match_postgres() {
     let cases = env_usize("PGSHARD_SHAPES_CASES").unwrap_or(DEFAULT_CASES);
     let only = env_usize("PGSHARD_SHAPES_ONLY");
     let categories: Option<Vec<String>> = std::env::var("PGSHARD_SHAPES_CATEGORIES")
+        .or_else(|_| std::env::var("PGSHARD_SHAPES_CATEGORY"))
         .ok()
         .map(|v| v.split(',').map(|c| c.trim().to_string()).collect());
     eprintln!("query_shapes: seed {seed} (PGSHARD_SEED={seed} replays it), {cases} cases");

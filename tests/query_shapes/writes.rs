@@ -48,11 +48,23 @@ fn maybe_rolled_back(rng: &mut Rng, stmts: Vec<Stmt>, cleanup: &mut Vec<String>)
     all
 }
 
+/// A lane's table to write other than `w`.
+fn other_target(rng: &mut Rng, lane: usize, w: &str) -> String {
+    let mut w2 = target(rng, lane);
+    if w2 == w {
+        w2 = format!("{SCHEMA}.wd{lane}");
+    }
+    if w2 == w {
+        w2 = format!("{SCHEMA}.wr{lane}");
+    }
+    w2
+}
+
 fn cte_modifying(rng: &mut Rng, lane: usize) -> Vec<Stmt> {
     let w = target(rng, lane);
     let t = table(rng, lane);
     let p = predicate(rng, "w");
-    let (sql, check) = match rng.below(4) {
+    let (sql, check) = match rng.below(9) {
         0 => (
             format!("with x as (delete from {w} w where {p} returning *) select count(*), sum(v) from x"),
             vec![w],
@@ -72,14 +84,45 @@ fn cte_modifying(rng: &mut Rng, lane: usize) -> Vec<Stmt> {
             ),
             vec![w],
         ),
+        // The statement reads the table the CTE writes: as it was before.
+        4 => (
+            format!(
+                "with u as (update {w} w set v = coalesce(w.v, 0) + 10 where {p} returning k, id, v) \
+                 select (select count(*) from u), (select sum(v) from {w}), \
+                 (select count(*) from {t} x where x.v > 5)"
+            ),
+            vec![w],
+        ),
+        // Referenced twice, and a read-only CTE beside it reading the written table.
+        5 => (
+            format!(
+                "with d as (delete from {w} w where {p} returning k, id, v), \
+                 s as (select k, count(*) as n from {w} group by k) \
+                 select s.k, s.n, (select count(*) from d where d.k = s.k) from s \
+                 where s.n > (select count(*) from d) - 100"
+            ),
+            vec![w],
+        ),
+        // Unreferenced (no RETURNING): runs once all the same.
+        6 => (
+            format!("with x as (delete from {w} w where {p}) select count(*), sum(v) from {t}"),
+            vec![w],
+        ),
+        // Two modifying CTEs on two tables.
+        7 => {
+            let w2 = other_target(rng, lane, &w);
+            let p2 = predicate(rng, "w");
+            (
+                format!(
+                    "with a as (update {w} w set t = 'm' where {p} returning k, id), \
+                     b as (delete from {w2} w where {p2} returning k, id) \
+                     select (select count(*) from a), (select count(*) from b)"
+                ),
+                vec![w, w2],
+            )
+        }
         _ => {
-            let mut w2 = target(rng, lane);
-            if w2 == w {
-                w2 = format!("{SCHEMA}.wd{lane}");
-            }
-            if w2 == w {
-                w2 = format!("{SCHEMA}.wr{lane}");
-            }
+            let w2 = other_target(rng, lane, &w);
             (
                 format!(
                     "with moved as (delete from {w} w where {p} returning *) \

@@ -80,6 +80,7 @@ pub(super) fn described_on_coordinator(plan: &Plan) -> bool {
             | Plan::Recursive(_)
             | Plan::FunctionCall(_)
             | Plan::ModifyRecursive(_)
+            | Plan::ModifyingCte(_)
     )
 }
 

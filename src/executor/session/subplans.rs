@@ -208,6 +208,13 @@ impl Session {
                 let addr = placement_addr(&catalog, shard)?;
                 (addr, r.template.for_shard(shard.shard_id), false)
             }
+            // A routed write (a modifying CTE's) inside the statement's block.
+            Plan::Router(r) if self.tx.state == TxnState::InBlock => {
+                let catalog = self.shared.catalog.snapshot();
+                let shard = route_bound(r, params.types, bind, &catalog)?;
+                let addr = placement_addr(&catalog, shard)?;
+                (addr, r.template.for_shard(shard.shard_id), true)
+            }
             Plan::Router(_) => {
                 return Err(PgError::not_supported(
                     "pgshard does not support a write as part of this statement yet",
