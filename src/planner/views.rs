@@ -17,7 +17,7 @@ use super::{Plan, PlanInput, Step};
 use crate::catalog::Oid;
 use crate::error::{sqlstate, PgError, PgResult};
 use pg_query::protobuf::{self, node::Node as N};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// How deep views may nest before PostgreSQL's "infinite recursion" error.
@@ -216,7 +216,7 @@ impl Expander<'_, '_> {
                 }
                 self.exprs(&mut u.target_list, &scope, depth)?;
                 for f in u.from_clause.iter_mut() {
-                    self.from_item(f, &scope, depth)?;
+                    self.from_item(f, &scope, depth, None)?;
                 }
                 self.opt_expr(&mut u.where_clause, &scope, depth)?;
                 if let Some(r) = &mut u.returning_clause {
@@ -230,7 +230,7 @@ impl Expander<'_, '_> {
                     self.refuse_write(rv)?;
                 }
                 for f in d.using_clause.iter_mut() {
-                    self.from_item(f, &scope, depth)?;
+                    self.from_item(f, &scope, depth, None)?;
                 }
                 self.opt_expr(&mut d.where_clause, &scope, depth)?;
                 if let Some(r) = &mut d.returning_clause {
@@ -279,9 +279,16 @@ impl Expander<'_, '_> {
 
     fn select(&mut self, s: &mut protobuf::SelectStmt, scope: &[String], depth: usize) -> PgResult<()> {
         let scope = self.with(&mut s.with_clause, scope, depth)?;
+        let outer = Outer::of(s);
+        let mut merged = Merged::default();
         for f in s.from_clause.iter_mut() {
-            self.from_item(f, &scope, depth)?;
+            let merge = outer.lockless.then_some(Merge {
+                outer: &outer,
+                merged: &mut merged,
+            });
+            self.from_item(f, &scope, depth, merge)?;
         }
+        merged.apply(s);
         for list in [
             &mut s.target_list,
             &mut s.group_clause,
@@ -307,16 +314,43 @@ impl Expander<'_, '_> {
         Ok(())
     }
 
-    fn from_item(&mut self, f: &mut protobuf::Node, scope: &[String], depth: usize) -> PgResult<()> {
+    /// A FROM item walked; a view over distributed tables replaced by its base table
+    /// (merged, when `merge` allows: an inner FROM item of a query) or its definition.
+    fn from_item(
+        &mut self,
+        f: &mut protobuf::Node,
+        scope: &[String],
+        depth: usize,
+        mut merge: Option<Merge>,
+    ) -> PgResult<()> {
         let replacement = match f.node.as_mut() {
             Some(N::RangeVar(rv)) => match self.distributed_view(rv, scope, depth)? {
-                Some(view) => Some(self.as_subquery(rv, &view, depth)?),
+                Some(view) => {
+                    check_privilege(&view, depth)?;
+                    match merge.as_mut().and_then(|m| self.merged_base(rv, &view, m)) {
+                        Some(base) => {
+                            self.expanded += 1;
+                            let mut node = protobuf::Node {
+                                node: Some(N::RangeVar(base)),
+                            };
+                            // The base may be a view over distributed tables too.
+                            self.from_item(&mut node, &[], depth + 1, merge)?;
+                            node.node
+                        }
+                        None => Some(self.as_subquery(rv, &view, depth)?),
+                    }
+                }
                 None => None,
             },
             Some(N::JoinExpr(j)) => {
+                let inner = j.jointype == protobuf::JoinType::JoinInner as i32;
                 for side in [&mut j.larg, &mut j.rarg] {
                     if let Some(side) = side.as_deref_mut() {
-                        self.from_item(side, scope, depth)?;
+                        let m = match (&mut merge, inner) {
+                            (Some(m), true) => Some(m.again()),
+                            _ => None,
+                        };
+                        self.from_item(side, scope, depth, m)?;
                     }
                 }
                 self.opt_expr(&mut j.quals, scope, depth)?;
@@ -340,6 +374,59 @@ impl Expander<'_, '_> {
         Ok(())
     }
 
+    /// A simple view (`SELECT columns FROM one relation [WHERE ...]`, no renamed
+    /// column) merged into the query around it: its relation under the reference's
+    /// name, its WHERE added to the query's. None when the view or the query does not
+    /// allow it (a column of the relation the view hides is named in the query, a `*`
+    /// over several FROM items, a whole-row reference, column aliases).
+    fn merged_base(
+        &mut self,
+        rv: &protobuf::RangeVar,
+        view: &ViewDef,
+        m: &mut Merge,
+    ) -> Option<protobuf::RangeVar> {
+        if rv.alias.as_ref().is_some_and(|a| !a.colnames.is_empty()) {
+            return None;
+        }
+        let alias = rv.alias.as_ref().map_or(rv.relname.clone(), |a| a.aliasname.clone());
+        let simple = SimpleView::of(&view.definition)?;
+        if simple.columns != view.columns || m.outer.whole_rows.contains(&alias) {
+            return None;
+        }
+        let base_schema = (!simple.base.schemaname.is_empty()).then_some(simple.base.schemaname.as_str());
+        let base_columns: Vec<String> = match self
+            .input
+            .names
+            .resolve(self.input.catalog, base_schema, &simple.base.relname)
+        {
+            Some(t) => t.columns.clone(),
+            None => self.input.names.view(base_schema, &simple.base.relname)?.columns.clone(),
+        };
+        if base_columns
+            .iter()
+            .any(|c| !view.columns.contains(c) && m.outer.names.contains(c))
+        {
+            return None;
+        }
+        let stars = m.outer.stars.contains(&alias) || m.outer.bare_star;
+        if stars && !m.outer.single {
+            return None;
+        }
+        if stars {
+            m.merged.stars.push((alias.clone(), view.columns.clone()));
+        }
+        if let Some(mut pred) = simple.pred {
+            requalify(&mut pred, &simple.refname, &simple.base, &alias);
+            m.merged.quals.push(pred);
+        }
+        let mut base = simple.base;
+        base.alias = Some(protobuf::Alias {
+            aliasname: alias,
+            colnames: Vec::new(),
+        });
+        Some(base)
+    }
+
     /// The view's definition as a subquery under the reference's alias (or the view's
     /// name), its column names as column aliases; views inside it expanded too.
     fn as_subquery(
@@ -350,15 +437,6 @@ impl Expander<'_, '_> {
     ) -> PgResult<N> {
         if depth > MAX_DEPTH {
             return Err(recursion(view));
-        }
-        // PostgreSQL checks the caller's privilege on the view it names; the views
-        // inside are checked as the outer view's owner (pgshard: not at all, the
-        // tables they read are read with the caller's privileges).
-        if depth == 0 && !view.selectable {
-            return Err(PgError::new(
-                sqlstate::INSUFFICIENT_PRIVILEGE,
-                format!("permission denied for view {}", view.name),
-            ));
         }
         let mut def = crate::sql::parse::first_tree(&view.definition, "view definition")?;
         let Some(body) = def.node.as_mut() else {
@@ -425,6 +503,284 @@ impl Expander<'_, '_> {
         });
         result
     }
+}
+
+/// PostgreSQL checks the caller's privilege on the view it names; the views inside
+/// are checked as the outer view's owner (pgshard: not at all, the tables they read are
+/// read with the caller's privileges).
+fn check_privilege(view: &ViewDef, depth: usize) -> PgResult<()> {
+    if depth == 0 && !view.selectable {
+        return Err(PgError::new(
+            sqlstate::INSUFFICIENT_PRIVILEGE,
+            format!("permission denied for view {}", view.name),
+        ));
+    }
+    Ok(())
+}
+
+/// What a query says about merging a view of its FROM list into it.
+struct Outer {
+    /// Every name its column references use (any part, subqueries included).
+    names: HashSet<String>,
+    /// Qualifiers of `q.*` in its select list.
+    stars: HashSet<String>,
+    /// A bare `*` in its select list.
+    bare_star: bool,
+    /// Names used as whole-row references (`q` alone, `q.*` inside an expression).
+    whole_rows: HashSet<String>,
+    /// One FROM item.
+    single: bool,
+    /// No FOR UPDATE / SHARE.
+    lockless: bool,
+}
+
+fn fields(c: &protobuf::ColumnRef) -> Vec<Option<&str>> {
+    c.fields
+        .iter()
+        .map(|f| match f.node.as_ref() {
+            Some(N::String(s)) => Some(s.sval.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+impl Outer {
+    fn of(s: &protobuf::SelectStmt) -> Outer {
+        let mut o = Outer {
+            names: HashSet::new(),
+            stars: HashSet::new(),
+            bare_star: false,
+            whole_rows: HashSet::new(),
+            single: s.from_clause.len() == 1
+                && matches!(s.from_clause[0].node.as_ref(), Some(N::RangeVar(_))),
+            lockless: s.locking_clause.is_empty(),
+        };
+        // The select list's own `*` / `q.*` entries.
+        let mut top_stars: HashMap<String, usize> = HashMap::new();
+        for t in &s.target_list {
+            if let Some(N::ResTarget(rt)) = t.node.as_ref() {
+                if let Some(N::ColumnRef(c)) = rt.val.as_deref().and_then(|v| v.node.as_ref()) {
+                    match fields(c).as_slice() {
+                        [None] => o.bare_star = true,
+                        [Some(q), None] => {
+                            o.stars.insert(q.to_string());
+                            *top_stars.entry(q.to_string()).or_default() += 1;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let mut all_stars: HashMap<String, usize> = HashMap::new();
+        let root = N::SelectStmt(Box::new(s.clone()));
+        for (n, _, _, _) in root.nodes() {
+            if let pg_query::NodeRef::ColumnRef(c) = n {
+                let f = fields(c);
+                for name in f.iter().flatten() {
+                    o.names.insert(name.to_string());
+                }
+                match f.as_slice() {
+                    [Some(q)] => {
+                        o.whole_rows.insert(q.to_string());
+                    }
+                    [.., Some(q), None] => *all_stars.entry(q.to_string()).or_default() += 1,
+                    _ => {}
+                }
+            }
+        }
+        // `q.*` anywhere but as a select-list entry is a whole row.
+        for (q, n) in all_stars {
+            if top_stars.get(&q).copied().unwrap_or(0) < n {
+                o.whole_rows.insert(q);
+            }
+        }
+        o
+    }
+}
+
+/// Views merged into one query: their WHEREs, and the `*` entries to spell out.
+#[derive(Default)]
+struct Merged {
+    quals: Vec<protobuf::Node>,
+    stars: Vec<(String, Vec<String>)>,
+}
+
+impl Merged {
+    fn apply(self, s: &mut protobuf::SelectStmt) {
+        if !self.stars.is_empty() {
+            let mut list = Vec::new();
+            for t in std::mem::take(&mut s.target_list) {
+                let star_of = match t.node.as_ref() {
+                    Some(N::ResTarget(rt)) => match rt.val.as_deref().and_then(|v| v.node.as_ref()) {
+                        Some(N::ColumnRef(c)) => match fields(c).as_slice() {
+                            [None] => self.stars.first().map(|(a, _)| a.clone()),
+                            [Some(q), None] => Some(q.to_string()),
+                            _ => None,
+                        },
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                match star_of.and_then(|a| self.stars.iter().find(|(x, _)| *x == a)) {
+                    Some((alias, columns)) => {
+                        for c in columns {
+                            list.push(column_target(alias, c));
+                        }
+                    }
+                    None => list.push(t),
+                }
+            }
+            s.target_list = list;
+        }
+        if self.quals.is_empty() {
+            return;
+        }
+        let mut args = self.quals;
+        if let Some(w) = s.where_clause.take() {
+            args.push(*w);
+        }
+        s.where_clause = Some(Box::new(protobuf::Node {
+            node: Some(N::BoolExpr(Box::new(protobuf::BoolExpr {
+                xpr: None,
+                boolop: protobuf::BoolExprType::AndExpr as i32,
+                args,
+                location: -1,
+            }))),
+        }));
+    }
+}
+
+/// Where a merge may happen (an inner FROM item of the query `outer`).
+struct Merge<'o, 'm> {
+    outer: &'o Outer,
+    merged: &'m mut Merged,
+}
+
+impl Merge<'_, '_> {
+    fn again(&mut self) -> Merge<'_, '_> {
+        Merge {
+            outer: self.outer,
+            merged: self.merged,
+        }
+    }
+}
+
+/// `alias.column` as a select-list entry.
+fn column_target(alias: &str, column: &str) -> protobuf::Node {
+    protobuf::Node {
+        node: Some(N::ResTarget(Box::new(protobuf::ResTarget {
+            val: Some(Box::new(protobuf::Node {
+                node: Some(N::ColumnRef(protobuf::ColumnRef {
+                    fields: vec![string_node(alias), string_node(column)],
+                    location: -1,
+                })),
+            })),
+            location: -1,
+            ..Default::default()
+        }))),
+    }
+}
+
+/// A view `SELECT c1, c2 FROM relation [alias] [WHERE pred]`: plain columns of its one
+/// relation under their own names, no subquery in the WHERE.
+struct SimpleView {
+    base: protobuf::RangeVar,
+    /// The name its columns are qualified with (the alias, or the relation's name).
+    refname: String,
+    columns: Vec<String>,
+    pred: Option<protobuf::Node>,
+}
+
+impl SimpleView {
+    fn of(definition: &str) -> Option<SimpleView> {
+        let tree = crate::sql::parse::first_tree(definition, "view definition").ok()?;
+        let Some(N::SelectStmt(s)) = tree.node else {
+            return None;
+        };
+        let plain = s.op == protobuf::SetOperation::SetopNone as i32
+            && s.with_clause.is_none()
+            && s.distinct_clause.is_empty()
+            && s.group_clause.is_empty()
+            && s.having_clause.is_none()
+            && s.window_clause.is_empty()
+            && s.sort_clause.is_empty()
+            && s.limit_count.is_none()
+            && s.limit_offset.is_none()
+            && s.locking_clause.is_empty()
+            && s.into_clause.is_none()
+            && s.values_lists.is_empty()
+            && s.from_clause.len() == 1;
+        if !plain {
+            return None;
+        }
+        let Some(N::RangeVar(base)) = s.from_clause[0].node.clone() else {
+            return None;
+        };
+        let refname = base
+            .alias
+            .as_ref()
+            .map_or(base.relname.clone(), |a| a.aliasname.clone());
+        let mut columns = Vec::new();
+        for t in &s.target_list {
+            let Some(N::ResTarget(rt)) = t.node.as_ref() else {
+                return None;
+            };
+            let Some(N::ColumnRef(c)) = rt.val.as_deref().and_then(|v| v.node.as_ref()) else {
+                return None;
+            };
+            let column = match fields(c).as_slice() {
+                [Some(col)] => col.to_string(),
+                [Some(q), Some(col)] if *q == refname => col.to_string(),
+                _ => return None,
+            };
+            if !rt.name.is_empty() && rt.name != column {
+                return None;
+            }
+            columns.push(column);
+        }
+        let pred = s.where_clause.map(|w| *w);
+        if let Some(p) = &pred {
+            let root = N::SelectStmt(Box::new(protobuf::SelectStmt {
+                where_clause: Some(Box::new(p.clone())),
+                ..Default::default()
+            }));
+            let subquery = root
+                .nodes()
+                .into_iter()
+                .any(|(n, _, _, _)| matches!(n, pg_query::NodeRef::SubLink(_)));
+            if subquery {
+                return None;
+            }
+        }
+        Some(SimpleView {
+            base,
+            refname,
+            columns,
+            pred,
+        })
+    }
+}
+
+/// The view's WHERE as part of the outer query: its columns qualified with the name
+/// the base relation has there.
+fn requalify(pred: &mut protobuf::Node, refname: &str, base: &protobuf::RangeVar, alias: &str) {
+    crate::sql::walk::expression(pred, false, &mut |n, _| {
+        if let Some(N::ColumnRef(c)) = n.node.as_mut() {
+            let f: Vec<Option<String>> = fields(c).iter().map(|x| x.map(str::to_string)).collect();
+            let column = match f.as_slice() {
+                [Some(col)] => Some(col.clone()),
+                [Some(q), Some(col)] if q == refname => Some(col.clone()),
+                [Some(s), Some(t), Some(col)] if *s == base.schemaname && *t == base.relname => {
+                    Some(col.clone())
+                }
+                _ => None,
+            };
+            if let Some(col) = column {
+                c.fields = vec![string_node(alias), string_node(&col)];
+            }
+        }
+        false
+    });
 }
 
 fn recursion(view: &ViewDef) -> PgError {
