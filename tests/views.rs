@@ -163,18 +163,23 @@ async fn views_inside_other_statements(shard: &Client, plain: &Client) {
     same(shard, plain, "SELECT * FROM vw_ctas ORDER BY order_no").await;
     same(shard, plain, "SELECT * FROM vw_l ORDER BY 1, 2").await;
     for c in [shard, plain] {
-        c.batch_execute("INSERT INTO vw_i SELECT tenant, id + 1000, 9 FROM vw_orders WHERE tenant = 2")
-            .await
-            .unwrap();
+        c.batch_execute(
+            "INSERT INTO vw_i SELECT tenant, id + 1000, 9 FROM vw_orders WHERE tenant = 2",
+        )
+        .await
+        .unwrap();
     }
     same(shard, plain, "SELECT * FROM vw_i WHERE qty = 9 ORDER BY 2").await;
 }
 
 /// A view filtered on a tenant runs on one shard.
 async fn tenant_filtered_view_routes(shard: &Client, _plain: &Client) {
-    let plan = rows(shard, "EXPLAIN (COSTS OFF) SELECT * FROM vw_orders WHERE tenant = 3")
-        .await
-        .unwrap();
+    let plan = rows(
+        shard,
+        "EXPLAIN (COSTS OFF) SELECT * FROM vw_orders WHERE tenant = 3",
+    )
+    .await
+    .unwrap();
     let text: Vec<String> = plan.into_iter().filter_map(|r| r[0].clone()).collect();
     let text = text.join("\n");
     assert!(text.contains("Task Count: 1"), "{text}");
@@ -200,7 +205,12 @@ async fn select_privilege_on_the_view(shard: &Client, plain: &Client) {
             .await
             .unwrap();
     }
-    same(shard, plain, "SELECT * FROM vw_orders WHERE tenant = 1 ORDER BY id").await;
+    same(
+        shard,
+        plain,
+        "SELECT * FROM vw_orders WHERE tenant = 1 ORDER BY id",
+    )
+    .await;
     for c in [shard, plain] {
         c.batch_execute("RESET ROLE; REVOKE ALL ON vw_orders FROM vw_reader; REVOKE ALL ON vw_o FROM vw_reader; DROP ROLE vw_reader")
             .await
@@ -228,9 +238,11 @@ async fn replaced_dropped_and_new_views(shard: &Client, plain: &Client) {
     // A new view, made by another session: found (after the poll).
     same_error(&other, plain, "SELECT count(*) FROM vw_late").await;
     for c in [shard, plain] {
-        c.batch_execute("CREATE VIEW vw_late AS SELECT tenant, sum(amount) AS s FROM vw_o GROUP BY tenant")
-            .await
-            .unwrap();
+        c.batch_execute(
+            "CREATE VIEW vw_late AS SELECT tenant, sum(amount) AS s FROM vw_o GROUP BY tenant",
+        )
+        .await
+        .unwrap();
     }
     same(shard, plain, "SELECT * FROM vw_late ORDER BY 1").await;
     tokio::time::sleep(Duration::from_millis(700)).await;

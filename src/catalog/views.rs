@@ -40,9 +40,8 @@ const DISTRIBUTED_VIEWS: &str = "WITH RECURSIVE reads(oid) AS ( \
 
 /// The views reading distributed tables: (schema, name).
 pub async fn distributed_views(client: &Client) -> Result<Vec<(String, String)>, PgError> {
-    let rows = client
-        .query(DISTRIBUTED_VIEWS, &[])
-        .await
-        .map_err(|e| PgError::from_client_error("cannot list the views over distributed tables", &e))?;
+    let rows = client.query(DISTRIBUTED_VIEWS, &[]).await.map_err(|e| {
+        PgError::from_client_error("cannot list the views over distributed tables", &e)
+    })?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }

@@ -16,8 +16,13 @@
 use super::{Plan, PlanInput, Step};
 use crate::catalog::Oid;
 use crate::error::{sqlstate, PgError, PgResult};
+use merge::{requalify, Merge, Merged, Outer, SimpleView};
 use pg_query::protobuf::{self, node::Node as N};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+
+mod merge;
+#[cfg(test)]
+mod tests;
 use std::sync::Arc;
 
 /// How deep views may nest before PostgreSQL's "infinite recursion" error.
@@ -115,9 +120,11 @@ struct Expander<'a, 'b> {
     expanded: usize,
 }
 
-fn string_node(s: &str) -> protobuf::Node {
+pub(super) fn string_node(s: &str) -> protobuf::Node {
     protobuf::Node {
-        node: Some(N::String(protobuf::String { sval: s.to_string() })),
+        node: Some(N::String(protobuf::String {
+            sval: s.to_string(),
+        })),
     }
 }
 
@@ -163,7 +170,10 @@ impl Expander<'_, '_> {
             crate::sql::parse::relations(&stmt, catalog.tables_by_name.keys().map(String::as_str));
         let mut found = false;
         for r in rels {
-            if names.resolve(catalog, r.schema.as_deref(), &r.name).is_some() {
+            if names
+                .resolve(catalog, r.schema.as_deref(), &r.name)
+                .is_some()
+            {
                 found = true;
                 break;
             }
@@ -277,7 +287,12 @@ impl Expander<'_, '_> {
         Ok(scope)
     }
 
-    fn select(&mut self, s: &mut protobuf::SelectStmt, scope: &[String], depth: usize) -> PgResult<()> {
+    fn select(
+        &mut self,
+        s: &mut protobuf::SelectStmt,
+        scope: &[String],
+        depth: usize,
+    ) -> PgResult<()> {
         let scope = self.with(&mut s.with_clause, scope, depth)?;
         let outer = Outer::of(s);
         let mut merged = Merged::default();
@@ -388,20 +403,30 @@ impl Expander<'_, '_> {
         if rv.alias.as_ref().is_some_and(|a| !a.colnames.is_empty()) {
             return None;
         }
-        let alias = rv.alias.as_ref().map_or(rv.relname.clone(), |a| a.aliasname.clone());
+        let alias = rv
+            .alias
+            .as_ref()
+            .map_or(rv.relname.clone(), |a| a.aliasname.clone());
         let simple = SimpleView::of(&view.definition)?;
         if simple.columns != view.columns || m.outer.whole_rows.contains(&alias) {
             return None;
         }
-        let base_schema = (!simple.base.schemaname.is_empty()).then_some(simple.base.schemaname.as_str());
-        let base_columns: Vec<String> = match self
-            .input
-            .names
-            .resolve(self.input.catalog, base_schema, &simple.base.relname)
-        {
-            Some(t) => t.columns.clone(),
-            None => self.input.names.view(base_schema, &simple.base.relname)?.columns.clone(),
-        };
+        let base_schema =
+            (!simple.base.schemaname.is_empty()).then_some(simple.base.schemaname.as_str());
+        let base_columns: Vec<String> =
+            match self
+                .input
+                .names
+                .resolve(self.input.catalog, base_schema, &simple.base.relname)
+            {
+                Some(t) => t.columns.clone(),
+                None => self
+                    .input
+                    .names
+                    .view(base_schema, &simple.base.relname)?
+                    .columns
+                    .clone(),
+            };
         if base_columns
             .iter()
             .any(|c| !view.columns.contains(c) && m.outer.names.contains(c))
@@ -516,271 +541,6 @@ fn check_privilege(view: &ViewDef, depth: usize) -> PgResult<()> {
         ));
     }
     Ok(())
-}
-
-/// What a query says about merging a view of its FROM list into it.
-struct Outer {
-    /// Every name its column references use (any part, subqueries included).
-    names: HashSet<String>,
-    /// Qualifiers of `q.*` in its select list.
-    stars: HashSet<String>,
-    /// A bare `*` in its select list.
-    bare_star: bool,
-    /// Names used as whole-row references (`q` alone, `q.*` inside an expression).
-    whole_rows: HashSet<String>,
-    /// One FROM item.
-    single: bool,
-    /// No FOR UPDATE / SHARE.
-    lockless: bool,
-}
-
-fn fields(c: &protobuf::ColumnRef) -> Vec<Option<&str>> {
-    c.fields
-        .iter()
-        .map(|f| match f.node.as_ref() {
-            Some(N::String(s)) => Some(s.sval.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-impl Outer {
-    fn of(s: &protobuf::SelectStmt) -> Outer {
-        let mut o = Outer {
-            names: HashSet::new(),
-            stars: HashSet::new(),
-            bare_star: false,
-            whole_rows: HashSet::new(),
-            single: s.from_clause.len() == 1
-                && matches!(s.from_clause[0].node.as_ref(), Some(N::RangeVar(_))),
-            lockless: s.locking_clause.is_empty(),
-        };
-        // The select list's own `*` / `q.*` entries.
-        let mut top_stars: HashMap<String, usize> = HashMap::new();
-        for t in &s.target_list {
-            if let Some(N::ResTarget(rt)) = t.node.as_ref() {
-                if let Some(N::ColumnRef(c)) = rt.val.as_deref().and_then(|v| v.node.as_ref()) {
-                    match fields(c).as_slice() {
-                        [None] => o.bare_star = true,
-                        [Some(q), None] => {
-                            o.stars.insert(q.to_string());
-                            *top_stars.entry(q.to_string()).or_default() += 1;
-                        }
-                        _ => {}
-                    }
-                }
-            }
-        }
-        let mut all_stars: HashMap<String, usize> = HashMap::new();
-        let root = N::SelectStmt(Box::new(s.clone()));
-        for (n, _, _, _) in root.nodes() {
-            if let pg_query::NodeRef::ColumnRef(c) = n {
-                let f = fields(c);
-                for name in f.iter().flatten() {
-                    o.names.insert(name.to_string());
-                }
-                match f.as_slice() {
-                    [Some(q)] => {
-                        o.whole_rows.insert(q.to_string());
-                    }
-                    [.., Some(q), None] => *all_stars.entry(q.to_string()).or_default() += 1,
-                    _ => {}
-                }
-            }
-        }
-        // `q.*` anywhere but as a select-list entry is a whole row.
-        for (q, n) in all_stars {
-            if top_stars.get(&q).copied().unwrap_or(0) < n {
-                o.whole_rows.insert(q);
-            }
-        }
-        o
-    }
-}
-
-/// Views merged into one query: their WHEREs, and the `*` entries to spell out.
-#[derive(Default)]
-struct Merged {
-    quals: Vec<protobuf::Node>,
-    stars: Vec<(String, Vec<String>)>,
-}
-
-impl Merged {
-    fn apply(self, s: &mut protobuf::SelectStmt) {
-        if !self.stars.is_empty() {
-            let mut list = Vec::new();
-            for t in std::mem::take(&mut s.target_list) {
-                let star_of = match t.node.as_ref() {
-                    Some(N::ResTarget(rt)) => match rt.val.as_deref().and_then(|v| v.node.as_ref()) {
-                        Some(N::ColumnRef(c)) => match fields(c).as_slice() {
-                            [None] => self.stars.first().map(|(a, _)| a.clone()),
-                            [Some(q), None] => Some(q.to_string()),
-                            _ => None,
-                        },
-                        _ => None,
-                    },
-                    _ => None,
-                };
-                match star_of.and_then(|a| self.stars.iter().find(|(x, _)| *x == a)) {
-                    Some((alias, columns)) => {
-                        for c in columns {
-                            list.push(column_target(alias, c));
-                        }
-                    }
-                    None => list.push(t),
-                }
-            }
-            s.target_list = list;
-        }
-        if self.quals.is_empty() {
-            return;
-        }
-        let mut args = self.quals;
-        if let Some(w) = s.where_clause.take() {
-            args.push(*w);
-        }
-        s.where_clause = Some(Box::new(protobuf::Node {
-            node: Some(N::BoolExpr(Box::new(protobuf::BoolExpr {
-                xpr: None,
-                boolop: protobuf::BoolExprType::AndExpr as i32,
-                args,
-                location: -1,
-            }))),
-        }));
-    }
-}
-
-/// Where a merge may happen (an inner FROM item of the query `outer`).
-struct Merge<'o, 'm> {
-    outer: &'o Outer,
-    merged: &'m mut Merged,
-}
-
-impl Merge<'_, '_> {
-    fn again(&mut self) -> Merge<'_, '_> {
-        Merge {
-            outer: self.outer,
-            merged: self.merged,
-        }
-    }
-}
-
-/// `alias.column` as a select-list entry.
-fn column_target(alias: &str, column: &str) -> protobuf::Node {
-    protobuf::Node {
-        node: Some(N::ResTarget(Box::new(protobuf::ResTarget {
-            val: Some(Box::new(protobuf::Node {
-                node: Some(N::ColumnRef(protobuf::ColumnRef {
-                    fields: vec![string_node(alias), string_node(column)],
-                    location: -1,
-                })),
-            })),
-            location: -1,
-            ..Default::default()
-        }))),
-    }
-}
-
-/// A view `SELECT c1, c2 FROM relation [alias] [WHERE pred]`: plain columns of its one
-/// relation under their own names, no subquery in the WHERE.
-struct SimpleView {
-    base: protobuf::RangeVar,
-    /// The name its columns are qualified with (the alias, or the relation's name).
-    refname: String,
-    columns: Vec<String>,
-    pred: Option<protobuf::Node>,
-}
-
-impl SimpleView {
-    fn of(definition: &str) -> Option<SimpleView> {
-        let tree = crate::sql::parse::first_tree(definition, "view definition").ok()?;
-        let Some(N::SelectStmt(s)) = tree.node else {
-            return None;
-        };
-        let plain = s.op == protobuf::SetOperation::SetopNone as i32
-            && s.with_clause.is_none()
-            && s.distinct_clause.is_empty()
-            && s.group_clause.is_empty()
-            && s.having_clause.is_none()
-            && s.window_clause.is_empty()
-            && s.sort_clause.is_empty()
-            && s.limit_count.is_none()
-            && s.limit_offset.is_none()
-            && s.locking_clause.is_empty()
-            && s.into_clause.is_none()
-            && s.values_lists.is_empty()
-            && s.from_clause.len() == 1;
-        if !plain {
-            return None;
-        }
-        let Some(N::RangeVar(base)) = s.from_clause[0].node.clone() else {
-            return None;
-        };
-        let refname = base
-            .alias
-            .as_ref()
-            .map_or(base.relname.clone(), |a| a.aliasname.clone());
-        let mut columns = Vec::new();
-        for t in &s.target_list {
-            let Some(N::ResTarget(rt)) = t.node.as_ref() else {
-                return None;
-            };
-            let Some(N::ColumnRef(c)) = rt.val.as_deref().and_then(|v| v.node.as_ref()) else {
-                return None;
-            };
-            let column = match fields(c).as_slice() {
-                [Some(col)] => col.to_string(),
-                [Some(q), Some(col)] if *q == refname => col.to_string(),
-                _ => return None,
-            };
-            if !rt.name.is_empty() && rt.name != column {
-                return None;
-            }
-            columns.push(column);
-        }
-        let pred = s.where_clause.map(|w| *w);
-        if let Some(p) = &pred {
-            let root = N::SelectStmt(Box::new(protobuf::SelectStmt {
-                where_clause: Some(Box::new(p.clone())),
-                ..Default::default()
-            }));
-            let subquery = root
-                .nodes()
-                .into_iter()
-                .any(|(n, _, _, _)| matches!(n, pg_query::NodeRef::SubLink(_)));
-            if subquery {
-                return None;
-            }
-        }
-        Some(SimpleView {
-            base,
-            refname,
-            columns,
-            pred,
-        })
-    }
-}
-
-/// The view's WHERE as part of the outer query: its columns qualified with the name
-/// the base relation has there.
-fn requalify(pred: &mut protobuf::Node, refname: &str, base: &protobuf::RangeVar, alias: &str) {
-    crate::sql::walk::expression(pred, false, &mut |n, _| {
-        if let Some(N::ColumnRef(c)) = n.node.as_mut() {
-            let f: Vec<Option<String>> = fields(c).iter().map(|x| x.map(str::to_string)).collect();
-            let column = match f.as_slice() {
-                [Some(col)] => Some(col.clone()),
-                [Some(q), Some(col)] if q == refname => Some(col.clone()),
-                [Some(s), Some(t), Some(col)] if *s == base.schemaname && *t == base.relname => {
-                    Some(col.clone())
-                }
-                _ => None,
-            };
-            if let Some(col) = column {
-                c.fields = vec![string_node(alias), string_node(&col)];
-            }
-        }
-        false
-    });
 }
 
 fn recursion(view: &ViewDef) -> PgError {

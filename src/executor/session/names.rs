@@ -101,9 +101,11 @@ impl Session {
                 self.names.found.insert(name.to_string(), oid);
             }
         }
-        Ok(Names::from_lookups(candidates.iter().map(|n| {
-            (n.to_string(), self.names.found.get(n).copied().flatten())
-        }))
+        Ok(Names::from_lookups(
+            candidates
+                .iter()
+                .map(|n| (n.to_string(), self.names.found.get(n).copied().flatten())),
+        )
         .with_views(views))
     }
 

@@ -10,8 +10,8 @@
 use super::*;
 use crate::planner::names::Names;
 use crate::planner::views::ViewDef;
-use pg_query::protobuf::node::Node as N;
 use crate::sql::parse::count_mentions;
+use pg_query::protobuf::node::Node as N;
 use std::collections::HashSet;
 
 /// A view name as written: schema if qualified, name.
@@ -67,7 +67,10 @@ impl Session {
             if count_mentions(text, name) == 0 {
                 return;
             }
-            for key in [(None, name.to_string()), (schema.map(str::to_string), name.to_string())] {
+            for key in [
+                (None, name.to_string()),
+                (schema.map(str::to_string), name.to_string()),
+            ] {
                 if !out.contains(&key) {
                     out.push(key);
                 }
