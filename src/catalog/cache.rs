@@ -12,8 +12,10 @@
 //! a signature of them (OID, name, schema, the schema's ACL) and, when it changed
 //! (another session created, renamed, moved or dropped one), raises
 //! [`CatalogCache::relation_generation`], which drops every session's resolved table names.
+//! It does the same for views (`catalog::views`), and keeps the list of the views that
+//! read distributed tables ([`CatalogCache::distributed_views`]).
 
-use super::{load, schema, Catalog};
+use super::{load, schema, views, Catalog};
 use crate::backend::control;
 use crate::config::Config;
 use crate::error::PgError;
@@ -56,6 +58,8 @@ pub struct CatalogCache {
     /// Raised each time the signature of the relations named like distributed tables
     /// is seen to have changed (and when the listener reconnects).
     relations: AtomicU64,
+    /// The views reading distributed tables (schema, name), as last listed.
+    views: RwLock<Arc<Vec<(String, String)>>>,
 }
 
 impl CatalogCache {
@@ -64,11 +68,13 @@ impl CatalogCache {
         let client = control::connect_coordinator(&config).await?;
         schema::ensure_schema(&client).await?;
         let catalog = load::load(&client).await?;
+        let views = views::distributed_views(&client).await?;
         let cache = Arc::new(CatalogCache {
             config,
             current: RwLock::new(Arc::new(catalog)),
             loader: tokio::sync::Mutex::new(Some(client)),
             relations: AtomicU64::new(0),
+            views: RwLock::new(Arc::new(views)),
         });
         tokio::spawn(listen_loop(Arc::downgrade(&cache)));
         Ok(cache)
@@ -82,6 +88,7 @@ impl CatalogCache {
             current: RwLock::new(Arc::new(catalog)),
             loader: tokio::sync::Mutex::new(None),
             relations: AtomicU64::new(0),
+            views: RwLock::new(Arc::new(Vec::new())),
         })
     }
 
@@ -97,6 +104,12 @@ impl CatalogCache {
     /// coordinator node, as far as this process heard.
     pub fn relation_generation(&self) -> u64 {
         self.relations.load(Ordering::Relaxed)
+    }
+
+    /// The views reading distributed tables (schema, name), as last listed: the
+    /// names a session looks up as views.
+    pub fn distributed_views(&self) -> Arc<Vec<(String, String)>> {
+        self.views.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn relations_changed(&self) {
@@ -149,6 +162,31 @@ pub async fn bump_version<C: GenericClient + Sync>(client: &C) -> Result<(), PgE
         .map_err(|e| PgError::from_client_error("cannot bump the catalog version", &e))
 }
 
+/// Reads the views' signature; lists the views over distributed tables again when it
+/// or the catalog version changed (a changed signature also drops the sessions' names).
+async fn follow_views(
+    c: &CatalogCache,
+    client: &Client,
+    seen: &mut Option<((i64, i64), i64)>,
+) -> Result<(), PgError> {
+    let row = client
+        .query_one(views::VIEWS_SIGNATURE, &[])
+        .await
+        .map_err(|e| PgError::from_client_error("cannot read the views' signature", &e))?;
+    let signature: (i64, i64) = (row.get(0), row.get(1));
+    let version = c.snapshot().version;
+    if seen.is_some_and(|s| s == (signature, version)) {
+        return Ok(());
+    }
+    let list = views::distributed_views(client).await?;
+    *c.views.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(list);
+    if seen.is_some_and(|(s, _)| s != signature) {
+        c.relations_changed();
+    }
+    *seen = Some((signature, version));
+    Ok(())
+}
+
 /// The listener: LISTEN, reload on each notification (coalescing bursts), compare
 /// versions periodically, reconnect on failure; ends when the cache is dropped.
 async fn listen_loop(cache: Weak<CatalogCache>) {
@@ -186,6 +224,8 @@ async fn listen_loop(cache: Weak<CatalogCache>) {
         let mut relations_tick = tokio::time::interval(RELATIONS_POLL_INTERVAL);
         relations_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut relations_seen: Option<(i64, i64)> = None;
+        // The views' signature and the catalog version their list was made under.
+        let mut views_seen: Option<((i64, i64), i64)> = None;
         loop {
             tokio::select! {
                 n = notifications.recv() => {
@@ -214,6 +254,10 @@ async fn listen_loop(cache: Weak<CatalogCache>) {
                             tracing::warn!("relation DDL check failed: {e}; reconnecting");
                             break;
                         }
+                    }
+                    if let Err(e) = follow_views(&c, &client, &mut views_seen).await {
+                        tracing::warn!("view DDL check failed: {e}; reconnecting");
+                        break;
                     }
                 }
                 _ = tick.tick() => {

@@ -9,6 +9,7 @@ pub mod cache;
 pub mod guard;
 pub mod load;
 pub mod schema;
+pub mod views;
 
 use crate::sharding::ranges::ShardIndexer;
 use std::collections::HashMap;

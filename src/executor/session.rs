@@ -88,6 +88,8 @@ use settings::{begin_sequence, settings_replay_sql, CitusLocal, Savepoint, Setti
 /// The implicit transaction of a string of local statements with transaction control.
 mod implicit;
 mod names;
+/// Views over distributed tables: which names may be such views, their definitions.
+mod views;
 /// Client prepared statements on the client's own coordinator-node connection; result
 /// shape checks of the others.
 mod prepared;

@@ -33,6 +33,7 @@ mod steps;
 pub mod template;
 pub mod update_from;
 pub mod utility;
+pub mod views;
 
 use crate::catalog::{Catalog, DistTable, PartitionMethod};
 use crate::error::{PgError, PgResult};
@@ -134,11 +135,16 @@ pub const LADDER: &[(&str, PlanStep)] = &[
     ("grant", steps::grant),
     ("no distributed table yet", steps::empty_catalog),
     ("call of a distributed function", steps::function_call),
+    (
+        "views over distributed tables: planned as their definitions",
+        views::expand,
+    ),
     ("object DDL", steps::objects),
     ("explain", steps::explain),
     ("drop of distributed tables or indexes", steps::drop),
     ("truncate / vacuum / analyze", steps::propagate),
     ("DDL on a distributed table", steps::ddl),
+    ("create view over distributed tables", views::view_ddl),
     ("no distributed table referenced", steps::local),
     ("modifying CTEs", steps::modifying_ctes),
     (

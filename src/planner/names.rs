@@ -9,6 +9,7 @@
 //! resolves table references through [`Names::resolve`]; a schema-qualified name needs no
 //! lookup (the catalog holds each table's schema).
 
+use super::views::ViewDef;
 use crate::catalog::{Catalog, DistTable, Oid};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,6 +19,9 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Default)]
 pub struct Names {
     found: HashMap<String, Option<Oid>>,
+    /// The views the statement may read (`planner::views`), by the name as written
+    /// (schema if qualified, name).
+    views: HashMap<(Option<String>, String), Arc<ViewDef>>,
 }
 
 impl Names {
@@ -37,7 +41,29 @@ impl Names {
     pub fn from_lookups(found: impl IntoIterator<Item = (String, Option<Oid>)>) -> Names {
         Names {
             found: found.into_iter().collect(),
+            views: HashMap::new(),
         }
+    }
+
+    /// These answers with the views the session found for names as written
+    /// (schema if qualified, name).
+    pub fn with_views(
+        mut self,
+        views: impl IntoIterator<Item = ((Option<String>, String), Arc<ViewDef>)>,
+    ) -> Names {
+        self.views.extend(views);
+        self
+    }
+
+    /// Whether any name of the statement is a view (the views step has work).
+    pub fn has_views(&self) -> bool {
+        !self.views.is_empty()
+    }
+
+    /// The view a reference names (`schema` as written), if the session found one.
+    pub fn view(&self, schema: Option<&str>, name: &str) -> Option<&Arc<ViewDef>> {
+        self.views
+            .get(&(schema.map(str::to_string), name.to_string()))
     }
 
     /// The answers PostgreSQL would give with `path` as search path when the only

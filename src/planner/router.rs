@@ -61,8 +61,14 @@ pub fn plan_dml(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> Pg
                     "pgshard does not support WITH queries on distributed tables yet".into(),
                 );
             }
+            // The WHERE names the table's columns only when the table is a FROM item
+            // of this query, not inside a subquery of it (whose output columns may
+            // carry the column's name and other values: a view's definition).
+            let direct = in_top_from(&s.from_clause, rel.location);
             match find_equality(s.where_clause.as_deref(), &col, &names_table) {
-                Some((v, expr)) if s.op == pg_query::protobuf::SetOperation::SetopNone as i32 => {
+                Some((v, expr))
+                    if direct && s.op == pg_query::protobuf::SetOperation::SetopNone as i32 =>
+                {
                     let read_only = s.locking_clause.is_empty() && s.into_clause.is_none();
                     Ok(routed(text, table, edit, v, expr, read_only))
                 }
@@ -124,6 +130,19 @@ pub fn plan_dml(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> Pg
             unsupported("pgshard does not support this statement on distributed tables yet".into())
         }
     }
+}
+
+/// Whether the table reference at `location` is a FROM item of the query itself (in
+/// its list or its joins), not inside a subquery.
+fn in_top_from(from: &[pg_query::protobuf::Node], location: usize) -> bool {
+    from.iter().any(|f| match f.node.as_ref() {
+        Some(N::RangeVar(rv)) => rv.location.max(0) as usize == location,
+        Some(N::JoinExpr(j)) => [j.larg.as_deref(), j.rarg.as_deref()]
+            .into_iter()
+            .flatten()
+            .any(|side| in_top_from(std::slice::from_ref(side), location)),
+        _ => false,
+    })
 }
 
 fn modify_all(

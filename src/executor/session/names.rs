@@ -24,6 +24,10 @@ pub(super) struct NameCache {
     /// answers were found under.
     seen: (i64, u64),
     found: HashMap<String, Option<Oid>>,
+    /// Views looked up by the name as written (None: no view of that name).
+    pub views: HashMap<super::views::ViewKey, Option<Arc<crate::planner::views::ViewDef>>>,
+    /// The views this session created or renamed (kept: they are looked up as views).
+    pub own_views: std::collections::HashSet<super::views::ViewKey>,
     /// A statement that may change names ran in the current block: its end (or a
     /// rollback to a savepoint) may change them again.
     changed_in_block: bool,
@@ -32,6 +36,7 @@ pub(super) struct NameCache {
 impl NameCache {
     pub fn invalidate(&mut self) {
         self.found.clear();
+        self.views.clear();
         self.epoch += 1;
     }
 
@@ -39,7 +44,7 @@ impl NameCache {
     fn follow(&mut self, seen: (i64, u64)) {
         if seen != self.seen {
             self.seen = seen;
-            if !self.found.is_empty() {
+            if !self.found.is_empty() || !self.views.is_empty() {
                 self.invalidate();
             } else {
                 self.epoch += 1;
@@ -74,16 +79,20 @@ impl Session {
         {
             return Ok(Names::default());
         }
-        let candidates = Names::candidates(&stmt.text, catalog);
-        if candidates.is_empty() {
+        let mut candidates: Vec<String> = Names::candidates(&stmt.text, catalog)
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        self.names_epoch(catalog);
+        let views = self.views_for(&stmt.text, catalog, &mut candidates).await?;
+        if candidates.is_empty() && views.is_empty() {
             return Ok(Names::default());
         }
-        self.names_epoch(catalog);
         // In a failed block nothing runs but the statements that end it, which name
         // no table: nothing to look up (the node would refuse the lookup anyway).
         let missing: Vec<&str> = candidates
             .iter()
-            .copied()
+            .map(String::as_str)
             .filter(|n| !self.names.found.contains_key(*n))
             .collect();
         if !missing.is_empty() && self.tx.state != TxnState::Failed {
@@ -92,9 +101,12 @@ impl Session {
                 self.names.found.insert(name.to_string(), oid);
             }
         }
-        Ok(Names::from_lookups(candidates.iter().map(|n| {
-            (n.to_string(), self.names.found.get(*n).copied().flatten())
-        })))
+        Ok(Names::from_lookups(
+            candidates
+                .iter()
+                .map(|n| (n.to_string(), self.names.found.get(n).copied().flatten())),
+        )
+        .with_views(views))
     }
 
     /// `to_regclass` of each name (as an identifier, so case and quotes are kept) on
@@ -169,6 +181,7 @@ impl Session {
     /// Before `stmt` runs: when it may change names, they are dropped (and again when
     /// its block ends).
     pub(super) fn note_names_change(&mut self, stmt: &Statement) {
+        self.note_own_view(stmt);
         if may_change_names(stmt) {
             self.names.invalidate();
             if self.tx.state != TxnState::Idle || self.implicit_txn {
