@@ -74,6 +74,7 @@ mod subplans;
 mod two_phase;
 /// INSERT ... SELECT into distributed tables through the coordinator node.
 mod via_coordinator;
+mod via_coordinator_rows;
 // Stable functions evaluated once per statement on the coordinator node.
 mod evaluate;
 use settings::{begin_sequence, settings_replay_sql, CitusLocal, Savepoint, SettingsSnapshot};
@@ -2452,7 +2453,15 @@ fn is_read_only_local(stmt: &Statement) -> bool {
     use pg_query::protobuf::node::Node as N;
     match &stmt.node {
         Some(N::SelectStmt(s)) => {
-            s.locking_clause.is_empty() && s.into_clause.is_none() && s.with_clause.is_none()
+            // A WITH of SELECTs only (data-modifying CTEs stand only at the top level).
+            let reads_only = s.with_clause.as_ref().is_none_or(|w| {
+                w.ctes.iter().all(|c| {
+                    matches!(c.node.as_ref(), Some(N::CommonTableExpr(cte))
+                        if matches!(cte.ctequery.as_deref().and_then(|q| q.node.as_ref()),
+                            Some(N::SelectStmt(_))))
+                })
+            });
+            s.locking_clause.is_empty() && s.into_clause.is_none() && reads_only
         }
         Some(N::VariableShowStmt(_)) | Some(N::VariableSetStmt(_)) | Some(N::ExplainStmt(_)) => {
             true

@@ -15,6 +15,7 @@ pub mod explain;
 pub mod fastpath;
 pub mod insert;
 pub mod insert_select;
+pub mod insert_select_clauses;
 pub mod join;
 pub mod multishard;
 pub mod names;
@@ -31,7 +32,7 @@ pub mod template;
 pub mod update_from;
 pub mod utility;
 
-use crate::catalog::{Catalog, DistTable, PartitionMethod};
+use crate::catalog::{Catalog, DistTable};
 use crate::error::{PgError, PgResult};
 use crate::sql::parse::{relations, RelRef, Statement};
 pub use names::Names;
