@@ -13,7 +13,8 @@
 //!
 //! `PGSHARD_SEED` replays a run (the seed is printed), `PGSHARD_SHAPES_CASES` sets how many
 //! cases, `PGSHARD_SHAPES_ONLY=<index>` runs one (on fresh data: a case after writes of
-//! its lane may need the whole run), `PGSHARD_SHAPES_SHOW=<n>` prints more mismatches.
+//! its lane may need the whole run), `PGSHARD_SHAPES_SHOW=<n>` prints more mismatches,
+//! `PGSHARD_SHAPES_CATEGORY=<name>` runs only the cases of one category.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -204,6 +205,7 @@ async fn generated_shapes_match_postgres() {
         .unwrap_or(DEFAULT_SEED);
     let cases = env_usize("PGSHARD_SHAPES_CASES").unwrap_or(DEFAULT_CASES);
     let only = env_usize("PGSHARD_SHAPES_ONLY");
+    let category = std::env::var("PGSHARD_SHAPES_CATEGORY").ok();
     eprintln!("query_shapes: seed {seed} (PGSHARD_SEED={seed} replays it), {cases} cases");
     load().await;
     let started = std::time::Instant::now();
@@ -211,6 +213,7 @@ async fn generated_shapes_match_postgres() {
     let mut lanes = Vec::new();
     for lane in 0..LANES {
         let tally = tally.clone();
+        let category = category.clone();
         lanes.push(tokio::spawn(async move {
             let shard = cluster().client().await;
             let plain = plain_postgres().client().await;
@@ -222,6 +225,9 @@ async fn generated_shapes_match_postgres() {
                     continue;
                 }
                 let case = generate(seed, index, lane);
+                if category.as_ref().is_some_and(|c| c != case.category) {
+                    continue;
+                }
                 let (finding, statements, oracle_error) = run_case(&shard, &plain, &case).await;
                 let mut t = tally.lock().await;
                 t.cases += 1;
@@ -297,7 +303,7 @@ async fn generated_shapes_match_postgres() {
             t.cases
         );
     }
-    if only.is_none() && cases >= DEFAULT_CASES {
+    if only.is_none() && category.is_none() && cases >= DEFAULT_CASES {
         assert!(
             t.statements >= MIN_STATEMENTS,
             "only {} statements",
