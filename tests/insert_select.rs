@@ -195,6 +195,14 @@ async fn on_conflict_and_returning_through_the_coordinator() {
         assert_eq!(e.code().unwrap().code(), "0A000", "{sql}: {e:?}");
     }
     same(&shard, &plain, "SELECT 1", t).await;
+    // The shell on the coordinator node stays empty.
+    let coord = cluster().direct(cluster().coordinator_port).await;
+    let shell: i64 = coord
+        .query_one("SELECT count(*) FROM ONLY ia_t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(shell, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
