@@ -195,6 +195,20 @@ async fn on_conflict_and_returning_through_the_coordinator() {
         assert_eq!(e.code().unwrap().code(), "0A000", "{sql}: {e:?}");
     }
     same(&shard, &plain, "SELECT 1", t).await;
+    // Rows held before they are sent are bounded by citus.max_intermediate_result_size.
+    shard
+        .batch_execute("SET citus.max_intermediate_result_size TO 1")
+        .await
+        .unwrap();
+    let sql = "INSERT INTO ia_t AS w SELECT l.k, l.id * 1000 + g, g, repeat('x', 100) \
+               FROM generate_series(1, 100) g, ia_l l ON CONFLICT (k, id) DO UPDATE SET v = 0";
+    let e = shard.simple_query(sql).await.expect_err(sql);
+    assert_eq!(e.code().unwrap().code(), "54000", "{e:?}");
+    shard
+        .batch_execute("RESET citus.max_intermediate_result_size")
+        .await
+        .unwrap();
+    same(&shard, &plain, "SELECT 1", t).await;
     // The shell on the coordinator node stays empty.
     let coord = cluster().direct(cluster().coordinator_port).await;
     let shell: i64 = coord

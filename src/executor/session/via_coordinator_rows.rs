@@ -9,11 +9,11 @@
 //! client's clauses as written. With `ON CONFLICT ... DO UPDATE` every row of a shard
 //! goes in one statement, sent once the shell has produced them all, so PostgreSQL's
 //! "ON CONFLICT DO UPDATE command cannot affect row a second time" (21000) fires on
-//! the shard exactly as in one PostgreSQL; those rows are held in pgshard until then,
-//! bounded by `citus.max_intermediate_result_size` (Citus's error past it). Otherwise
-//! (DO NOTHING, plain RETURNING) the rows go [`ROWS_PER_INSERT`] a statement as the
-//! shell returns them: a later statement skips a row an earlier one inserted just as
-//! one statement would.
+//! the shard exactly as in one PostgreSQL; those rows are held in pgshard until then.
+//! Otherwise (DO NOTHING, plain RETURNING) the rows go [`ROWS_PER_INSERT`] a statement
+//! after each of the shell's statements (a later statement skips a row an earlier one
+//! inserted just as one statement would). Rows held and not sent yet are bounded by
+//! `citus.max_intermediate_result_size` (Citus's 54000 past it).
 //!
 //! A reference table's statements run on its placements one after the other in group
 //! order (as `bulk.rs::reference_write`); the count and RETURNING rows are the first
@@ -54,7 +54,7 @@ pub(super) struct InsertRows {
 }
 
 impl InsertRows {
-    /// Holds one row the shell returned; past `limit_kb` (when held to the end) Citus's
+    /// Holds one row the shell returned; past `limit_kb` of rows not sent yet, Citus's
     /// intermediate result error.
     pub(super) fn hold(&mut self, row: Vec<Option<Bytes>>, limit_kb: i64) -> PgResult<()> {
         self.held += row
@@ -62,7 +62,7 @@ impl InsertRows {
             .map(|v| v.as_ref().map_or(1, |b| b.len()))
             .sum::<usize>();
         self.rows.push(row);
-        if self.whole && limit_kb >= 0 && self.held as u64 > limit_kb as u64 * 1024 {
+        if limit_kb >= 0 && self.held as u64 > limit_kb as u64 * 1024 {
             return Err(intermediate_result_too_large(limit_kb));
         }
         Ok(())
