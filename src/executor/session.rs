@@ -82,6 +82,7 @@ mod shipped_results;
 mod two_phase;
 /// INSERT ... SELECT into distributed tables through the coordinator node.
 mod via_coordinator;
+mod via_coordinator_rows;
 // Stable functions evaluated once per statement on the coordinator node.
 mod evaluate;
 use settings::{begin_sequence, settings_replay_sql, CitusLocal, Savepoint, SettingsSnapshot};

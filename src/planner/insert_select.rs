@@ -8,6 +8,7 @@
 //! INSERT into a local table selecting from distributed ones ([`plan_into_local`]).
 
 use super::distvalue::is_column;
+use super::insert_select_clauses::{self as clauses, ViaOnConflict};
 use super::multishard::plain_expression;
 use super::Plan;
 use crate::catalog::{DistTable, PartitionMethod};
@@ -40,9 +41,12 @@ pub struct InsertViaCoordinatorPlan {
     /// The target columns as written (empty: the table's columns in order).
     pub columns: Vec<String>,
     pub source: ViaSource,
-    /// The client's RETURNING, run by the shards' INSERTs; only on the INSERT path
-    /// (row-level security applies), refused otherwise when the statement runs.
+    /// The client's RETURNING, run by the shards' INSERTs.
     pub returning: Option<ViaReturning>,
+    /// The client's alias of the target, if any (the shell's INSERT keeps it).
+    pub alias: Option<String>,
+    /// The client's ON CONFLICT, run by the shell's INSERT and by the shards'.
+    pub on_conflict: Option<ViaOnConflict>,
 }
 
 /// A RETURNING list over the rows the shards insert.
@@ -132,15 +136,26 @@ pub fn plan_via_coordinator(
             table.name
         ))))
     };
-    if table.method != PartitionMethod::Hash {
-        return refuse("only hash-distributed tables are filled through the coordinator");
+    if !matches!(
+        table.method,
+        PartitionMethod::Hash | PartitionMethod::Reference
+    ) {
+        return refuse(
+            "only hash-distributed and reference tables are filled through the coordinator",
+        );
     }
-    if i.with_clause.is_some() {
-        return refuse("WITH");
+    let with_moved = match clauses::with_moved_into_select(i) {
+        Ok(moved) => moved,
+        Err(why) => return refuse(why),
+    };
+    let i = &with_moved;
+    if let Some(why) = on_conflict_refusal(i.on_conflict_clause.as_deref(), &table) {
+        return refuse(why);
     }
-    if i.on_conflict_clause.is_some() {
-        return refuse("ON CONFLICT when the rows cannot be inserted shard by shard");
-    }
+    let on_conflict = match clauses::on_conflict(i) {
+        Ok(oc) => oc,
+        Err(why) => return refuse(why),
+    };
     let returning = match i.returning_clause.as_ref().filter(|r| !r.exprs.is_empty()) {
         Some(r) => match returning_list(&r.exprs) {
             Some(list) => Some(ViaReturning {
@@ -194,6 +209,12 @@ pub fn plan_via_coordinator(
             columns,
             source,
             returning,
+            alias: i
+                .relation
+                .as_ref()
+                .and_then(|r| r.alias.as_ref())
+                .map(|a| a.aliasname.clone()),
+            on_conflict,
         },
     )))
 }
@@ -219,9 +240,11 @@ pub fn plan_into_local(i: &protobuf::InsertStmt) -> PgResult<Plan> {
             "pgshard does not support this INSERT into a local table selecting from a distributed table yet: {why}"
         ))))
     };
-    if i.with_clause.is_some() {
-        return refuse("WITH");
-    }
+    let with_moved = match clauses::with_moved_into_select(i) {
+        Ok(moved) => moved,
+        Err(why) => return refuse(why),
+    };
+    let i = &with_moved;
     // Parameters go to the SELECT; the INSERT's other clauses run without them.
     let outside = serde_json::to_string(&(&i.on_conflict_clause, &i.returning_clause, &i.cols))
         .map_err(|e| PgError::internal(format!("INSERT clauses: {e}")))?;

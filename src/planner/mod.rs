@@ -16,6 +16,7 @@ pub mod fastpath;
 pub mod function_call;
 pub mod insert;
 pub mod insert_select;
+pub mod insert_select_clauses;
 pub mod join;
 pub mod modify_recursive;
 pub mod modifying_cte;
@@ -35,7 +36,7 @@ pub mod update_from;
 pub mod utility;
 pub mod views;
 
-use crate::catalog::{Catalog, DistTable, PartitionMethod};
+use crate::catalog::{Catalog, DistTable};
 use crate::error::{PgError, PgResult};
 use crate::sql::parse::{relations, RelRef, Statement};
 pub use names::Names;

@@ -283,11 +283,11 @@ pub(super) fn insert_select(i: &PlanInput) -> PgResult<Step> {
     }
 }
 
-/// Any other INSERT ... SELECT into a hash-distributed table: the rows through the
-/// coordinator node.
+/// Any other INSERT ... SELECT into a hash-distributed or reference table: the rows
+/// through the coordinator node.
 pub(super) fn insert_via_coordinator(i: &PlanInput) -> PgResult<Step> {
     match insert_select_parts(i) {
-        Some((ins, dist)) if dist[0].1.method != PartitionMethod::Reference => {
+        Some((ins, dist)) if Some(dist[0].0.location) == target_location(ins) => {
             planned(insert_select::plan_via_coordinator(
                 ins,
                 &i.stmt.text,

@@ -142,8 +142,23 @@ fn never_routes_what_it_cannot_prove() {
     assert!(unsupported(
         "insert into local_t select k, v from t on conflict (k) do update set v = $1"
     ));
+    // A read-only WITH of the INSERT moves into its SELECT; a data-modifying one is
+    // refused.
+    assert!(matches!(
+        plan_of("with x as (select 1) insert into local_t select k, v from t"),
+        Plan::InsertIntoLocal(p) if p.select.starts_with("WITH x AS")
+    ));
     assert!(unsupported(
-        "with x as (select 1) insert into local_t select k, v from t"
+        "with x as (delete from t returning *) insert into local_t select k, v from x"
+    ));
+    // Into a distributed table through the coordinator: ON CONFLICT kept, ON
+    // CONSTRAINT refused.
+    assert!(matches!(
+        plan_of("insert into t as w select * from t on conflict (k) do update set v = w.v || excluded.v"),
+        Plan::InsertViaCoordinator(p) if p.on_conflict.as_ref().is_some_and(|oc| oc.do_update)
+    ));
+    assert!(unsupported(
+        "insert into t select * from t on conflict on constraint t_pkey do nothing"
     ));
     assert!(
         matches!(plan_of("insert into t values (null, 'x')"), Plan::Unsupported(e) if e.code == "23502")

@@ -20,11 +20,11 @@
 use super::bulk::{
     copy_state, encoding_is_ascii_safe, encoding_is_utf8, null_key_error, CopyState,
 };
+use super::via_coordinator_rows::InsertRows;
 use super::*;
 use crate::backend::BackendConn;
-use crate::catalog::DistTable;
+use crate::catalog::{DistTable, PartitionMethod};
 use crate::planner::insert_select::{InsertIntoLocalPlan, InsertViaCoordinatorPlan, ViaSource};
-use crate::sharding::hash;
 use crate::sql::copy_format::{self as cf, CopyOptions, KeySpec};
 use crate::sql::quote::quote_qualified;
 
@@ -39,33 +39,15 @@ const SAVEPOINT: &str = "pgshard_insert_select";
 use crate::catalog::guard::SHELL_WRITE;
 
 /// The target's rows on their way to the shards: COPY text not routed yet.
-struct Router {
+pub(super) struct Router {
     st: CopyState,
     opts: CopyOptions,
-    key: KeySpec,
-    utf8: bool,
+    pub(super) key: KeySpec,
+    pub(super) utf8: bool,
     pending: BytesMut,
     rows: u64,
-    /// Row-level security applies: the rows go as INSERTs, not COPY.
-    inserts: Option<InsertRows>,
-}
-
-/// The target's rows waiting to be sent to the shards as multi-row INSERTs.
-struct InsertRows {
-    table: Arc<DistTable>,
-    /// The quoted columns and their SQL types (`format_type`), in the shell's order.
-    columns: String,
-    types: Vec<String>,
-    rows: Vec<Vec<Option<Bytes>>>,
-    /// Rows the shards reported inserted.
-    inserted: u64,
-    /// ` AS alias` and ` RETURNING list` of the client's RETURNING, if any.
-    returning: Option<(String, String)>,
-    /// The RETURNING rows' formats, and whether their RowDescription is still to send.
-    formats: Vec<i16>,
-    describe: bool,
-    /// RETURNING rows, for the client once every row is in.
-    returned: ResultSink,
+    /// The rows go as INSERTs, not COPY (`via_coordinator_rows.rs`).
+    pub(super) inserts: Option<InsertRows>,
 }
 
 impl Session {
@@ -79,12 +61,32 @@ impl Session {
     ) -> PgResult<()> {
         let catalog = self.shared.catalog.snapshot();
         let table = catalog.current(&plan.table);
-        let col = table.dist_column.clone().expect("planned with a column");
+        let reference = table.method == PartitionMethod::Reference;
         // Every column the shards take (generated ones are computed there).
         let columns = self.copy_columns(&table).await?;
-        let Some(index) = columns.iter().position(|c| *c == col.name) else {
-            return Err(null_key_error(&table));
+        let index = match &table.dist_column {
+            Some(col) => match columns.iter().position(|c| *c == col.name) {
+                Some(index) => index,
+                None => return Err(null_key_error(&table)),
+            },
+            None => 0,
         };
+        if let (true, Some(oc)) = (reference, &plan.on_conflict) {
+            let kinds = self.function_kinds(&oc.functions).await?;
+            if let Some((name, _)) = oc
+                .functions
+                .iter()
+                .zip(&kinds)
+                .find(|(_, k)| !k.is_some_and(|k| k.immutable))
+            {
+                return Err(PgError::not_supported(format!(
+                    "pgshard does not support calling the non-immutable function {name}() in \
+                     ON CONFLICT of a write to the reference table \"{}\": each placement would \
+                     compute its own value",
+                    table.name
+                )));
+            }
+        }
         // Rows travel as COPY text in the session's encoding, escaped byte by byte.
         let enc = self.client_encoding();
         if !encoding_is_ascii_safe(&enc) {
@@ -113,7 +115,21 @@ impl Session {
             rows: 0,
             inserts: None,
         };
-        if self.row_security_active(&table).await? {
+        // COPY has no ON CONFLICT nor RETURNING, PostgreSQL refuses it under row-level
+        // security, and a reference table gets the same statement on every placement.
+        if reference
+            || plan.on_conflict.is_some()
+            || plan.returning.is_some()
+            || self.row_security_active(&table).await?
+        {
+            let mut tail = String::new();
+            if let Some(oc) = &plan.on_conflict {
+                tail.push_str(&oc.clause);
+            }
+            if let Some(r) = &plan.returning {
+                tail.push_str(" RETURNING ");
+                tail.push_str(&r.list);
+            }
             router.inserts = Some(InsertRows {
                 table: table.clone(),
                 columns: columns
@@ -123,24 +139,16 @@ impl Session {
                     .join(", "),
                 types: self.column_types(&table).await?,
                 rows: Vec::new(),
+                held: 0,
                 inserted: 0,
-                returning: plan.returning.as_ref().map(|r| {
-                    (
-                        format!(" AS {}", quote_ident(&r.alias)),
-                        format!(" RETURNING {}", r.list),
-                    )
-                }),
+                alias: plan.alias.clone().unwrap_or_else(|| table.name.clone()),
+                tail,
+                whole: plan.on_conflict.as_ref().is_some_and(|oc| oc.do_update),
+                returning: plan.returning.is_some(),
                 formats: formats.to_vec(),
                 describe,
                 returned: ResultSink::capturing(),
             });
-        } else if plan.returning.is_some() {
-            // COPY into the shards returns no rows.
-            return Err(PgError::not_supported(format!(
-                "pgshard does not support this INSERT ... SELECT into the distributed table \"{}\" yet: \
-                 RETURNING when the rows cannot be inserted shard by shard",
-                table.name
-            )));
         }
         let returning: Vec<String> = columns.iter().map(|c| quote_ident(c)).collect();
         let returning = format!("\nRETURNING {}", returning.join(", "));
@@ -186,7 +194,7 @@ impl Session {
     /// Routes the complete rows gathered so far (all of them at `eof`).
     async fn route_pending(&mut self, r: &mut Router, eof: bool) -> PgResult<()> {
         if r.inserts.is_some() {
-            return self.insert_pending(r).await;
+            return self.insert_pending(r, eof).await;
         }
         let (mut header, mut binary_header, mut ended) = (false, false, false);
         self.route_rows(
@@ -239,8 +247,11 @@ impl Session {
             match f.tag {
                 b'D' if failure.is_none() && router.inserts.is_some() => {
                     let row = msg::decode_data_row(&f.body)?;
+                    let limit_kb = self.max_intermediate_kb;
                     if let Some(i) = router.inserts.as_mut() {
-                        i.rows.push(row);
+                        if let Err(e) = i.hold(row, limit_kb) {
+                            failure = Some(e);
+                        }
                     }
                 }
                 b'D' if failure.is_none() => {
@@ -271,7 +282,7 @@ impl Session {
         match failure {
             Some(e) => Err(e),
             // Rows held for INSERTs go now, the coordinator's answer read.
-            None if router.inserts.is_some() => self.insert_pending(router).await,
+            None if router.inserts.is_some() => self.insert_pending(router, false).await,
             None => Ok(()),
         }
     }
@@ -290,101 +301,6 @@ impl Session {
             ))
             .await?;
         Ok(active.first().is_some_and(|v| v == "t"))
-    }
-
-    /// The SQL types of the columns [`Session::copy_columns`] lists, in its order.
-    async fn column_types(&mut self, table: &DistTable) -> PgResult<Vec<String>> {
-        let coord = self.shared.coordinator.clone();
-        let mut conn = self.shared.pools.node(&coord).acquire().await?;
-        let sql = format!(
-            "SELECT pg_catalog.format_type(atttypid, atttypmod) FROM pg_catalog.pg_attribute \
-             WHERE attrelid = {} AND attnum > 0 AND NOT attisdropped AND attgenerated = '' \
-             ORDER BY attnum",
-            table.relid
-        );
-        conn.simple_column(&sql).await
-    }
-
-    /// Sends the rows held for INSERTs: per shard, `INSERT INTO shard (columns) VALUES`
-    /// of typed literals, [`ROWS_PER_INSERT`] rows a statement, every node's
-    /// statements pipelined as a multi-row INSERT's are.
-    async fn insert_pending(&mut self, r: &mut Router) -> PgResult<()> {
-        let Some(ins) = r.inserts.as_mut() else {
-            return Ok(());
-        };
-        if ins.rows.is_empty() {
-            return Ok(());
-        }
-        let rows = std::mem::take(&mut ins.rows);
-        let table = ins.table.clone();
-        let col = table.dist_column.as_ref().expect("planned with a column");
-        let key = r.key.index;
-        let catalog = self.shared.catalog.snapshot();
-        // Row indexes per shard, in the order the shards first appear.
-        let mut groups: Vec<(&ShardInterval, Vec<usize>)> = Vec::new();
-        for (n, row) in rows.iter().enumerate() {
-            let Some(Some(value)) = row.get(key) else {
-                return Err(null_key_error(&table));
-            };
-            if !r.utf8 && !value.is_ascii() {
-                return Err(PgError::not_supported(
-                    "pgshard routes INSERT ... SELECT rows under row-level security with non-ASCII values only in UTF8",
-                ));
-            }
-            let h = std::str::from_utf8(value)
-                .ok()
-                .and_then(|v| hash::hash_text_value(col.type_oid, v))
-                .ok_or_else(|| {
-                    PgError::not_supported(format!(
-                        "pgshard cannot compute the shard of the value \"{}\"",
-                        String::from_utf8_lossy(value)
-                    ))
-                })?;
-            let shard = table
-                .shard_for_hash(h)
-                .ok_or_else(|| PgError::internal(format!("no shard covers hash {h}")))?;
-            match groups
-                .iter_mut()
-                .find(|(g, _)| g.shard_id == shard.shard_id)
-            {
-                Some((_, v)) => v.push(n),
-                None => groups.push((shard, vec![n])),
-            }
-        }
-        let mut by_node: Vec<(NodeAddr, Vec<String>)> = Vec::new();
-        for (shard, members) in &groups {
-            let addr = placement_addr(&catalog, shard)?;
-            let target = quote_qualified(&table.schema, &table.shard_name(shard.shard_id));
-            for chunk in members.chunks(ROWS_PER_INSERT) {
-                let chunk: Vec<Vec<Option<Bytes>>> =
-                    chunk.iter().map(|&n| rows[n].clone()).collect();
-                let (alias, returning) = match &ins.returning {
-                    Some((a, r)) => (a.as_str(), r.as_str()),
-                    None => ("", ""),
-                };
-                let mut sql = format!("INSERT INTO {target}{alias} ({}) VALUES ", ins.columns);
-                write_typed_rows(&mut sql, &chunk, &ins.types);
-                sql.push_str(returning);
-                match by_node.iter_mut().find(|(a, _)| *a == addr) {
-                    Some((_, v)) => v.push(sql),
-                    None => by_node.push((addr.clone(), vec![sql])),
-                }
-            }
-        }
-        let no_params = BoundParams {
-            types: &[],
-            bind: None,
-        };
-        let mut returned = std::mem::replace(&mut ins.returned, ResultSink::capturing());
-        let (formats, describe) = (ins.formats.clone(), ins.describe && ins.returning.is_some());
-        let n = self
-            .insert_on_nodes(&by_node, &no_params, &formats, describe, &mut returned)
-            .await;
-        let ins = r.inserts.as_mut().expect("held above");
-        ins.returned = returned;
-        ins.inserted += n?;
-        ins.describe = false;
-        Ok(())
     }
 
     /// The SELECT through pgshard, then its rows into the shell as typed VALUES, a
@@ -409,10 +325,21 @@ impl Session {
             let cols: Vec<String> = plan.columns.iter().map(|c| quote_ident(c)).collect();
             format!(" ({})", cols.join(", "))
         };
+        let alias = match &plan.alias {
+            Some(a) => format!(" AS {}", quote_ident(a)),
+            None => String::new(),
+        };
         let head = format!(
-            "INSERT INTO {}{target} SELECT * FROM (VALUES ",
+            "INSERT INTO {}{alias}{target} SELECT * FROM (VALUES ",
             quote_qualified(&table.schema, &table.name)
         );
+        // The client's ON CONFLICT runs on the shell too; with DO UPDATE over all the
+        // rows in one statement, as one PostgreSQL would (21000 on a key given twice).
+        let (on_conflict, chunk) = match &plan.on_conflict {
+            Some(oc) if oc.do_update => (oc.clause.as_str(), rows.len().max(1)),
+            Some(oc) => (oc.clause.as_str(), ROWS_PER_INSERT),
+            None => ("", ROWS_PER_INSERT),
+        };
         let no_params = BoundParams {
             types: &[],
             bind: None,
@@ -423,13 +350,15 @@ impl Session {
             let mut sql = head.clone();
             write_typed_rows(&mut sql, &[vec![None; fields.len()]], &types);
             sql.push_str(") AS pgshard_rows WHERE false");
+            sql.push_str(on_conflict);
             sql.push_str(returning);
             return self.shell_insert(&sql, &no_params, router).await;
         }
-        for chunk in rows.chunks(ROWS_PER_INSERT) {
+        for chunk in rows.chunks(chunk) {
             let mut sql = head.clone();
             write_typed_rows(&mut sql, chunk, &types);
             sql.push_str(") AS pgshard_rows");
+            sql.push_str(on_conflict);
             sql.push_str(returning);
             self.shell_insert(&sql, &no_params, router).await?;
         }
