@@ -9,7 +9,7 @@
 //! the write, it is probed in a rolled-back block so both sides keep the same data) is
 //! counted per category and printed; `ASSERT_REFUSAL_SHARE` (or
 //! `PGSHARD_SHAPES_ASSERT_REFUSALS=1`) makes more than `MAX_REFUSED_SHARE` of the cases
-//! refused fail the test: switch it on once issue 19's features land.
+//! refused fail the test (on for whole runs since issue 19's features landed).
 //!
 //! `PGSHARD_SEED` replays a run (the seed is printed), `PGSHARD_SHAPES_CASES` sets how many
 //! cases, `PGSHARD_SHAPES_ONLY=<index>` runs one (on fresh data: a case after writes of
@@ -37,7 +37,7 @@ const MIN_STATEMENTS: usize = 5_000;
 const DATA_SEED: u64 = 0x5ba9_e5da;
 const LANES: usize = 4;
 /// Off until issue 19's features land; the share is printed always.
-const ASSERT_REFUSAL_SHARE: bool = false;
+const ASSERT_REFUSAL_SHARE: bool = true;
 const MAX_REFUSED_SHARE: f64 = 0.05;
 const SESSION_SETUP: &str = "set timezone to 'UTC'; set client_min_messages to error";
 
@@ -303,7 +303,10 @@ async fn generated_shapes_match_postgres() {
         "{} mismatches (seed {seed})",
         t.mismatches.len()
     );
-    if ASSERT_REFUSAL_SHARE || std::env::var_os("PGSHARD_SHAPES_ASSERT_REFUSALS").is_some() {
+    let whole_run = only.is_none() && categories.is_none();
+    if (ASSERT_REFUSAL_SHARE && whole_run)
+        || std::env::var_os("PGSHARD_SHAPES_ASSERT_REFUSALS").is_some()
+    {
         assert!(
             share < MAX_REFUSED_SHARE,
             "{refused} of {} cases refused (seed {seed})",
