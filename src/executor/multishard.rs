@@ -609,21 +609,14 @@ impl Session {
     ) -> PgResult<()> {
         let catalog = self.shared.catalog.snapshot();
         let by_node = shards_by_node(&catalog, &m.table)?;
-        let implicit = self.tx.state == TxnState::Idle && by_node.len() > 1;
-        if implicit {
-            self.upgrade_to_implicit_block().await?;
-        }
+        // On several nodes outside a block, the statement is its own transaction.
+        let own = by_node.len() > 1 && self.begin_own_block().await?;
         let r = self
             .modify_on_shards(m, &by_node, params, formats, describe, sink)
             .await;
-        if implicit && params.bind.is_none() {
-            // Simple protocol: the statement is its own transaction.
-            self.tx.implicit_block = false;
-            let finished = self.finish_transaction(r.is_ok()).await;
-            r?;
-            return finished;
-        }
-        r
+        let ended = self.end_own_block(own, r.is_ok(), params.bind.is_some()).await;
+        r?;
+        ended
     }
 
     async fn modify_on_shards(
@@ -645,20 +638,7 @@ impl Session {
                     .collect(),
             })
             .collect();
-        let describe = match describe && m.returning {
-            true => Describe::FirstTask,
-            false => Describe::None,
-        };
-        let mut on_reply = |f: Frame, sink: &mut ResultSink| -> PgResult<()> {
-            if matches!(f.tag, b'T' | b'D') {
-                sink.push_frame(f.tag, f.body);
-            }
-            Ok(())
-        };
-        let total = self
-            .run_tasks(&tasks, true, params, formats, describe, sink, &mut on_reply)
-            .await?;
-        sink.complete(&format!("{} {total}", m.verb));
-        Ok(())
+        self.run_write_tasks(&tasks, m.returning, &m.verb, params, formats, describe, sink)
+            .await
     }
 }

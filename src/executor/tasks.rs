@@ -26,6 +26,37 @@ pub(super) enum Describe {
 }
 
 impl Session {
+    /// Runs the write `tasks` of one UPDATE / DELETE (`verb`): their RETURNING rows
+    /// (when `returning`) to `sink`, described by the first task, and the command tag
+    /// with the rows all tasks report.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn run_write_tasks(
+        &mut self,
+        tasks: &[NodeTasks],
+        returning: bool,
+        verb: &str,
+        params: &BoundParams<'_>,
+        formats: &[i16],
+        describe: bool,
+        sink: &mut ResultSink,
+    ) -> PgResult<()> {
+        let describe = match describe && returning {
+            true => Describe::FirstTask,
+            false => Describe::None,
+        };
+        let mut on_reply = |f: Frame, sink: &mut ResultSink| -> PgResult<()> {
+            if matches!(f.tag, b'T' | b'D') {
+                sink.push_frame(f.tag, f.body);
+            }
+            Ok(())
+        };
+        let total = self
+            .run_tasks(tasks, true, params, formats, describe, sink, &mut on_reply)
+            .await?;
+        sink.complete(&format!("{verb} {total}"));
+        Ok(())
+    }
+
     /// Runs `tasks` (`write`: they modify data: the nodes join the transaction as
     /// writers). Every reply but errors and ReadyForQuery goes to `on_reply` (NOTICEs
     /// straight to the client) until the first error; rows the sink holds beyond its

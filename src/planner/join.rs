@@ -431,6 +431,23 @@ pub(crate) mod tests {
     use crate::catalog::{Catalog, DistColumn, ShardInterval};
     use crate::sharding::ranges::ShardIndexer;
 
+    /// `sql` planned over `a`, `b` (co-located), `c` (another group) and reference `r`.
+    pub(crate) fn plan_over_abcr(sql: &str) -> crate::planner::Plan {
+        let stmts = crate::sql::parse::parse(sql).unwrap();
+        let mut c = Catalog::default();
+        c.add_table(table(1, "a", PartitionMethod::Hash, 1, 100));
+        c.add_table(table(2, "b", PartitionMethod::Hash, 1, 200));
+        c.add_table(table(3, "c", PartitionMethod::Hash, 2, 300));
+        c.add_table(table(4, "r", PartitionMethod::Reference, 3, 400));
+        crate::planner::plan(
+            &stmts[0],
+            &c,
+            &crate::planner::Names::on_path(&c, &["public"]),
+            &|_| false,
+        )
+        .unwrap()
+    }
+
     /// A table for planner tests: hash-distributed on `k` (two shards on groups 1
     /// and 2) or a reference table on both.
     pub(crate) fn table(

@@ -157,24 +157,10 @@ pub fn plan_update_from(
 
 #[cfg(test)]
 mod tests {
-    use crate::catalog::{Catalog, PartitionMethod};
-    use crate::planner::join::tests::table;
     use crate::planner::Plan;
 
     fn plan(sql: &str) -> Plan {
-        let stmts = crate::sql::parse::parse(sql).unwrap();
-        let mut c = Catalog::default();
-        c.add_table(table(1, "a", PartitionMethod::Hash, 1, 100));
-        c.add_table(table(2, "b", PartitionMethod::Hash, 1, 200));
-        c.add_table(table(3, "c", PartitionMethod::Hash, 2, 300));
-        c.add_table(table(4, "r", PartitionMethod::Reference, 3, 400));
-        crate::planner::plan(
-            &stmts[0],
-            &c,
-            &crate::planner::Names::on_path(&c, &["public"]),
-            &|_| false,
-        )
-        .unwrap()
+        crate::planner::join::tests::plan_over_abcr(sql)
     }
 
     /// This step refuses it: refused, or planned in parts by `modify_recursive`.

@@ -25,21 +25,13 @@ impl Session {
         sink: &mut ResultSink,
     ) -> PgResult<()> {
         let (statements, answer) = self.function_statements(plan).await?;
-        let implicit = self.tx.state == TxnState::Idle;
-        if implicit {
-            self.upgrade_to_implicit_block().await?;
-        }
+        let own = self.begin_own_block().await?;
         let r = self
             .function_body(plan, &statements, answer, params, formats, describe, sink)
             .await;
-        if implicit && params.bind.is_none() {
-            // Simple protocol: the call is its own transaction.
-            self.tx.implicit_block = false;
-            let finished = self.finish_transaction(r.is_ok()).await;
-            r?;
-            return finished;
-        }
-        r
+        let ended = self.end_own_block(own, r.is_ok(), params.bind.is_some()).await;
+        r?;
+        ended
     }
 
     async fn function_body(

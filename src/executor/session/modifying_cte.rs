@@ -6,7 +6,6 @@
 //! simple protocol, at Sync in the extended one), so that a later failure (the
 //! statement's own `1/0`) rolls back what the modifying CTEs did.
 
-use super::via_coordinator::read_answer;
 use super::*;
 use crate::planner::modifying_cte::{CteStep, ModifyingCtePlan};
 
@@ -64,15 +63,9 @@ impl Session {
                 )
                 .await;
         }
-        if done.is_ok() && !made.is_empty() {
+        if done.is_ok() {
             // After a failure the block's rollback removes them.
-            let sql = format!("DROP TABLE IF EXISTS {}", made.join(", "));
-            let coord = self.shared.coordinator.clone();
-            let idx = self.bulk_conn(&coord, false).await?;
-            let conn = &mut self.tx.held[idx].conn;
-            msg::write_query(&mut conn.wbuf, &sql);
-            conn.flush().await?;
-            read_answer(conn, |_, _| {}).await?;
+            self.drop_intermediate_results(&made).await;
         }
         done
     }

@@ -107,21 +107,8 @@ impl Session {
                     addr: placement_addr(&catalog, shard)?,
                     sql: vec![r.template.for_shard(shard.shard_id)],
                 }];
-                let describe = match describe && plan.returning {
-                    true => Describe::FirstTask,
-                    false => Describe::None,
-                };
-                let mut on_reply = |f: Frame, sink: &mut ResultSink| -> PgResult<()> {
-                    if matches!(f.tag, b'T' | b'D') {
-                        sink.push_frame(f.tag, f.body);
-                    }
-                    Ok(())
-                };
-                let total = self
-                    .run_tasks(&tasks, true, params, formats, describe, sink, &mut on_reply)
-                    .await?;
-                sink.complete(&format!("{} {total}", plan.verb));
-                Ok(())
+                self.run_write_tasks(&tasks, plan.returning, &plan.verb, params, formats, describe, sink)
+                    .await
             }
             other => {
                 self.plan_into(other, &plan.outer, params, formats, describe, sink)
