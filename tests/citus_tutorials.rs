@@ -24,8 +24,7 @@ use steps::{Kind, Step};
 use tokio_postgres::Client;
 
 /// Statements pgshard refuses today (issue 19); the list must shrink to nothing.
-const EXPECTED_REFUSALS: &[&str] = &[
-];
+const EXPECTED_REFUSALS: &[&str] = &[];
 
 const SESSION_SETUP: &str = "SET timezone TO 'UTC'; SET datestyle TO 'ISO, YMD'";
 

@@ -44,7 +44,9 @@ const FUNCTIONS: &str = "CREATE OR REPLACE FUNCTION df_drop_order(tenant int, or
 async fn contents(c: &Client) -> String {
     let mut out = String::new();
     for t in ["df_orders", "df_lines"] {
-        let r = rows(c, &format!("SELECT * FROM {t} ORDER BY 1, 2, 3")).await.unwrap();
+        let r = rows(c, &format!("SELECT * FROM {t} ORDER BY 1, 2, 3"))
+            .await
+            .unwrap();
         out.push_str(&format!("{t}: {r:?}\n"));
     }
     out
@@ -56,9 +58,14 @@ async fn distributed_function_calls_match_postgres() {
     let plain = plain_postgres().client().await;
     shard.batch_execute(TABLES).await.unwrap();
     plain.batch_execute(TABLES).await.unwrap();
-    shard.batch_execute("SELECT create_distributed_table('df_orders', 'tenant')").await.unwrap();
     shard
-        .batch_execute("SELECT create_distributed_table('df_lines', 'tenant', colocate_with := 'df_orders')")
+        .batch_execute("SELECT create_distributed_table('df_orders', 'tenant')")
+        .await
+        .unwrap();
+    shard
+        .batch_execute(
+            "SELECT create_distributed_table('df_lines', 'tenant', colocate_with := 'df_orders')",
+        )
         .await
         .unwrap();
     for c in [&shard, &plain] {
@@ -92,14 +99,26 @@ async fn distributed_function_calls_match_postgres() {
         "BEGIN; SELECT df_charge(1, 1); SELECT df_drop_order(1, 11); ROLLBACK",
         "BEGIN; SELECT df_drop_order(0, 10); COMMIT",
     ] {
-        let got = rows(&shard, sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let got = rows(&shard, sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
         let want = rows(&plain, sql).await.unwrap();
         assert_eq!(got, want, "{sql}");
-        assert_eq!(contents(&shard).await, contents(&plain).await, "after {sql}");
+        assert_eq!(
+            contents(&shard).await,
+            contents(&plain).await,
+            "after {sql}"
+        );
     }
     // The extended protocol: the same single void column.
-    let r = shard.query("SELECT df_drop_order(2, 12)", &[]).await.unwrap();
-    plain.query("SELECT df_drop_order(2, 12)", &[]).await.unwrap();
+    let r = shard
+        .query("SELECT df_drop_order(2, 12)", &[])
+        .await
+        .unwrap();
+    plain
+        .query("SELECT df_drop_order(2, 12)", &[])
+        .await
+        .unwrap();
     assert_eq!(r.len(), 1);
     assert_eq!(r[0].columns()[0].name(), "df_drop_order");
 
@@ -108,7 +127,11 @@ async fn distributed_function_calls_match_postgres() {
     let got = sqlstate_and_message(&shard.simple_query(sql).await.unwrap_err());
     let want = sqlstate_and_message(&plain.simple_query(sql).await.unwrap_err());
     assert_eq!(got.0, want.0, "{got:?} vs {want:?}");
-    assert_eq!(contents(&shard).await, contents(&plain).await, "after {sql}");
+    assert_eq!(
+        contents(&shard).await,
+        contents(&plain).await,
+        "after {sql}"
+    );
 
     // Parameters named by name: refused, nothing done.
     let e = shard.simple_query("SELECT df_named(3)").await.unwrap_err();

@@ -14,7 +14,11 @@ use tokio_postgres::{Client, SimpleQueryMessage};
 
 async fn plan(c: &Client, sql: &str) -> String {
     let mut lines = Vec::new();
-    for m in c.simple_query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}")) {
+    for m in c
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    {
         if let SimpleQueryMessage::Row(r) = m {
             lines.push(r.get(0).unwrap_or_default().to_string());
         }
@@ -36,7 +40,9 @@ async fn setup(p: &str) -> Client {
         format!("INSERT INTO {p}_items SELECT i, i % 5, i % 7 FROM generate_series(1, 200) i"),
         format!("INSERT INTO {p}_kinds VALUES (0, 'zero'), (1, 'one'), (2, 'two')"),
     ] {
-        c.batch_execute(&sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        c.batch_execute(&sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
     c
 }
@@ -68,7 +74,12 @@ fn well_formed(xml: &str) -> bool {
                 return false;
             }
         } else if !tag.ends_with('/') {
-            open.push(tag.split_whitespace().next().unwrap_or_default().to_string());
+            open.push(
+                tag.split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+            );
         }
     }
     open.is_empty()
@@ -79,9 +90,14 @@ async fn structured_formats_carry_the_distributed_plan() {
     let c = setup("xp").await;
 
     // A router query: one task, the worker's JSON plan of the shard inside.
-    let doc: Value =
-        serde_json::from_str(&plan(&c, "EXPLAIN (FORMAT JSON) SELECT * FROM xp_items WHERE id = 7").await)
-            .expect("valid JSON");
+    let doc: Value = serde_json::from_str(
+        &plan(
+            &c,
+            "EXPLAIN (FORMAT JSON) SELECT * FROM xp_items WHERE id = 7",
+        )
+        .await,
+    )
+    .expect("valid JSON");
     let scan = &doc[0]["Plan"];
     assert_eq!(scan["Node Type"], "Custom Scan", "{doc:#}");
     assert_eq!(scan["Custom Plan Provider"], "Citus Adaptive", "{doc:#}");
@@ -89,10 +105,16 @@ async fn structured_formats_carry_the_distributed_plan() {
     assert_eq!(job["Task Count"], 1, "{doc:#}");
     assert_eq!(job["Tasks Shown"], "All", "{doc:#}");
     let task = &job["Tasks"][0];
-    assert!(task["Node"].as_str().unwrap().starts_with("host="), "{doc:#}");
+    assert!(
+        task["Node"].as_str().unwrap().starts_with("host="),
+        "{doc:#}"
+    );
     let remote = &task["Remote Plan"][0][0]["Plan"];
     assert!(
-        remote["Relation Name"].as_str().unwrap().starts_with("xp_items_"),
+        remote["Relation Name"]
+            .as_str()
+            .unwrap()
+            .starts_with("xp_items_"),
         "{doc:#}"
     );
     assert!(scan.get("Startup Cost").is_some(), "{doc:#}");
@@ -110,32 +132,61 @@ async fn structured_formats_carry_the_distributed_plan() {
     assert_ne!(top["Node Type"], "Custom Scan", "{doc:#}");
     let scan = find(top, "Node Type", "Custom Scan").expect("a Custom Scan");
     assert_eq!(scan["Parent Relationship"], "Outer", "{doc:#}");
-    assert_eq!(scan["Distributed Query"]["Job"]["Tasks Shown"], "One of 2", "{doc:#}");
+    assert_eq!(
+        scan["Distributed Query"]["Job"]["Tasks Shown"], "One of 2",
+        "{doc:#}"
+    );
     assert!(scan.get("Startup Cost").is_none(), "{doc:#}");
-    assert!(find(top, "Relation Name", "pgs_partials").is_none(), "{doc:#}");
+    assert!(
+        find(top, "Relation Name", "pgs_partials").is_none(),
+        "{doc:#}"
+    );
 
     // ANALYZE: the worker's actual rows.
     let doc: Value = serde_json::from_str(
-        &plan(&c, "EXPLAIN (ANALYZE, FORMAT JSON) SELECT * FROM xp_items WHERE id = 7").await,
+        &plan(
+            &c,
+            "EXPLAIN (ANALYZE, FORMAT JSON) SELECT * FROM xp_items WHERE id = 7",
+        )
+        .await,
     )
     .expect("valid JSON");
     let remote = &doc[0]["Plan"]["Distributed Query"]["Job"]["Tasks"][0]["Remote Plan"][0][0];
     assert_eq!(remote["Plan"]["Actual Rows"], 1, "{doc:#}");
 
     // YAML and XML: the same tree.
-    let yaml = plan(&c, "EXPLAIN (FORMAT YAML, COSTS OFF) SELECT count(*) FROM xp_items").await;
+    let yaml = plan(
+        &c,
+        "EXPLAIN (FORMAT YAML, COSTS OFF) SELECT count(*) FROM xp_items",
+    )
+    .await;
     assert!(yaml.starts_with("- Plan: \n"), "{yaml}");
-    for key in ["Distributed Query: ", "Job: ", "Task Count: 2", "Remote Plan: ", "- Plan: "] {
+    for key in [
+        "Distributed Query: ",
+        "Job: ",
+        "Task Count: 2",
+        "Remote Plan: ",
+        "- Plan: ",
+    ] {
         assert!(yaml.contains(key), "{key}: {yaml}");
     }
-    let xml = plan(&c, "EXPLAIN (FORMAT XML, COSTS OFF) SELECT count(*) FROM xp_items").await;
+    let xml = plan(
+        &c,
+        "EXPLAIN (FORMAT XML, COSTS OFF) SELECT count(*) FROM xp_items",
+    )
+    .await;
     eprintln!("{yaml}\n{xml}");
     assert!(
         xml.starts_with("<explain xmlns=\"http://www.postgresql.org/2009/explain\">"),
         "{xml}"
     );
     assert!(well_formed(&xml), "{xml}");
-    for tag in ["<Distributed-Query>", "<Task-Count>2</Task-Count>", "<Remote-Plan>", "<Tasks>"] {
+    for tag in [
+        "<Distributed-Query>",
+        "<Task-Count>2</Task-Count>",
+        "<Remote-Plan>",
+        "<Tasks>",
+    ] {
         assert!(xml.contains(tag), "{tag}: {xml}");
     }
     // One row, as PostgreSQL sends a structured plan.
@@ -149,7 +200,9 @@ async fn structured_formats_carry_the_distributed_plan() {
     // An unknown format: PostgreSQL's error.
     let plain = plain_postgres().client().await;
     plain
-        .batch_execute("DROP TABLE IF EXISTS xp_items; CREATE TABLE xp_items (id int, kind int, qty int)")
+        .batch_execute(
+            "DROP TABLE IF EXISTS xp_items; CREATE TABLE xp_items (id int, kind int, qty int)",
+        )
         .await
         .unwrap();
     let sql = "EXPLAIN (FORMAT CSV) SELECT * FROM xp_items";
@@ -170,8 +223,9 @@ async fn recursive_plans_show_their_subplans() {
     assert!(text.contains("Task Count: 1"), "{text}");
     assert!(text.contains("pgs_intermediate_"), "{text}");
 
-    let doc: Value = serde_json::from_str(&plan(&c, &format!("EXPLAIN (FORMAT JSON, COSTS OFF) {q}")).await)
-        .expect("valid JSON");
+    let doc: Value =
+        serde_json::from_str(&plan(&c, &format!("EXPLAIN (FORMAT JSON, COSTS OFF) {q}")).await)
+            .expect("valid JSON");
     let query = &doc[0]["Plan"]["Distributed Query"];
     let keys: Vec<&String> = query.as_object().unwrap().keys().collect();
     assert_eq!(keys, ["Subplans", "Job"], "{doc:#}");

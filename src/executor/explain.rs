@@ -185,7 +185,9 @@ impl Session {
                 Ok(block) => {
                     subplans.push(block);
                     if e.analyze {
-                        self.intermediate_result(sub, params, &mut made).await.map(drop)
+                        self.intermediate_result(sub, params, &mut made)
+                            .await
+                            .map(drop)
                     } else {
                         self.create_intermediate_table(sub, params, &mut made).await
                     }

@@ -614,7 +614,9 @@ impl Session {
         let r = self
             .modify_on_shards(m, &by_node, params, formats, describe, sink)
             .await;
-        let ended = self.end_own_block(own, r.is_ok(), params.bind.is_some()).await;
+        let ended = self
+            .end_own_block(own, r.is_ok(), params.bind.is_some())
+            .await;
         r?;
         ended
     }
@@ -638,7 +640,15 @@ impl Session {
                     .collect(),
             })
             .collect();
-        self.run_write_tasks(&tasks, m.returning, &m.verb, params, formats, describe, sink)
-            .await
+        self.run_write_tasks(
+            &tasks,
+            m.returning,
+            &m.verb,
+            params,
+            formats,
+            describe,
+            sink,
+        )
+        .await
     }
 }

@@ -55,6 +55,8 @@ mod create_as;
 mod cursor;
 /// DDL on distributed tables inside a transaction block.
 mod ddl_in_block;
+/// Calls of distributed functions: their statements run by pgshard.
+mod function_call;
 /// Who the session is on the nodes: its role's connections, its own coordinator-node
 /// connection.
 pub mod identity;
@@ -70,14 +72,12 @@ mod pipelined;
 mod session_commands;
 /// SET / SET LOCAL / SET TRANSACTION and `citus.*` values across the nodes of a session.
 mod settings;
-/// SQL-level PREPARE / EXECUTE of statements on distributed tables.
-mod sql_prepare;
-/// Calls of distributed functions: their statements run by pgshard.
-mod function_call;
-/// Recursively planned statements: subplans into intermediate results, then the rest.
-mod subplans;
 /// UPDATE / DELETE over intermediate results shipped to the workers.
 mod shipped_results;
+/// SQL-level PREPARE / EXECUTE of statements on distributed tables.
+mod sql_prepare;
+/// Recursively planned statements: subplans into intermediate results, then the rest.
+mod subplans;
 /// A client's own PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED.
 mod two_phase;
 /// INSERT ... SELECT into distributed tables through the coordinator node.
@@ -89,13 +89,13 @@ use settings::{begin_sequence, settings_replay_sql, CitusLocal, Savepoint, Setti
 /// The implicit transaction of a string of local statements with transaction control.
 mod implicit;
 mod names;
-/// Views over distributed tables: which names may be such views, their definitions.
-mod views;
 /// Client prepared statements on the client's own coordinator-node connection; result
 /// shape checks of the others.
 mod prepared;
 /// statement_timeout while the client pauses inside an extended-protocol batch.
 mod timeout;
+/// Views over distributed tables: which names may be such views, their definitions.
+mod views;
 /// Citus's default `citus.max_intermediate_result_size`: 1 GB.
 const DEFAULT_MAX_INTERMEDIATE_KB: i64 = 1024 * 1024;
 

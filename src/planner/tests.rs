@@ -9,6 +9,12 @@ use crate::sql::parse::parse;
 use pg_query::protobuf::node::Node as N;
 
 fn catalog() -> Catalog {
+    catalog_of_t(&["k", "v"])
+}
+
+/// One hash table `public.t` (distributed by int `k`, 4 shards on groups 1 and 2) with
+/// `columns`.
+pub(crate) fn catalog_of_t(columns: &[&str]) -> Catalog {
     let shards: Vec<ShardInterval> = all_ranges(4)
         .into_iter()
         .enumerate()
@@ -36,7 +42,7 @@ fn catalog() -> Catalog {
         colocation_id: 1,
         indexer: ShardIndexer::for_intervals(&shards),
         shards,
-        columns: vec!["k".into(), "v".into()],
+        columns: columns.iter().map(|c| c.to_string()).collect(),
         indexes: vec![],
     });
     c

@@ -29,7 +29,9 @@ impl Session {
         let r = self
             .function_body(plan, &statements, answer, params, formats, describe, sink)
             .await;
-        let ended = self.end_own_block(own, r.is_ok(), params.bind.is_some()).await;
+        let ended = self
+            .end_own_block(own, r.is_ok(), params.bind.is_some())
+            .await;
         r?;
         ended
     }
@@ -60,7 +62,10 @@ impl Session {
                 .await?;
         }
         // The call's own answer, as PostgreSQL gives it.
-        let answer = format!("SELECT {answer}::pg_catalog.void AS {}", quote_ident(&plan.column));
+        let answer = format!(
+            "SELECT {answer}::pg_catalog.void AS {}",
+            quote_ident(&plan.column)
+        );
         let stmt = parse::parse(&answer)?.remove(0);
         self.plan_into(&Plan::Local, &stmt, params, formats, describe, sink)
             .await
@@ -147,7 +152,9 @@ impl Session {
 fn is_null(arg: &pg_query::protobuf::Node) -> bool {
     match arg.node.as_ref() {
         Some(pg_query::protobuf::node::Node::AConst(c)) => c.isnull,
-        Some(pg_query::protobuf::node::Node::TypeCast(tc)) => tc.arg.as_deref().is_some_and(is_null),
+        Some(pg_query::protobuf::node::Node::TypeCast(tc)) => {
+            tc.arg.as_deref().is_some_and(is_null)
+        }
         _ => false,
     }
 }
@@ -249,7 +256,10 @@ mod tests {
 
     #[test]
     fn text_arrays() {
-        assert_eq!(text_array("{integer,\"character varying(3)\"}"), vec!["integer", "character varying(3)"]);
+        assert_eq!(
+            text_array("{integer,\"character varying(3)\"}"),
+            vec!["integer", "character varying(3)"]
+        );
         assert!(text_array("{}").is_empty());
     }
 }

@@ -40,7 +40,10 @@ impl Session {
         let mut done = Ok(());
         for step in &plan.steps {
             done = match step {
-                CteStep::Result(sub) => self.intermediate_result(sub, params, &mut made).await.map(drop),
+                CteStep::Result(sub) => self
+                    .intermediate_result(sub, params, &mut made)
+                    .await
+                    .map(drop),
                 CteStep::Run { stmt, plan } => {
                     let mut discarded = ResultSink::capturing();
                     self.plan_into(plan, stmt, params, &[], false, &mut discarded)

@@ -107,8 +107,16 @@ impl Session {
                     addr: placement_addr(&catalog, shard)?,
                     sql: vec![r.template.for_shard(shard.shard_id)],
                 }];
-                self.run_write_tasks(&tasks, plan.returning, &plan.verb, params, formats, describe, sink)
-                    .await
+                self.run_write_tasks(
+                    &tasks,
+                    plan.returning,
+                    &plan.verb,
+                    params,
+                    formats,
+                    describe,
+                    sink,
+                )
+                .await
             }
             other => {
                 self.plan_into(other, &plan.outer, params, formats, describe, sink)

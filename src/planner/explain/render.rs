@@ -202,10 +202,7 @@ fn xml_property(key: &str, v: &Value, indent: usize) -> Vec<String> {
                     Value::Object(_) => {
                         lines.extend(xml_element(&xml_item_tag(key), item, indent + 2))
                     }
-                    scalar => lines.push(format!(
-                        "{pad}  <Item>{}</Item>",
-                        xml_scalar(scalar)
-                    )),
+                    scalar => lines.push(format!("{pad}  <Item>{}</Item>", xml_scalar(scalar))),
                 }
             }
             lines.push(format!("{pad}</{tag}>"));
@@ -270,6 +267,9 @@ mod tests {
         );
         assert!(xml.contains("<Tasks>\n            <Task>"), "{xml}");
         let json = document(ExplainFormat::Json, &doc);
-        assert!(json.contains("\"Remote Plan\": [\n                [\n                  {"), "{json}");
+        assert!(
+            json.contains("\"Remote Plan\": [\n                [\n                  {"),
+            "{json}"
+        );
     }
 }

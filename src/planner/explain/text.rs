@@ -122,7 +122,10 @@ pub fn with_subplans(block: Vec<String>, subplans: &[Vec<String>], plan_id: u64)
     if subplans.is_empty() {
         return block;
     }
-    let Some(at) = block.iter().position(|l| l.contains("Custom Scan (Citus Adaptive)")) else {
+    let Some(at) = block
+        .iter()
+        .position(|l| l.contains("Custom Scan (Citus Adaptive)"))
+    else {
         return block;
     };
     let line = &block[at];

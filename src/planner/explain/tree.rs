@@ -109,7 +109,10 @@ pub fn custom_scan(
         .unwrap_or(0);
     let mut m = node_head(
         "Custom Scan",
-        &[("Custom Plan Provider", Value::String("Citus Adaptive".into()))],
+        &[(
+            "Custom Plan Provider",
+            Value::String("Citus Adaptive".into()),
+        )],
     );
     add_costs(&mut m, costs, rows, width);
     let mut job = Map::new();
@@ -255,7 +258,15 @@ mod tests {
             r#"[{"Plan": {"Node Type": "Seq Scan", "Parallel Aware": false, "Async Capable": false, "Relation Name": "t_102008", "Alias": "t", "Startup Cost": 0.00, "Total Cost": 1.00, "Plan Rows": 10, "Plan Width": 8}}]"#,
         )
         .unwrap();
-        let scan = custom_scan(4, &[("h".into(), 5432, answer)], Vec::new(), "db", false, true, 100);
+        let scan = custom_scan(
+            4,
+            &[("h".into(), 5432, answer)],
+            Vec::new(),
+            "db",
+            false,
+            true,
+            100,
+        );
         let keys: Vec<&String> = scan.as_object().unwrap().keys().collect();
         assert_eq!(
             keys,
@@ -289,7 +300,10 @@ mod tests {
         let child = &spliced["Plans"][0];
         assert_eq!(child["Node Type"], "Custom Scan");
         let keys: Vec<&String> = child.as_object().unwrap().keys().take(3).collect();
-        assert_eq!(keys, ["Node Type", "Parent Relationship", "Custom Plan Provider"]);
+        assert_eq!(
+            keys,
+            ["Node Type", "Parent Relationship", "Custom Plan Provider"]
+        );
 
         let with = with_subplans(spliced, vec![scan]);
         let query = with["Plans"][0]["Distributed Query"].as_object().unwrap();
@@ -298,8 +312,21 @@ mod tests {
         assert_eq!(query["Subplans"][0]["Plan"]["Node Type"], "Custom Scan");
 
         let agg = under("Aggregate", false, with);
-        let keys: Vec<&String> = agg["Plans"][0].as_object().unwrap().keys().take(4).collect();
-        assert_eq!(keys, ["Node Type", "Strategy", "Partial Mode", "Parent Relationship"]);
+        let keys: Vec<&String> = agg["Plans"][0]
+            .as_object()
+            .unwrap()
+            .keys()
+            .take(4)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "Node Type",
+                "Strategy",
+                "Partial Mode",
+                "Parent Relationship"
+            ]
+        );
         assert_eq!(agg["Strategy"], "Plain");
     }
 }

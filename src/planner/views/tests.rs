@@ -3,44 +3,12 @@
 //! views, writes and missing privileges refused.
 
 use super::ViewDef;
-use crate::catalog::{Catalog, DistColumn, DistTable, PartitionMethod, ShardInterval};
+use crate::catalog::Catalog;
 use crate::planner::{plan, Names, Plan};
-use crate::sharding::hash::oid;
-use crate::sharding::ranges::{all_ranges, ShardIndexer};
 use std::sync::Arc;
 
 fn catalog() -> Catalog {
-    let shards: Vec<ShardInterval> = all_ranges(4)
-        .into_iter()
-        .enumerate()
-        .map(|(i, (min, max))| ShardInterval {
-            shard_id: 102008 + i as i64,
-            min,
-            max,
-            placement_groups: vec![1 + (i as i32 % 2)],
-        })
-        .collect();
-    let mut c = Catalog::default();
-    c.add_table(DistTable {
-        relid: 16400,
-        schema: "public".into(),
-        name: "t".into(),
-        method: PartitionMethod::Hash,
-        dist_column: Some(DistColumn {
-            name: "k".into(),
-            attnum: 1,
-            type_oid: oid::INT4,
-            collation: 0,
-            typmod: -1,
-            type_sql: "integer".into(),
-        }),
-        colocation_id: 1,
-        indexer: ShardIndexer::for_intervals(&shards),
-        shards,
-        columns: vec!["k".into(), "v".into(), "w".into()],
-        indexes: vec![],
-    });
-    c
+    crate::planner::tests::catalog_of_t(&["k", "v", "w"])
 }
 
 fn view(
