@@ -9,6 +9,8 @@
 //! With a distribution value fixed the whole query is routed to one shard index;
 //! otherwise it runs per shard index. Anything else is refused with the reason.
 
+mod combine;
+
 use super::distvalue::{find_equality, ValueSource};
 use super::multishard::{self, Joined};
 use super::router::RouterPlan;
@@ -33,6 +35,7 @@ fn from_item(
     rels: &[(RelRef, Arc<DistTable>)],
     conds: &mut Vec<protobuf::Node>,
     links_in_on: &mut Vec<(Vec<usize>, Vec<usize>, Option<protobuf::Node>, Vec<String>)>,
+    nullable: &mut Vec<bool>,
 ) -> Result<Vec<usize>, String> {
     match n.node.as_ref() {
         Some(N::RangeVar(rv)) => rels
@@ -49,12 +52,14 @@ fn from_item(
                 rels,
                 conds,
                 links_in_on,
+                nullable,
             )?;
             let right = from_item(
                 j.rarg.as_deref().ok_or("bad join")?,
                 rels,
                 conds,
                 links_in_on,
+                nullable,
             )?;
             let using: Vec<String> = j
                 .using_clause
@@ -83,6 +88,12 @@ fn from_item(
                     "an outer join keeping the rows of a reference table joined to a distributed table"
                         .into(),
                 );
+            }
+            for &i in left.iter().filter(|_| keeps_right) {
+                nullable[i] = true;
+            }
+            for &i in right.iter().filter(|_| keeps_left) {
+                nullable[i] = true;
             }
             if kind == JoinType::JoinInner {
                 if let Some(q) = &j.quals {
@@ -229,7 +240,38 @@ pub fn plan_join(
             relation_span: None,
             add_alias: false,
         }))),
-        None => multishard::plan_select_joined(s, text, ptable, paired.joined),
+        None => {
+            let scope = combine::JoinScope {
+                rels,
+                outer: paired.outer,
+                nullable: paired.nullable,
+                slots: paired.slots,
+                targets: paired.joined.targets.clone(),
+            };
+            let template = ShardSqlTemplate::with_relations(
+                text,
+                paired.joined.targets.clone(),
+                paired.joined.edits.clone(),
+            );
+            match multishard::plan_select_joined(s, text, ptable.clone(), paired.joined)? {
+                Plan::Unsupported(_) => {}
+                planned => return Ok(planned),
+            }
+            let functions = multishard::combine_functions(s);
+            match combine::plan(s, &scope, !functions.is_empty()) {
+                Ok(c) => Ok(Plan::MultiShard(Arc::new(multishard::MultiShardPlan {
+                    table: ptable,
+                    template,
+                    shape: multishard::MultiShardShape::Combine,
+                    limit: multishard::Bound::None,
+                    offset: 0,
+                    functions,
+                    combine: Some(Arc::new(c)),
+                    node_tasks: false,
+                }))),
+                Err(reason) => refuse(&reason),
+            }
+        }
     }
 }
 
@@ -242,6 +284,12 @@ pub struct Paired {
     pub fixed: Option<ValueSource>,
     /// Every relation's edit and target, the primary first.
     pub joined: Joined,
+    /// The relations of the FROM items (and `first`).
+    pub outer: Vec<usize>,
+    /// Relations on the nullable side of an outer join.
+    pub nullable: Vec<bool>,
+    /// Each relation's slot in `joined` (the primary's is 0).
+    pub slots: Vec<usize>,
 }
 
 /// Proves that `rels` (every table reference of the statement, all distributed) pair
@@ -260,8 +308,9 @@ pub fn pair_shards(
     let mut conds = Vec::new();
     let mut links = Vec::new();
     let mut covered: Vec<usize> = first.into_iter().collect();
+    let mut nullable = vec![false; rels.len()];
     for item in from_items {
-        match from_item(item, rels, &mut conds, &mut links) {
+        match from_item(item, rels, &mut conds, &mut links, &mut nullable) {
             Ok(c) => covered.extend(c),
             Err(reason) => return Ok(Err(reason)),
         }
@@ -383,7 +432,9 @@ pub fn pair_shards(
     order.extend((0..rels.len()).filter(|i| *i != primary));
     let mut targets = Vec::new();
     let mut edits = Vec::new();
+    let mut slots = vec![0; rels.len()];
     for (slot, &i) in order.iter().enumerate() {
+        slots[i] = slot;
         let (r, t) = &rels[i];
         let map = if i == primary {
             ShardMap::Same
@@ -422,6 +473,9 @@ pub fn pair_shards(
         primary,
         fixed: fixed.map(|(_, v)| v),
         joined: Joined { edits, targets },
+        outer: covered,
+        nullable,
+        slots,
     }))
 }
 
