@@ -182,7 +182,7 @@ fn deparse(s: &protobuf::SelectStmt) -> Result<String, String> {
 }
 
 /// Whether a call is an aggregate (as the single-table combine counts them).
-fn is_aggregate(fc: &protobuf::FuncCall) -> bool {
+pub(super) fn is_aggregate(fc: &protobuf::FuncCall) -> bool {
     fc.over.is_none()
         && (func_name(fc).is_some_and(|n| KNOWN_AGGREGATES.contains(&n.as_str()))
             || fc.agg_star
@@ -195,7 +195,7 @@ fn is_aggregate(fc: &protobuf::FuncCall) -> bool {
 /// Calls `f(node, inside_aggregate)` on every expression node below `n`, outermost
 /// first, windows' PARTITION BY / ORDER BY included, never inside a subquery (the
 /// SubLink itself is shown); `f` returning true stops the descent below that node.
-fn visit(
+pub(super) fn visit(
     n: &mut protobuf::Node,
     inside: bool,
     f: &mut dyn FnMut(&mut protobuf::Node, bool) -> bool,

@@ -10,6 +10,7 @@
 //! otherwise it runs per shard index. Anything else is refused with the reason.
 
 mod combine;
+mod sublinks;
 
 use super::distvalue::{find_equality, ValueSource};
 use super::multishard::{self, Joined};
@@ -34,7 +35,7 @@ fn from_item(
     n: &protobuf::Node,
     rels: &[(RelRef, Arc<DistTable>)],
     conds: &mut Vec<protobuf::Node>,
-    links_in_on: &mut Vec<(Vec<usize>, Vec<usize>, Option<protobuf::Node>, Vec<String>)>,
+    links_in_on: &mut Vec<JoinLink>,
     nullable: &mut Vec<bool>,
 ) -> Result<Vec<usize>, String> {
     match n.node.as_ref() {
@@ -126,8 +127,14 @@ fn conjuncts(n: &protobuf::Node, out: &mut Vec<protobuf::Node>) {
     }
 }
 
-/// The relation a column reference names, if it is a distribution column.
-fn dist_column_ref(n: &protobuf::Node, rels: &[(RelRef, Arc<DistTable>)]) -> Option<usize> {
+/// The relation and column a column reference names, resolved as PostgreSQL scopes
+/// names: `scope` holds the relations of each query level, innermost first; a name
+/// found on a level (once) is that level's, found twice it is ambiguous (None).
+fn column_rel(
+    n: &protobuf::Node,
+    rels: &[(RelRef, Arc<DistTable>)],
+    scope: &[&[usize]],
+) -> Option<(usize, String)> {
     let Some(N::ColumnRef(cr)) = n.node.as_ref() else {
         return None;
     };
@@ -139,40 +146,60 @@ fn dist_column_ref(n: &protobuf::Node, rels: &[(RelRef, Arc<DistTable>)]) -> Opt
             _ => None,
         })
         .collect::<Option<Vec<_>>>()?;
-    let is_dist = |i: usize, col: &str| {
-        rels[i].1.method == PartitionMethod::Hash
-            && rels[i]
-                .1
-                .dist_column
-                .as_ref()
-                .is_some_and(|c| c.name == col)
-    };
-    match parts.as_slice() {
-        [q, col] => {
-            let i = rels.iter().position(|(r, t)| match &r.alias {
-                Some(a) => a == q,
-                None => t.name == *q,
-            })?;
-            is_dist(i, col).then_some(i)
-        }
-        [col] => {
-            // Unqualified: only unambiguous when one relation has such a column.
-            let having: Vec<usize> = (0..rels.len())
+    for level in scope {
+        let hits: Vec<usize> = match parts.as_slice() {
+            [q, _] => level
+                .iter()
+                .copied()
+                .filter(|i| {
+                    let (r, t) = &rels[*i];
+                    match &r.alias {
+                        Some(a) => a == q,
+                        None => t.name == *q,
+                    }
+                })
+                .collect(),
+            [col] => level
+                .iter()
+                .copied()
                 .filter(|i| rels[*i].1.columns.iter().any(|c| c == col))
-                .collect();
-            match having.as_slice() {
-                [i] if is_dist(*i, col) => Some(*i),
-                _ => None,
+                .collect(),
+            _ => return None,
+        };
+        match hits.as_slice() {
+            [] => continue,
+            [i] => {
+                let col = parts.last()?;
+                return rels[*i]
+                    .1
+                    .columns
+                    .iter()
+                    .any(|c| c == col)
+                    .then(|| (*i, col.to_string()));
             }
+            _ => return None,
         }
-        _ => None,
     }
+    None
+}
+
+/// The relation a column reference names, if it is a hash table's distribution column.
+fn dist_column_ref(
+    n: &protobuf::Node,
+    rels: &[(RelRef, Arc<DistTable>)],
+    scope: &[&[usize]],
+) -> Option<usize> {
+    let (i, col) = column_rel(n, rels, scope)?;
+    let t = &rels[i].1;
+    (t.method == PartitionMethod::Hash && t.dist_column.as_ref().is_some_and(|c| c.name == col))
+        .then_some(i)
 }
 
 /// Equalities between two distribution columns among the conjuncts: (rel a, rel b).
 fn dist_equalities(
     conds: &[protobuf::Node],
     rels: &[(RelRef, Arc<DistTable>)],
+    scope: &[&[usize]],
 ) -> Vec<(usize, usize)> {
     let mut flat = Vec::new();
     for c in conds {
@@ -184,13 +211,73 @@ fn dist_equalities(
                 if e.kind == protobuf::AExprKind::AexprOp as i32
                     && matches!(e.name.as_slice(), [n] if matches!(n.node.as_ref(), Some(N::String(s)) if s.sval == "=")) =>
             {
-                let l = dist_column_ref(e.lexpr.as_deref()?, rels)?;
-                let r = dist_column_ref(e.rexpr.as_deref()?, rels)?;
+                let l = dist_column_ref(e.lexpr.as_deref()?, rels, scope)?;
+                let r = dist_column_ref(e.rexpr.as_deref()?, rels, scope)?;
                 (l != r).then_some((l, r))
             }
             _ => None,
         })
         .collect()
+}
+
+/// An outer join's sides: (left relations, right relations, ON unless inner, USING).
+type JoinLink = (Vec<usize>, Vec<usize>, Option<protobuf::Node>, Vec<String>);
+
+/// Outer joins: USING the distribution column links both sides; two sides with hash
+/// tables must be linked by the join's own ON clause. `node` maps a relation to its
+/// union-find node.
+fn link_outer_joins(
+    links: &[JoinLink],
+    rels: &[(RelRef, Arc<DistTable>)],
+    parent: &mut [usize],
+    scope: &[&[usize]],
+    node: &dyn Fn(usize) -> usize,
+) -> Result<(), String> {
+    let is_hash = |i: &usize| rels[*i].1.method == PartitionMethod::Hash;
+    let union = |parent: &mut [usize], a: usize, b: usize| {
+        let (ra, rb) = (find(parent, node(a)), find(parent, node(b)));
+        parent[ra] = rb;
+    };
+    for (left, right, on, using) in links {
+        let linked_by_using = using.iter().any(|col| {
+            let side_has = |side: &[usize]| {
+                side.iter().any(|i| {
+                    is_hash(i)
+                        && rels[*i]
+                            .1
+                            .dist_column
+                            .as_ref()
+                            .is_some_and(|c| &c.name == col)
+                })
+            };
+            side_has(left) && side_has(right)
+        });
+        if linked_by_using {
+            for &l in left.iter().filter(|i| is_hash(i)) {
+                for &r in right.iter().filter(|i| is_hash(i)) {
+                    union(parent, l, r);
+                }
+            }
+        }
+        if let Some(on) = on {
+            let eqs = dist_equalities(std::slice::from_ref(on), rels, scope);
+            for &(a, b) in &eqs {
+                union(parent, a, b);
+            }
+            let has_hash = |side: &[usize]| side.iter().any(is_hash);
+            if has_hash(left)
+                && has_hash(right)
+                && !linked_by_using
+                && !eqs.iter().any(|(a, b)| {
+                    (left.contains(a) && right.contains(b))
+                        || (left.contains(b) && right.contains(a))
+                })
+            {
+                return Err("an outer join between distributed tables must have an equality of their distribution columns in its ON clause".into());
+            }
+        }
+    }
+    Ok(())
 }
 
 fn find(parent: &mut [usize], i: usize) -> usize {
@@ -212,12 +299,17 @@ pub fn plan_join(
         return refuse("WITH or set operations");
     }
     let route = s.locking_clause.is_empty() && s.into_clause.is_none();
-    let paired = match pair_shards(
+    let mut other_parts: Vec<protobuf::Node> = s.target_list.clone();
+    other_parts.extend(s.group_clause.iter().cloned());
+    other_parts.extend(s.having_clause.as_deref().cloned());
+    other_parts.extend(s.sort_clause.iter().cloned());
+    let paired = match pair_shards_with(
         text,
         rels,
         &s.from_clause,
         None,
         s.where_clause.as_deref(),
+        &other_parts,
         route,
     )? {
         Ok(p) => p,
@@ -305,6 +397,20 @@ pub fn pair_shards(
     where_clause: Option<&protobuf::Node>,
     route: bool,
 ) -> PgResult<Result<Paired, String>> {
+    pair_shards_with(text, rels, from_items, first, where_clause, &[], route)
+}
+
+/// [`pair_shards`], subqueries in `other_parts` (and in WHERE and ON) included: each
+/// must be co-located with the query around it (`sublinks.rs`).
+pub fn pair_shards_with(
+    text: &str,
+    rels: &[(RelRef, Arc<DistTable>)],
+    from_items: &[protobuf::Node],
+    first: Option<usize>,
+    where_clause: Option<&protobuf::Node>,
+    other_parts: &[protobuf::Node],
+    route: bool,
+) -> PgResult<Result<Paired, String>> {
     let mut conds = Vec::new();
     let mut links = Vec::new();
     let mut covered: Vec<usize> = first.into_iter().collect();
@@ -317,9 +423,7 @@ pub fn pair_shards(
     }
     covered.sort_unstable();
     covered.dedup();
-    if covered.len() != rels.len() {
-        return Ok(Err("distributed tables in subqueries".into()));
-    }
+    let outer = covered.clone();
     if let Some(w) = where_clause {
         conds.push(w.clone());
     }
@@ -328,7 +432,7 @@ pub fn pair_shards(
         .collect();
     let first = match first {
         Some(f) if rels[f].1.method == PartitionMethod::Hash => f,
-        _ => match hash.first() {
+        _ => match hash.iter().find(|i| outer.contains(i)) {
             Some(&f) => f,
             None => {
                 return Ok(Err(
@@ -337,62 +441,36 @@ pub fn pair_shards(
             }
         },
     };
+    let scope: &[&[usize]] = &[&outer];
     let mut parent: Vec<usize> = (0..rels.len()).collect();
-    for (a, b) in dist_equalities(&conds, rels) {
+    for (a, b) in dist_equalities(&conds, rels, scope) {
         let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
         parent[ra] = rb;
     }
-    // Outer joins: USING the distribution column links both sides; two sides with
-    // hash tables must be linked by the join's own ON clause.
-    for (left, right, on, using) in &links {
-        let linked_by_using = |l: &[usize], r: &[usize]| {
-            using.iter().any(|col| {
-                let side_has = |side: &[usize]| {
-                    side.iter().any(|i| {
-                        rels[*i].1.method == PartitionMethod::Hash
-                            && rels[*i]
-                                .1
-                                .dist_column
-                                .as_ref()
-                                .is_some_and(|c| &c.name == col)
-                    })
-                };
-                side_has(l) && side_has(r)
-            })
-        };
-        if linked_by_using(left, right) {
-            for &l in left
-                .iter()
-                .filter(|i| rels[**i].1.method == PartitionMethod::Hash)
-            {
-                for &r in right
-                    .iter()
-                    .filter(|i| rels[**i].1.method == PartitionMethod::Hash)
-                {
-                    let (rl, rr) = (find(&mut parent, l), find(&mut parent, r));
-                    parent[rl] = rr;
+    if let Err(reason) = link_outer_joins(&links, rels, &mut parent, scope, &|i| i) {
+        return Ok(Err(reason));
+    }
+    // Subqueries: each co-located with the query around it.
+    let mut roots: Vec<protobuf::Node> = from_items.to_vec();
+    roots.extend(where_clause.cloned());
+    roots.extend(other_parts.iter().cloned());
+    match sublinks::prove(rels, &[&outer], &nullable, &roots) {
+        Ok(inner) => {
+            let root = find(&mut parent, first);
+            for i in inner {
+                if rels[i].1.method == PartitionMethod::Hash {
+                    let ri = find(&mut parent, i);
+                    parent[ri] = root;
                 }
+                covered.push(i);
             }
         }
-        if let Some(on) = on {
-            for (a, b) in dist_equalities(std::slice::from_ref(on), rels) {
-                let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
-                parent[ra] = rb;
-            }
-            let has_hash = |side: &[usize]| {
-                side.iter()
-                    .any(|i| rels[*i].1.method == PartitionMethod::Hash)
-            };
-            if has_hash(left) && has_hash(right) && !linked_by_using(left, right) {
-                let eqs = dist_equalities(std::slice::from_ref(on), rels);
-                if !eqs.iter().any(|(a, b)| {
-                    (left.contains(a) && right.contains(b))
-                        || (left.contains(b) && right.contains(a))
-                }) {
-                    return Ok(Err("an outer join between distributed tables must have an equality of their distribution columns in its ON clause".into()));
-                }
-            }
-        }
+        Err(reason) => return Ok(Err(reason)),
+    }
+    covered.sort_unstable();
+    covered.dedup();
+    if covered.len() != rels.len() {
+        return Ok(Err("distributed tables in subqueries".into()));
     }
     let root = find(&mut parent, first);
     let base = &rels[first].1;
@@ -413,7 +491,7 @@ pub fn pair_shards(
     }
     // The routed table: a hash table whose distribution column is fixed, if any.
     let fixed = if route {
-        hash.iter().find_map(|&i| {
+        hash.iter().filter(|i| outer.contains(i)).find_map(|&i| {
             let (r, t) = &rels[i];
             let col = t.dist_column.as_ref()?;
             let names = |q: &str| match &r.alias {
@@ -473,7 +551,7 @@ pub fn pair_shards(
         primary,
         fixed: fixed.map(|(_, v)| v),
         joined: Joined { edits, targets },
-        outer: covered,
+        outer,
         nullable,
         slots,
     }))
