@@ -120,7 +120,10 @@ impl MultiShardPlan {
     /// `UNION ALL` of the shards as their table (`node_relation`): grouped partials
     /// shard by shard could multiply the rows sent by the number of shards.
     pub fn node_sql(&self, stage: Option<&CombineStage>, ids: &[ShardId]) -> Option<String> {
-        if !self.node_tasks || ids.is_empty() || stage.is_some_and(|st| st.worker_template.is_some()) {
+        if !self.node_tasks
+            || ids.is_empty()
+            || stage.is_some_and(|st| st.worker_template.is_some())
+        {
             return None;
         }
         let one_row_per_shard = match stage {

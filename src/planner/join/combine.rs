@@ -19,12 +19,15 @@
 //! client's own text (`ShardSqlTemplate`).
 
 use super::super::aggregate::{
-    figure_colname, partial_column, partial_count_column, CombinePiece, CombinePlan,
-    CombineStage, PartialKind,
+    figure_colname, partial_column, partial_count_column, CombinePiece, CombinePlan, CombineStage,
+    PartialKind,
 };
 use super::super::func_name;
-use super::super::multishard::KNOWN_AGGREGATES;
 use super::super::template::{Edit, RelTarget, ShardSqlTemplate};
+use super::tree::{
+    column, deparse, expr_key, int_const, is_aggregate, partials_table, string_node, target, visit,
+    visit_read_parts,
+};
 use crate::catalog::{DistTable, PartitionMethod};
 use crate::sql::parse::{full_relations, string_items, RelRef};
 use pg_query::protobuf::node::Node as N;
@@ -63,7 +66,10 @@ impl JoinScope<'_> {
     }
 
     fn resolve(&self, cr: &protobuf::ColumnRef) -> Col {
-        if matches!(cr.fields.last().and_then(|f| f.node.as_ref()), Some(N::AStar(_))) {
+        if matches!(
+            cr.fields.last().and_then(|f| f.node.as_ref()),
+            Some(N::AStar(_))
+        ) {
             return Col::Row;
         }
         let names = string_items(&cr.fields);
@@ -74,12 +80,16 @@ impl JoinScope<'_> {
                 .filter(|i| {
                     let (r, _) = &self.rels[*i];
                     self.name_of(*i) == q
-                        && schema.map_or(true, |s| r.alias.is_none() && r.schema.as_deref() == Some(s))
+                        && schema.map_or(true, |s| {
+                            r.alias.is_none() && r.schema.as_deref() == Some(s)
+                        })
                 })
                 .collect()
         };
         let column_of = |hits: Vec<usize>, col: &str| match hits.as_slice() {
-            [i] if self.rels[*i].1.columns.iter().any(|c| c == col) => Col::Rel(*i, col.to_string()),
+            [i] if self.rels[*i].1.columns.iter().any(|c| c == col) => {
+                Col::Rel(*i, col.to_string())
+            }
             _ => Col::Unknown,
         };
         match names.as_slice() {
@@ -115,147 +125,6 @@ impl JoinScope<'_> {
                     && t.dist_column.as_ref().is_some_and(|d| d.name == col)
             }
             _ => false,
-        }
-    }
-}
-
-fn string_node(s: &str) -> protobuf::Node {
-    protobuf::Node {
-        node: Some(N::String(protobuf::String { sval: s.to_string() })),
-    }
-}
-
-fn column(names: &[&str]) -> protobuf::Node {
-    protobuf::Node {
-        node: Some(N::ColumnRef(protobuf::ColumnRef {
-            fields: names.iter().map(|n| string_node(n)).collect(),
-            location: -1,
-        })),
-    }
-}
-
-fn target(val: protobuf::Node, name: &str) -> protobuf::Node {
-    protobuf::Node {
-        node: Some(N::ResTarget(Box::new(protobuf::ResTarget {
-            name: name.to_string(),
-            val: Some(Box::new(val)),
-            location: -1,
-            ..Default::default()
-        }))),
-    }
-}
-
-fn int_const(i: i32) -> protobuf::Node {
-    protobuf::Node {
-        node: Some(N::AConst(protobuf::AConst {
-            isnull: false,
-            val: Some(protobuf::a_const::Val::Ival(protobuf::Integer { ival: i })),
-            location: -1,
-        })),
-    }
-}
-
-fn partials_table() -> protobuf::Node {
-    protobuf::Node {
-        node: Some(N::RangeVar(protobuf::RangeVar {
-            schemaname: "pg_temp".into(),
-            relname: "pgs_partials".into(),
-            inh: true,
-            relpersistence: "p".into(),
-            location: -1,
-            ..Default::default()
-        })),
-    }
-}
-
-/// A node's shape without text positions: equal keys, equal expressions.
-fn expr_key(n: &protobuf::Node) -> String {
-    let mut v = serde_json::to_value(n).unwrap_or_default();
-    crate::sql::parse::strip_locations(&mut v);
-    v.to_string()
-}
-
-fn deparse(s: &protobuf::SelectStmt) -> Result<String, String> {
-    N::SelectStmt(Box::new(s.clone()))
-        .deparse(Default::default())
-        .map_err(|e| format!("a statement pgshard could not rewrite ({e})"))
-}
-
-/// Whether a call is an aggregate (as the single-table combine counts them).
-pub(super) fn is_aggregate(fc: &protobuf::FuncCall) -> bool {
-    fc.over.is_none()
-        && (func_name(fc).is_some_and(|n| KNOWN_AGGREGATES.contains(&n.as_str()))
-            || fc.agg_star
-            || fc.agg_distinct
-            || fc.agg_filter.is_some()
-            || !fc.agg_order.is_empty()
-            || fc.agg_within_group)
-}
-
-/// Calls `f(node, inside_aggregate)` on every expression node below `n`, outermost
-/// first, windows' PARTITION BY / ORDER BY included, never inside a subquery (the
-/// SubLink itself is shown); `f` returning true stops the descent below that node.
-pub(super) fn visit(
-    n: &mut protobuf::Node,
-    inside: bool,
-    f: &mut dyn FnMut(&mut protobuf::Node, bool) -> bool,
-) {
-    crate::sql::walk::expression(n, false, &mut |x, _| {
-        if matches!(x.node, Some(N::SubLink(_))) {
-            f(x, inside);
-            return true;
-        }
-        if f(x, inside) {
-            return true;
-        }
-        if let Some(N::FuncCall(fc)) = x.node.as_mut() {
-            if let Some(w) = fc.over.as_deref_mut() {
-                for y in w.partition_clause.iter_mut().chain(w.order_clause.iter_mut()) {
-                    visit(y, inside, f);
-                }
-            }
-            if !inside && is_aggregate(fc) {
-                for y in fc.args.iter_mut().chain(fc.agg_order.iter_mut()) {
-                    visit(y, true, f);
-                }
-                if let Some(y) = fc.agg_filter.as_deref_mut() {
-                    visit(y, true, f);
-                }
-                return true;
-            }
-        }
-        false
-    });
-}
-
-/// [`visit`] over the parts of a SELECT the combine reads: target list, GROUP BY,
-/// HAVING, ORDER BY (`sort`: whether to include it), DISTINCT ON, WINDOW.
-fn visit_read_parts(
-    s: &mut protobuf::SelectStmt,
-    sort: bool,
-    f: &mut dyn FnMut(&mut protobuf::Node, bool) -> bool,
-) {
-    for x in s
-        .target_list
-        .iter_mut()
-        .chain(s.group_clause.iter_mut())
-        .chain(s.distinct_clause.iter_mut())
-    {
-        visit(x, false, f);
-    }
-    if let Some(h) = s.having_clause.as_deref_mut() {
-        visit(h, false, f);
-    }
-    if sort {
-        for x in s.sort_clause.iter_mut() {
-            visit(x, false, f);
-        }
-    }
-    for w in s.window_clause.iter_mut() {
-        if let Some(N::WindowDef(d)) = w.node.as_mut() {
-            for y in d.partition_clause.iter_mut().chain(d.order_clause.iter_mut()) {
-                visit(y, false, f);
-            }
         }
     }
 }
@@ -352,7 +221,9 @@ pub fn plan(
     for (n, _, _, _) in root.nodes() {
         match n {
             pg_query::NodeRef::GroupingSet(_) => return Err("GROUPING SETS, CUBE or ROLLUP".into()),
-            pg_query::NodeRef::RangeVar(rv) if rv.alias.as_ref().is_some_and(|a| !a.colnames.is_empty()) => {
+            pg_query::NodeRef::RangeVar(rv)
+                if rv.alias.as_ref().is_some_and(|a| !a.colnames.is_empty()) =>
+            {
                 return Err("column aliases of a table".into())
             }
             _ => {}
@@ -394,7 +265,11 @@ fn window_partition<'a>(
     if !w.partition_clause.is_empty() || depth > 8 {
         return Some(&w.partition_clause);
     }
-    let named = if !w.refname.is_empty() { &w.refname } else { &w.name };
+    let named = if !w.refname.is_empty() {
+        &w.refname
+    } else {
+        &w.name
+    };
     if named.is_empty() {
         return Some(&w.partition_clause);
     }
@@ -501,7 +376,9 @@ fn whole_stage(
         };
         let position = match key.node.as_ref() {
             Some(N::AConst(c)) => match c.val.as_ref() {
-                Some(protobuf::a_const::Val::Ival(i)) if i.ival >= 1 && (i.ival as usize) <= outputs.len() => {
+                Some(protobuf::a_const::Val::Ival(i))
+                    if i.ival >= 1 && (i.ival as usize) <= outputs.len() =>
+                {
                     Some(i.ival as usize - 1)
                 }
                 _ => return Ok(None),
@@ -536,15 +413,19 @@ fn whole_stage(
     worker.limit_offset = None;
     worker.limit_count = None;
     worker.limit_option = LimitOption::Default as i32;
-    let pushable = |n: &Option<Box<protobuf::Node>>| match n.as_deref().and_then(|x| x.node.as_ref()) {
-        None => Some(None),
-        Some(N::AConst(c)) if !c.isnull && matches!(c.val, Some(protobuf::a_const::Val::Ival(_))) => {
-            Some(Some(n.as_deref().cloned().unwrap_or_default()))
-        }
-        Some(N::ParamRef(_)) => Some(Some(n.as_deref().cloned().unwrap_or_default())),
-        _ => None,
-    };
-    if let (Some(Some(limit)), Some(offset)) = (pushable(&s.limit_count), pushable(&s.limit_offset)) {
+    let pushable =
+        |n: &Option<Box<protobuf::Node>>| match n.as_deref().and_then(|x| x.node.as_ref()) {
+            None => Some(None),
+            Some(N::AConst(c))
+                if !c.isnull && matches!(c.val, Some(protobuf::a_const::Val::Ival(_))) =>
+            {
+                Some(Some(n.as_deref().cloned().unwrap_or_default()))
+            }
+            Some(N::ParamRef(_)) => Some(Some(n.as_deref().cloned().unwrap_or_default())),
+            _ => None,
+        };
+    if let (Some(Some(limit)), Some(offset)) = (pushable(&s.limit_count), pushable(&s.limit_offset))
+    {
         worker.sort_clause = worker_sort;
         worker.limit_option = LimitOption::Count as i32;
         worker.limit_count = Some(Box::new(match offset {
@@ -660,7 +541,11 @@ fn raw_stage(s: &protobuf::SelectStmt, sc: &JoinScope) -> Result<CombineStage, S
     // ORDER BY an output column's name stays so; other keys read columns.
     for item in coord.sort_clause.iter_mut() {
         if let Some(N::SortBy(sb)) = item.node.as_mut() {
-            if sb.node.as_deref().is_some_and(|k| output_named(k, &outputs).is_some()) {
+            if sb
+                .node
+                .as_deref()
+                .is_some_and(|k| output_named(k, &outputs).is_some())
+            {
                 continue;
             }
         }
@@ -755,7 +640,11 @@ fn partial_stage(s: &protobuf::SelectStmt, sc: &JoinScope) -> Result<Option<Comb
     visit_read_parts(&mut coord, false, &mut rewrite);
     for item in coord.sort_clause.iter_mut() {
         if let Some(N::SortBy(sb)) = item.node.as_mut() {
-            if sb.node.as_deref().is_some_and(|k| output_named(k, &outputs).is_some()) {
+            if sb
+                .node
+                .as_deref()
+                .is_some_and(|k| output_named(k, &outputs).is_some())
+            {
                 continue;
             }
         }
@@ -775,7 +664,10 @@ fn partial_stage(s: &protobuf::SelectStmt, sc: &JoinScope) -> Result<Option<Comb
         let Some(kind) = func_name(fc).and_then(|n| PartialKind::of(&n)) else {
             return Ok(None);
         };
-        if fc.agg_within_group || !fc.agg_order.is_empty() || (fc.agg_distinct && !kind.idempotent()) {
+        if fc.agg_within_group
+            || !fc.agg_order.is_empty()
+            || (fc.agg_distinct && !kind.idempotent())
+        {
             return Ok(None);
         }
         let args_ok = if kind == PartialKind::Count {

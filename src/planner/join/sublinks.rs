@@ -17,7 +17,7 @@
 //! WITH or set operations inside) is not proven here: recursive planning takes it.
 //! The proof reads only the `DistTable` of each table reference, never the catalog.
 
-use super::combine::{is_aggregate, visit};
+use super::tree::{is_aggregate, visit};
 use super::{dist_column_ref, dist_equalities, find, from_item, link_outer_joins};
 use crate::catalog::{DistTable, PartitionMethod};
 use crate::sql::parse::RelRef;
@@ -74,7 +74,13 @@ fn prove_one(
     let mut inner_nullable = nullable.to_vec();
     let mut inner = Vec::new();
     for item in &sub.from_clause {
-        inner.extend(from_item(item, rels, &mut conds, &mut links, &mut inner_nullable)?);
+        inner.extend(from_item(
+            item,
+            rels,
+            &mut conds,
+            &mut links,
+            &mut inner_nullable,
+        )?);
     }
     conds.extend(sub.where_clause.as_deref().cloned());
     let mut scope: Vec<&[usize]> = vec![&inner];
@@ -99,12 +105,16 @@ fn prove_one(
     };
     if !tied(&mut parent) {
         let Some(i) = in_link(rels, levels, nullable, &inner, &inner_nullable, link, sub) else {
-            return Err("a subquery not joined to the query around it on the distribution column".into());
+            return Err(
+                "a subquery not joined to the query around it on the distribution column".into(),
+            );
         };
         let (ri, ro) = (find(&mut parent, i), find(&mut parent, outer_node));
         parent[ri] = ro;
         if !tied(&mut parent) {
-            return Err("a subquery not joined to the query around it on the distribution column".into());
+            return Err(
+                "a subquery not joined to the query around it on the distribution column".into(),
+            );
         }
         decomposable(rels, &inner, &inner_nullable, sub)?;
     }
@@ -189,9 +199,10 @@ fn decomposable(
         return Err("window functions in a subquery".into());
     }
     if aggregates || !sub.group_clause.is_empty() || sub.having_clause.is_some() {
-        let by_dist = sub.group_clause.iter().any(|g| {
-            dist_column_ref(g, rels, &[inner]).is_some_and(|i| !inner_nullable[i])
-        });
+        let by_dist = sub
+            .group_clause
+            .iter()
+            .any(|g| dist_column_ref(g, rels, &[inner]).is_some_and(|i| !inner_nullable[i]));
         if !by_dist {
             return Err("a subquery grouped by other than the distribution column".into());
         }
