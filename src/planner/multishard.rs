@@ -168,9 +168,9 @@ pub struct Joined {
     pub targets: Vec<RelTarget>,
 }
 
-/// A join of co-located / reference tables across all shards: only the streamed
-/// shapes (plain selections, count/sum/min/max without GROUP BY); the coordinator
-/// combine step works over one table's rows.
+/// A join of co-located / reference tables across all shards: the streamed shapes
+/// (plain selections, count/sum/min/max without GROUP BY). Everything else is the
+/// join's combine (`join/combine.rs`), tried when this refuses.
 pub fn plan_select_joined(
     s: &protobuf::SelectStmt,
     text: &str,
