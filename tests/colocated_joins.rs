@@ -179,4 +179,26 @@ async fn colocated_joins_and_subqueries_are_pushed_down_and_exact() {
     for sql in JOIN_QUERIES.iter().chain(SUBQUERY_QUERIES) {
         same_and_pushed(&shard, &plain, sql).await;
     }
+    // Parameters (extended protocol) in WHERE, LIMIT and OFFSET of a pushed-down join.
+    for sql in [
+        "select o_orderkey, count(*) from cj_orders join cj_lineitem on o_orderkey = l_orderkey \
+         where l_linenumber > $1 group by o_orderkey order by 2 desc, 1 limit $2 offset $3",
+        "select l_shipmode::text, count(*) from cj_orders join cj_lineitem on o_orderkey = l_orderkey \
+         where l_linenumber > $1 and $2::int8 > 0 and $3::int8 >= 0 group by l_shipmode order by 1",
+    ] {
+        let args: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&2i32, &7i64, &1i64];
+        let a = shard.query(sql, &args).await.unwrap_or_else(|e| panic!("pgshard: {sql}: {e:?}"));
+        let b = plain.query(sql, &args).await.unwrap_or_else(|e| panic!("plain: {sql}: {e:?}"));
+        let pairs = |rows: Vec<tokio_postgres::Row>| -> Vec<(String, i64)> {
+            rows.iter()
+                .map(|r| match r.try_get::<_, i64>(0) {
+                    Ok(k) => (k.to_string(), r.get(1)),
+                    Err(_) => (r.get(0), r.get(1)),
+                })
+                .collect()
+        };
+        let (a, b) = (pairs(a), pairs(b));
+        assert_eq!(a, b, "{sql}");
+        assert!(!b.is_empty(), "{sql}");
+    }
 }
