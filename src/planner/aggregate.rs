@@ -44,7 +44,7 @@ pub enum PartialKind {
 }
 
 impl PartialKind {
-    fn of(name: &str) -> Option<PartialKind> {
+    pub(crate) fn of(name: &str) -> Option<PartialKind> {
         Some(match name {
             "count" => PartialKind::Count,
             "sum" => PartialKind::Sum,
@@ -60,7 +60,7 @@ impl PartialKind {
     }
 
     /// Duplicates do not change the result: DISTINCT inside the call is harmless.
-    fn idempotent(self) -> bool {
+    pub(crate) fn idempotent(self) -> bool {
         matches!(
             self,
             PartialKind::Min
@@ -105,6 +105,9 @@ pub struct CombineStage {
     /// Partial aggregates without GROUP BY: the worker query returns one row per
     /// shard, so a node's task may run it shard by shard (`MultiShardPlan::node_sql`).
     pub one_row: bool,
+    /// A join's worker query (`join/combine.rs`): every relation spliced with its shard
+    /// of the task's shard index, in place of `worker` over one table.
+    pub worker_template: Option<super::template::ShardSqlTemplate>,
 }
 
 impl CombineStage {
@@ -348,6 +351,7 @@ pub fn plan_combine(
         raw_rows: true,
         key_of: (!s.group_clause.is_empty()).then(|| shell.clone()),
         one_row: false,
+        worker_template: None,
     };
 
     // ---- partial aggregation ----
@@ -490,6 +494,7 @@ pub fn plan_combine(
             raw_rows: false,
             key_of: None,
             one_row: groups.is_empty(),
+            worker_template: None,
         })
     })();
     Ok(CombinePlan { partial, raw })

@@ -102,6 +102,10 @@ impl MultiShardPlan {
     /// One shard's statement: the client's text (or the stage's worker query) over it.
     pub fn shard_sql(&self, stage: Option<&CombineStage>, id: ShardId) -> String {
         match stage {
+            Some(CombineStage {
+                worker_template: Some(t),
+                ..
+            }) => t.for_shard(id),
             Some(st) => st.worker_sql(&node_relation(&self.table.schema, &self.table.name, &[id])),
             None => self.template.for_shard(id),
         }
@@ -116,7 +120,10 @@ impl MultiShardPlan {
     /// `UNION ALL` of the shards as their table (`node_relation`): grouped partials
     /// shard by shard could multiply the rows sent by the number of shards.
     pub fn node_sql(&self, stage: Option<&CombineStage>, ids: &[ShardId]) -> Option<String> {
-        if !self.node_tasks || ids.is_empty() {
+        if !self.node_tasks
+            || ids.is_empty()
+            || stage.is_some_and(|st| st.worker_template.is_some())
+        {
             return None;
         }
         let one_row_per_shard = match stage {
@@ -161,9 +168,9 @@ pub struct Joined {
     pub targets: Vec<RelTarget>,
 }
 
-/// A join of co-located / reference tables across all shards: only the streamed
-/// shapes (plain selections, count/sum/min/max without GROUP BY); the coordinator
-/// combine step works over one table's rows.
+/// A join of co-located / reference tables across all shards: the streamed shapes
+/// (plain selections, count/sum/min/max without GROUP BY). Everything else is the
+/// join's combine (`join/combine.rs`), tried when this refuses.
 pub fn plan_select_joined(
     s: &protobuf::SelectStmt,
     text: &str,
@@ -264,7 +271,7 @@ pub fn plan_select(
 
 /// Function names anywhere in the target list, HAVING and ORDER BY: a user-defined
 /// aggregate among them rules partial aggregation out.
-fn combine_functions(s: &protobuf::SelectStmt) -> Vec<String> {
+pub(crate) fn combine_functions(s: &protobuf::SelectStmt) -> Vec<String> {
     let mut out = Vec::new();
     let root = N::SelectStmt(Box::new(s.clone()));
     for (n, _, _, _) in root.nodes() {

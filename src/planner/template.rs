@@ -163,6 +163,17 @@ impl ShardSqlTemplate {
         self.render(&names)
     }
 
+    /// The statement over the coordinator node's shells (each relation schema-qualified):
+    /// the types of a combine step's worker query, with no data read.
+    pub fn for_shells(&self) -> String {
+        let names: Vec<String> = self
+            .rels
+            .iter()
+            .map(|r| quote_qualified(&r.schema, &r.table))
+            .collect();
+        self.render(&names)
+    }
+
     /// The statement text for one node's task over several shards of a single-table
     /// statement: the table reference becomes the UNION ALL of those shards (see
     /// `node_relation`). None for a join (its relations pair shard by shard).

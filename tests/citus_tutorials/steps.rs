@@ -173,12 +173,14 @@ fn real_time() -> Vec<Step> {
              FROM github_events WHERE event_type = 'PushEvent' GROUP BY minute ORDER BY minute",
             true,
         ),
+        // The tutorial orders by count(*) alone: logins with equal counts may come in
+        // any order (pushed down, the combine step's order differs from one server's).
         read(
             "rt: top repo creators",
             "SELECT login, count(*) FROM github_events ge JOIN github_users gu \
              ON ge.user_id = gu.user_id \
              WHERE event_type = 'CreateEvent' AND payload @> '{\"ref_type\": \"repository\"}' \
-             GROUP BY login ORDER BY count(*) DESC LIMIT 10",
+             GROUP BY login ORDER BY count(*) DESC, login LIMIT 10",
             true,
         ),
         write(

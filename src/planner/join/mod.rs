@@ -9,6 +9,10 @@
 //! With a distribution value fixed the whole query is routed to one shard index;
 //! otherwise it runs per shard index. Anything else is refused with the reason.
 
+mod combine;
+mod sublinks;
+mod tree;
+
 use super::distvalue::{find_equality, ValueSource};
 use super::multishard::{self, Joined};
 use super::router::RouterPlan;
@@ -32,7 +36,8 @@ fn from_item(
     n: &protobuf::Node,
     rels: &[(RelRef, Arc<DistTable>)],
     conds: &mut Vec<protobuf::Node>,
-    links_in_on: &mut Vec<(Vec<usize>, Vec<usize>, Option<protobuf::Node>, Vec<String>)>,
+    links_in_on: &mut Vec<JoinLink>,
+    nullable: &mut Vec<bool>,
 ) -> Result<Vec<usize>, String> {
     match n.node.as_ref() {
         Some(N::RangeVar(rv)) => rels
@@ -49,12 +54,14 @@ fn from_item(
                 rels,
                 conds,
                 links_in_on,
+                nullable,
             )?;
             let right = from_item(
                 j.rarg.as_deref().ok_or("bad join")?,
                 rels,
                 conds,
                 links_in_on,
+                nullable,
             )?;
             let using: Vec<String> = j
                 .using_clause
@@ -83,6 +90,12 @@ fn from_item(
                     "an outer join keeping the rows of a reference table joined to a distributed table"
                         .into(),
                 );
+            }
+            for &i in left.iter().filter(|_| keeps_right) {
+                nullable[i] = true;
+            }
+            for &i in right.iter().filter(|_| keeps_left) {
+                nullable[i] = true;
             }
             if kind == JoinType::JoinInner {
                 if let Some(q) = &j.quals {
@@ -115,8 +128,14 @@ fn conjuncts(n: &protobuf::Node, out: &mut Vec<protobuf::Node>) {
     }
 }
 
-/// The relation a column reference names, if it is a distribution column.
-fn dist_column_ref(n: &protobuf::Node, rels: &[(RelRef, Arc<DistTable>)]) -> Option<usize> {
+/// The relation and column a column reference names, resolved as PostgreSQL scopes
+/// names: `scope` holds the relations of each query level, innermost first; a name
+/// found on a level (once) is that level's, found twice it is ambiguous (None).
+fn column_rel(
+    n: &protobuf::Node,
+    rels: &[(RelRef, Arc<DistTable>)],
+    scope: &[&[usize]],
+) -> Option<(usize, String)> {
     let Some(N::ColumnRef(cr)) = n.node.as_ref() else {
         return None;
     };
@@ -128,40 +147,60 @@ fn dist_column_ref(n: &protobuf::Node, rels: &[(RelRef, Arc<DistTable>)]) -> Opt
             _ => None,
         })
         .collect::<Option<Vec<_>>>()?;
-    let is_dist = |i: usize, col: &str| {
-        rels[i].1.method == PartitionMethod::Hash
-            && rels[i]
-                .1
-                .dist_column
-                .as_ref()
-                .is_some_and(|c| c.name == col)
-    };
-    match parts.as_slice() {
-        [q, col] => {
-            let i = rels.iter().position(|(r, t)| match &r.alias {
-                Some(a) => a == q,
-                None => t.name == *q,
-            })?;
-            is_dist(i, col).then_some(i)
-        }
-        [col] => {
-            // Unqualified: only unambiguous when one relation has such a column.
-            let having: Vec<usize> = (0..rels.len())
+    for level in scope {
+        let hits: Vec<usize> = match parts.as_slice() {
+            [q, _] => level
+                .iter()
+                .copied()
+                .filter(|i| {
+                    let (r, t) = &rels[*i];
+                    match &r.alias {
+                        Some(a) => a == q,
+                        None => t.name == *q,
+                    }
+                })
+                .collect(),
+            [col] => level
+                .iter()
+                .copied()
                 .filter(|i| rels[*i].1.columns.iter().any(|c| c == col))
-                .collect();
-            match having.as_slice() {
-                [i] if is_dist(*i, col) => Some(*i),
-                _ => None,
+                .collect(),
+            _ => return None,
+        };
+        match hits.as_slice() {
+            [] => continue,
+            [i] => {
+                let col = parts.last()?;
+                return rels[*i]
+                    .1
+                    .columns
+                    .iter()
+                    .any(|c| c == col)
+                    .then(|| (*i, col.to_string()));
             }
+            _ => return None,
         }
-        _ => None,
     }
+    None
+}
+
+/// The relation a column reference names, if it is a hash table's distribution column.
+fn dist_column_ref(
+    n: &protobuf::Node,
+    rels: &[(RelRef, Arc<DistTable>)],
+    scope: &[&[usize]],
+) -> Option<usize> {
+    let (i, col) = column_rel(n, rels, scope)?;
+    let t = &rels[i].1;
+    (t.method == PartitionMethod::Hash && t.dist_column.as_ref().is_some_and(|c| c.name == col))
+        .then_some(i)
 }
 
 /// Equalities between two distribution columns among the conjuncts: (rel a, rel b).
 fn dist_equalities(
     conds: &[protobuf::Node],
     rels: &[(RelRef, Arc<DistTable>)],
+    scope: &[&[usize]],
 ) -> Vec<(usize, usize)> {
     let mut flat = Vec::new();
     for c in conds {
@@ -173,13 +212,73 @@ fn dist_equalities(
                 if e.kind == protobuf::AExprKind::AexprOp as i32
                     && matches!(e.name.as_slice(), [n] if matches!(n.node.as_ref(), Some(N::String(s)) if s.sval == "=")) =>
             {
-                let l = dist_column_ref(e.lexpr.as_deref()?, rels)?;
-                let r = dist_column_ref(e.rexpr.as_deref()?, rels)?;
+                let l = dist_column_ref(e.lexpr.as_deref()?, rels, scope)?;
+                let r = dist_column_ref(e.rexpr.as_deref()?, rels, scope)?;
                 (l != r).then_some((l, r))
             }
             _ => None,
         })
         .collect()
+}
+
+/// An outer join's sides: (left relations, right relations, ON unless inner, USING).
+type JoinLink = (Vec<usize>, Vec<usize>, Option<protobuf::Node>, Vec<String>);
+
+/// Outer joins: USING the distribution column links both sides; two sides with hash
+/// tables must be linked by the join's own ON clause. `node` maps a relation to its
+/// union-find node.
+fn link_outer_joins(
+    links: &[JoinLink],
+    rels: &[(RelRef, Arc<DistTable>)],
+    parent: &mut [usize],
+    scope: &[&[usize]],
+    node: &dyn Fn(usize) -> usize,
+) -> Result<(), String> {
+    let is_hash = |i: &usize| rels[*i].1.method == PartitionMethod::Hash;
+    let union = |parent: &mut [usize], a: usize, b: usize| {
+        let (ra, rb) = (find(parent, node(a)), find(parent, node(b)));
+        parent[ra] = rb;
+    };
+    for (left, right, on, using) in links {
+        let linked_by_using = using.iter().any(|col| {
+            let side_has = |side: &[usize]| {
+                side.iter().any(|i| {
+                    is_hash(i)
+                        && rels[*i]
+                            .1
+                            .dist_column
+                            .as_ref()
+                            .is_some_and(|c| &c.name == col)
+                })
+            };
+            side_has(left) && side_has(right)
+        });
+        if linked_by_using {
+            for &l in left.iter().filter(|i| is_hash(i)) {
+                for &r in right.iter().filter(|i| is_hash(i)) {
+                    union(parent, l, r);
+                }
+            }
+        }
+        if let Some(on) = on {
+            let eqs = dist_equalities(std::slice::from_ref(on), rels, scope);
+            for &(a, b) in &eqs {
+                union(parent, a, b);
+            }
+            let has_hash = |side: &[usize]| side.iter().any(is_hash);
+            if has_hash(left)
+                && has_hash(right)
+                && !linked_by_using
+                && !eqs.iter().any(|(a, b)| {
+                    (left.contains(a) && right.contains(b))
+                        || (left.contains(b) && right.contains(a))
+                })
+            {
+                return Err("an outer join between distributed tables must have an equality of their distribution columns in its ON clause".into());
+            }
+        }
+    }
+    Ok(())
 }
 
 fn find(parent: &mut [usize], i: usize) -> usize {
@@ -201,12 +300,17 @@ pub fn plan_join(
         return refuse("WITH or set operations");
     }
     let route = s.locking_clause.is_empty() && s.into_clause.is_none();
-    let paired = match pair_shards(
+    let mut other_parts: Vec<protobuf::Node> = s.target_list.clone();
+    other_parts.extend(s.group_clause.iter().cloned());
+    other_parts.extend(s.having_clause.as_deref().cloned());
+    other_parts.extend(s.sort_clause.iter().cloned());
+    let paired = match pair_shards_with(
         text,
         rels,
         &s.from_clause,
         None,
         s.where_clause.as_deref(),
+        &other_parts,
         route,
     )? {
         Ok(p) => p,
@@ -229,7 +333,38 @@ pub fn plan_join(
             relation_span: None,
             add_alias: false,
         }))),
-        None => multishard::plan_select_joined(s, text, ptable, paired.joined),
+        None => {
+            let scope = combine::JoinScope {
+                rels,
+                outer: paired.outer,
+                nullable: paired.nullable,
+                slots: paired.slots,
+                targets: paired.joined.targets.clone(),
+            };
+            let template = ShardSqlTemplate::with_relations(
+                text,
+                paired.joined.targets.clone(),
+                paired.joined.edits.clone(),
+            );
+            match multishard::plan_select_joined(s, text, ptable.clone(), paired.joined)? {
+                Plan::Unsupported(_) => {}
+                planned => return Ok(planned),
+            }
+            let functions = multishard::combine_functions(s);
+            match combine::plan(s, &scope, !functions.is_empty()) {
+                Ok(c) => Ok(Plan::MultiShard(Arc::new(multishard::MultiShardPlan {
+                    table: ptable,
+                    template,
+                    shape: multishard::MultiShardShape::Combine,
+                    limit: multishard::Bound::None,
+                    offset: 0,
+                    functions,
+                    combine: Some(Arc::new(c)),
+                    node_tasks: false,
+                }))),
+                Err(reason) => refuse(&reason),
+            }
+        }
     }
 }
 
@@ -242,6 +377,12 @@ pub struct Paired {
     pub fixed: Option<ValueSource>,
     /// Every relation's edit and target, the primary first.
     pub joined: Joined,
+    /// The relations of the FROM items (and `first`).
+    pub outer: Vec<usize>,
+    /// Relations on the nullable side of an outer join.
+    pub nullable: Vec<bool>,
+    /// Each relation's slot in `joined` (the primary's is 0).
+    pub slots: Vec<usize>,
 }
 
 /// Proves that `rels` (every table reference of the statement, all distributed) pair
@@ -257,20 +398,33 @@ pub fn pair_shards(
     where_clause: Option<&protobuf::Node>,
     route: bool,
 ) -> PgResult<Result<Paired, String>> {
+    pair_shards_with(text, rels, from_items, first, where_clause, &[], route)
+}
+
+/// [`pair_shards`], subqueries in `other_parts` (and in WHERE and ON) included: each
+/// must be co-located with the query around it (`sublinks.rs`).
+pub fn pair_shards_with(
+    text: &str,
+    rels: &[(RelRef, Arc<DistTable>)],
+    from_items: &[protobuf::Node],
+    first: Option<usize>,
+    where_clause: Option<&protobuf::Node>,
+    other_parts: &[protobuf::Node],
+    route: bool,
+) -> PgResult<Result<Paired, String>> {
     let mut conds = Vec::new();
     let mut links = Vec::new();
     let mut covered: Vec<usize> = first.into_iter().collect();
+    let mut nullable = vec![false; rels.len()];
     for item in from_items {
-        match from_item(item, rels, &mut conds, &mut links) {
+        match from_item(item, rels, &mut conds, &mut links, &mut nullable) {
             Ok(c) => covered.extend(c),
             Err(reason) => return Ok(Err(reason)),
         }
     }
     covered.sort_unstable();
     covered.dedup();
-    if covered.len() != rels.len() {
-        return Ok(Err("distributed tables in subqueries".into()));
-    }
+    let outer = covered.clone();
     if let Some(w) = where_clause {
         conds.push(w.clone());
     }
@@ -279,7 +433,7 @@ pub fn pair_shards(
         .collect();
     let first = match first {
         Some(f) if rels[f].1.method == PartitionMethod::Hash => f,
-        _ => match hash.first() {
+        _ => match hash.iter().find(|i| outer.contains(i)) {
             Some(&f) => f,
             None => {
                 return Ok(Err(
@@ -288,62 +442,36 @@ pub fn pair_shards(
             }
         },
     };
+    let scope: &[&[usize]] = &[&outer];
     let mut parent: Vec<usize> = (0..rels.len()).collect();
-    for (a, b) in dist_equalities(&conds, rels) {
+    for (a, b) in dist_equalities(&conds, rels, scope) {
         let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
         parent[ra] = rb;
     }
-    // Outer joins: USING the distribution column links both sides; two sides with
-    // hash tables must be linked by the join's own ON clause.
-    for (left, right, on, using) in &links {
-        let linked_by_using = |l: &[usize], r: &[usize]| {
-            using.iter().any(|col| {
-                let side_has = |side: &[usize]| {
-                    side.iter().any(|i| {
-                        rels[*i].1.method == PartitionMethod::Hash
-                            && rels[*i]
-                                .1
-                                .dist_column
-                                .as_ref()
-                                .is_some_and(|c| &c.name == col)
-                    })
-                };
-                side_has(l) && side_has(r)
-            })
-        };
-        if linked_by_using(left, right) {
-            for &l in left
-                .iter()
-                .filter(|i| rels[**i].1.method == PartitionMethod::Hash)
-            {
-                for &r in right
-                    .iter()
-                    .filter(|i| rels[**i].1.method == PartitionMethod::Hash)
-                {
-                    let (rl, rr) = (find(&mut parent, l), find(&mut parent, r));
-                    parent[rl] = rr;
+    if let Err(reason) = link_outer_joins(&links, rels, &mut parent, scope, &|i| i) {
+        return Ok(Err(reason));
+    }
+    // Subqueries: each co-located with the query around it.
+    let mut roots: Vec<protobuf::Node> = from_items.to_vec();
+    roots.extend(where_clause.cloned());
+    roots.extend(other_parts.iter().cloned());
+    match sublinks::prove(rels, &[&outer], &nullable, &roots) {
+        Ok(inner) => {
+            let root = find(&mut parent, first);
+            for i in inner {
+                if rels[i].1.method == PartitionMethod::Hash {
+                    let ri = find(&mut parent, i);
+                    parent[ri] = root;
                 }
+                covered.push(i);
             }
         }
-        if let Some(on) = on {
-            for (a, b) in dist_equalities(std::slice::from_ref(on), rels) {
-                let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
-                parent[ra] = rb;
-            }
-            let has_hash = |side: &[usize]| {
-                side.iter()
-                    .any(|i| rels[*i].1.method == PartitionMethod::Hash)
-            };
-            if has_hash(left) && has_hash(right) && !linked_by_using(left, right) {
-                let eqs = dist_equalities(std::slice::from_ref(on), rels);
-                if !eqs.iter().any(|(a, b)| {
-                    (left.contains(a) && right.contains(b))
-                        || (left.contains(b) && right.contains(a))
-                }) {
-                    return Ok(Err("an outer join between distributed tables must have an equality of their distribution columns in its ON clause".into()));
-                }
-            }
-        }
+        Err(reason) => return Ok(Err(reason)),
+    }
+    covered.sort_unstable();
+    covered.dedup();
+    if covered.len() != rels.len() {
+        return Ok(Err("distributed tables in subqueries".into()));
     }
     let root = find(&mut parent, first);
     let base = &rels[first].1;
@@ -364,7 +492,7 @@ pub fn pair_shards(
     }
     // The routed table: a hash table whose distribution column is fixed, if any.
     let fixed = if route {
-        hash.iter().find_map(|&i| {
+        hash.iter().filter(|i| outer.contains(i)).find_map(|&i| {
             let (r, t) = &rels[i];
             let col = t.dist_column.as_ref()?;
             let names = |q: &str| match &r.alias {
@@ -383,7 +511,9 @@ pub fn pair_shards(
     order.extend((0..rels.len()).filter(|i| *i != primary));
     let mut targets = Vec::new();
     let mut edits = Vec::new();
+    let mut slots = vec![0; rels.len()];
     for (slot, &i) in order.iter().enumerate() {
+        slots[i] = slot;
         let (r, t) = &rels[i];
         let map = if i == primary {
             ShardMap::Same
@@ -422,163 +552,11 @@ pub fn pair_shards(
         primary,
         fixed: fixed.map(|(_, v)| v),
         joined: Joined { edits, targets },
+        outer,
+        nullable,
+        slots,
     }))
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use crate::catalog::{Catalog, DistColumn, ShardInterval};
-    use crate::sharding::ranges::ShardIndexer;
-
-    /// `sql` planned over `a`, `b` (co-located), `c` (another group) and reference `r`.
-    pub(crate) fn plan_over_abcr(sql: &str) -> crate::planner::Plan {
-        let stmts = crate::sql::parse::parse(sql).unwrap();
-        let mut c = Catalog::default();
-        c.add_table(table(1, "a", PartitionMethod::Hash, 1, 100));
-        c.add_table(table(2, "b", PartitionMethod::Hash, 1, 200));
-        c.add_table(table(3, "c", PartitionMethod::Hash, 2, 300));
-        c.add_table(table(4, "r", PartitionMethod::Reference, 3, 400));
-        crate::planner::plan(
-            &stmts[0],
-            &c,
-            &crate::planner::Names::on_path(&c, &["public"]),
-            &|_| false,
-        )
-        .unwrap()
-    }
-
-    /// A table for planner tests: hash-distributed on `k` (two shards on groups 1
-    /// and 2) or a reference table on both.
-    pub(crate) fn table(
-        relid: u32,
-        name: &str,
-        method: PartitionMethod,
-        coloc: i32,
-        first_id: i64,
-    ) -> DistTable {
-        let shards: Vec<ShardInterval> = if method == PartitionMethod::Reference {
-            vec![ShardInterval {
-                shard_id: first_id,
-                min: i32::MIN,
-                max: i32::MAX,
-                placement_groups: vec![1, 2],
-            }]
-        } else {
-            crate::sharding::ranges::all_ranges(2)
-                .into_iter()
-                .enumerate()
-                .map(|(i, (min, max))| ShardInterval {
-                    shard_id: first_id + i as i64,
-                    min,
-                    max,
-                    placement_groups: vec![1 + i as i32],
-                })
-                .collect()
-        };
-        DistTable {
-            relid,
-            schema: "public".into(),
-            name: name.into(),
-            method,
-            dist_column: (method == PartitionMethod::Hash).then(|| DistColumn {
-                name: "k".into(),
-                attnum: 1,
-                type_oid: 23,
-                collation: 0,
-                typmod: -1,
-                type_sql: "integer".into(),
-            }),
-            colocation_id: coloc,
-            indexer: ShardIndexer::for_intervals(&shards),
-            shards,
-            columns: vec!["k".into(), "v".into(), format!("{name}_only")],
-            indexes: vec![],
-        }
-    }
-
-    fn catalog() -> Catalog {
-        let mut c = Catalog::default();
-        c.add_table(table(1, "a", PartitionMethod::Hash, 1, 100));
-        c.add_table(table(2, "b", PartitionMethod::Hash, 1, 200));
-        c.add_table(table(3, "c", PartitionMethod::Hash, 2, 300));
-        c.add_table(table(4, "r", PartitionMethod::Reference, 3, 400));
-        c
-    }
-
-    fn plan(sql: &str) -> Plan {
-        let stmts = crate::sql::parse::parse(sql).unwrap();
-        let c = catalog();
-        super::super::plan(
-            &stmts[0],
-            &c,
-            &crate::planner::Names::on_path(&c, &["public"]),
-            &|_| false,
-        )
-        .unwrap()
-    }
-
-    fn shard_sql(p: &Plan) -> String {
-        match p {
-            Plan::Router(r) => r.template.for_shard(r.table.shards[1].shard_id),
-            Plan::MultiShard(m) => m.template.for_shard(m.table.shards[1].shard_id),
-            other => panic!("not pushed down: {other:?}"),
-        }
-    }
-
-    /// The join step refuses it: refused, or planned in parts by the recursive step.
-    fn refused(sql: &str) -> bool {
-        matches!(plan(sql), Plan::Unsupported(e) if e.code == "0A000")
-            || matches!(plan(sql), Plan::Recursive(_))
-    }
-
-    #[test]
-    fn colocated_joins_pair_shards() {
-        let p = plan("SELECT a.v, b.v FROM a JOIN b ON a.k = b.k");
-        assert!(matches!(p, Plan::MultiShard(_)));
-        assert_eq!(
-            shard_sql(&p),
-            r#"SELECT a.v, b.v FROM "public"."a_101" AS "a" JOIN "public"."b_201" AS "b" ON a.k = b.k"#
-        );
-        let p = plan("SELECT * FROM a x, b y WHERE y.k = x.k AND x.k = 5");
-        assert!(matches!(p, Plan::Router(_)));
-        let p = plan("SELECT * FROM a LEFT JOIN b USING (k)");
-        assert!(matches!(p, Plan::MultiShard(_)));
-        assert!(plan("SELECT * FROM a LEFT JOIN b ON a.k = b.k AND b.v > 1").is_multi_or_router());
-    }
-
-    #[test]
-    fn reference_joins_splice_the_one_shard() {
-        let p = plan("SELECT * FROM a JOIN r ON a.v = r.v WHERE a.k = 3");
-        assert!(matches!(p, Plan::Router(_)));
-        assert!(
-            shard_sql(&p).contains(r#""public"."r_400" AS "r""#),
-            "{}",
-            shard_sql(&p)
-        );
-        assert!(plan("SELECT * FROM a LEFT JOIN r ON a.v = r.v").is_multi_or_router());
-    }
-
-    #[test]
-    fn refuses_unprovable_joins() {
-        assert!(refused("SELECT * FROM a JOIN b ON a.v = b.v"));
-        assert!(refused("SELECT * FROM a JOIN c ON a.k = c.k"));
-        assert!(refused("SELECT * FROM a JOIN b ON a.k = b.k OR a.v = 1"));
-        assert!(refused("SELECT * FROM r LEFT JOIN a ON a.v = r.v"));
-        assert!(refused(
-            "SELECT * FROM a LEFT JOIN b ON a.v = b.v WHERE a.k = b.k"
-        ));
-        assert!(refused(
-            "SELECT * FROM a, (SELECT * FROM b) s WHERE a.k = s.k"
-        ));
-        assert!(refused(
-            "SELECT * FROM a JOIN b ON a.k = b.k JOIN c ON c.k = b.k"
-        ));
-    }
-
-    impl Plan {
-        fn is_multi_or_router(&self) -> bool {
-            matches!(self, Plan::MultiShard(_) | Plan::Router(_))
-        }
-    }
-}
+pub(crate) mod tests;
