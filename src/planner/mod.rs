@@ -25,6 +25,7 @@ pub mod names;
 pub mod objects;
 pub mod plan;
 pub mod propagate;
+mod pull_columns;
 pub mod recursive;
 mod reference_join;
 pub mod router;
