@@ -255,7 +255,7 @@ fn expr(rng: &mut Rng, refs: &[Ref]) -> String {
             x.c("t"),
             y.c("t")
         ),
-        _ => x.c(rng.pick(&["k", "id", "v", "t"])),
+        _ => x.c(rng.pick::<&str>(&["k", "id", "v", "t"])),
     }
 }
 
