@@ -83,6 +83,24 @@ async fn reference_and_local_joins_match_postgres() {
             show(&want)
         );
     }
+    // With parameters (extended protocol), and inside a block after a write there.
+    let sql = "select a.k, b.v from rj.r1 a join rj.r2 b on a.k = b.k where a.k > $1 order by 1";
+    let rows = |rs: Vec<tokio_postgres::Row>| -> Vec<(i32, Option<i32>)> {
+        rs.iter().map(|r| (r.get(0), r.get(1))).collect()
+    };
+    let got = rows(shard.query(sql, &[&8]).await.unwrap());
+    let want = rows(plain.query(sql, &[&8]).await.unwrap());
+    assert_eq!(got, want, "{sql}");
+    let block = [
+        "begin",
+        "update rj.r2 set v = v + 100 where k > 20",
+        "select a.k, b.v from rj.r1 a right join rj.r2 b using (k) order by b.k",
+        "rollback",
+    ];
+    for sql in block {
+        let (got, want) = (run(&shard, sql).await, run(&plain, sql).await);
+        assert_eq!(got, want, "{sql}");
+    }
     // Reference tables only: one task on one placement, nothing pulled first.
     for sql in REFERENCE_ONLY {
         let explain = format!("explain (costs off) {sql}");
