@@ -622,7 +622,7 @@ fn target_function_calls(root: &N, target: (usize, usize)) -> bool {
 }
 
 /// A column reference's name parts (None for `*`).
-type ColumnRefName = Vec<Option<String>>;
+pub(super) type ColumnRefName = Vec<Option<String>>;
 
 fn column_ref_name(c: &protobuf::ColumnRef) -> ColumnRefName {
     c.fields
@@ -640,7 +640,7 @@ fn column_ref_name(c: &protobuf::ColumnRef) -> ColumnRefName {
 /// memory for a 100,000-element IN list, its text a tenth of that. Inside a JSON
 /// string every quote is escaped, so `"ColumnRef":` right after `{` or `,` (compact
 /// JSON has no blanks) is a key.
-fn column_refs_json(root: &N) -> Vec<(ColumnRefName, usize)> {
+pub(super) fn column_refs_json(root: &N) -> Vec<(ColumnRefName, usize)> {
     const KEY: &str = "\"ColumnRef\":";
     let json = serde_json::to_string(root).unwrap_or_default();
     let mut found = Vec::new();

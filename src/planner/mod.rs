@@ -25,7 +25,9 @@ pub mod names;
 pub mod objects;
 pub mod plan;
 pub mod propagate;
+mod pull_columns;
 pub mod recursive;
+mod reference_join;
 pub mod router;
 pub mod security;
 pub mod session_command;
@@ -157,6 +159,10 @@ pub const LADDER: &[(&str, PlanStep)] = &[
         steps::create_like,
     ),
     ("SQL-level prepare", steps::sql_prepare),
+    (
+        "reference tables only: one placement",
+        reference_join::reference_tables_only,
+    ),
     ("co-located or reference join", steps::join),
     (
         "insert into a local table from distributed tables",

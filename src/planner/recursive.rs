@@ -394,12 +394,13 @@ impl<'a> Cutter<'a> {
         }
     }
 
-    /// Every distributed table still named becomes `SELECT * FROM t`'s result, under
-    /// the name the statement knows it by.
-    /// (The target of an UPDATE / DELETE is no expression: it stays.)
+    /// Every distributed table still named becomes `SELECT <the columns the statement
+    /// names> FROM t`'s result (`pull_columns.rs`), under the name the statement knows
+    /// it by. (The target of an UPDATE / DELETE is no expression: it stays.)
     pub(super) fn pull_tables(&mut self, root: &mut N) {
         let pushable = pushable_quals(root);
         let ctes = defined_ctes(root);
+        let needed = super::pull_columns::NeededColumns::of(root);
         let mut f = |n: &mut protobuf::Node, _: bool| -> bool {
             let Some(N::RangeVar(rv)) = n.node.as_mut() else {
                 return false;
@@ -426,8 +427,13 @@ impl<'a> Cutter<'a> {
                     }
                 })
             });
+            let schema = (!rv.schemaname.is_empty()).then_some(rv.schemaname.as_str());
+            let columns = self
+                .names
+                .resolve(self.catalog, schema, &rv.relname)
+                .and_then(|t| needed.target_list(rv, t));
             let sql = match deparse_node(&N::SelectStmt(Box::new(protobuf::SelectStmt {
-                target_list: vec![star()],
+                target_list: columns.unwrap_or_else(|| vec![star()]),
                 from_clause: vec![protobuf::Node {
                     node: Some(N::RangeVar(source)),
                 }],

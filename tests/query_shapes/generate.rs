@@ -11,6 +11,7 @@
 //! scalar subqueries always aggregate, joins of writes match on the unique `(k, id)`.
 
 use super::common::rng::Rng;
+use super::joins::{self, JOIN_CATEGORIES};
 use super::schema::SCHEMA;
 use super::writes;
 use std::cell::Cell;
@@ -22,7 +23,8 @@ thread_local! {
     static TENANT: Cell<Option<i64>> = const { Cell::new(None) };
 }
 
-fn tenant() -> Option<i64> {
+/// The tenant of the case being generated, if it is tenant-scoped.
+pub fn tenant() -> Option<i64> {
     TENANT.with(Cell::get)
 }
 
@@ -65,7 +67,7 @@ pub struct Case {
     pub cleanup: Vec<String>,
 }
 
-/// The categories, each generated equally often.
+/// The categories of issue 19's shapes, each generated equally often.
 pub const CATEGORIES: &[&str] = &[
     "cte",
     "cte_recursive",
@@ -394,7 +396,12 @@ pub fn any_read(rng: &mut Rng, lane: usize) -> String {
 /// The case of `index` in the run of `seed`, for `lane` (whose own tables it may write).
 pub fn generate(seed: u64, index: usize, lane: usize) -> Case {
     let mut rng = Rng::new(seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    let category = *rng.pick(CATEGORIES);
+    // Every other case is a join (`joins.rs`).
+    let category = if index % 2 == 1 {
+        *rng.pick(JOIN_CATEGORIES)
+    } else {
+        *rng.pick(CATEGORIES)
+    };
     let scoped = rng.chance(0.35).then(|| rng.range(0, 11));
     TENANT.with(|t| t.set(scoped));
     let mut cleanup = Vec::new();
@@ -408,6 +415,7 @@ pub fn generate(seed: u64, index: usize, lane: usize) -> Case {
         "subquery_select_list" => subquery_select_list(&mut rng, lane),
         "subquery_having" => subquery_having(&mut rng, lane),
         "set_operation" => set_operation(&mut rng, lane),
+        join if join.starts_with("join_") => joins::generate(join, &mut rng),
         other => writes::generate(other, &mut rng, lane, &mut cleanup),
     };
     TENANT.with(|t| t.set(None));

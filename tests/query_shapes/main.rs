@@ -1,44 +1,58 @@
 //! Generated statements of the shapes of issue 19 (CTEs incl. recursive and modifying ones,
 //! subqueries in every position, set operations, UPDATE ... FROM, DELETE ... USING,
 //! INSERT ... SELECT ... ON CONFLICT, CREATE TABLE AS, views: `generate.rs`, `writes.rs`)
-//! over distributed, reference and local tables (`schema.rs`), each run through pgshard
-//! and on one plain PostgreSQL holding the same data, and compared: rows (as multisets),
-//! row counts, SQLSTATEs, and after every write the written table's contents.
+//! and the joins of issue 20 (half of the cases: `joins.rs`) over distributed, reference
+//! and local tables (`schema.rs`), each run through pgshard and on one plain PostgreSQL
+//! holding the same data, and compared: rows (as multisets, or in order under an ORDER BY
+//! of every output column), row counts, SQLSTATEs, and after every write the written
+//! table's contents.
 //!
 //! A wrong answer fails the test. A refusal (0A000 from pgshard; where PostgreSQL answers
 //! the write, it is probed in a rolled-back block so both sides keep the same data) is
 //! counted per category and printed; `ASSERT_REFUSAL_SHARE` (or
 //! `PGSHARD_SHAPES_ASSERT_REFUSALS=1`) makes more than `MAX_REFUSED_SHARE` of the cases
-//! refused fail the test (on for whole runs since issue 19's features landed).
+//! refused fail the test (on for whole runs since issue 19's features landed); the join
+//! categories' share is asserted apart, by `ASSERT_JOIN_REFUSAL_SHARE` (or
+//! `PGSHARD_SHAPES_ASSERT_JOIN_REFUSALS=1`), off until issue 20's planner work lands.
 //!
 //! `PGSHARD_SEED` replays a run (the seed is printed), `PGSHARD_SHAPES_CASES` sets how many
 //! cases, `PGSHARD_SHAPES_ONLY=<index>` runs one (on fresh data: a case after writes of
 //! its lane may need the whole run), `PGSHARD_SHAPES_SHOW=<n>` prints more mismatches,
 //! `PGSHARD_SHAPES_CATEGORIES=update_from,delete_using` (or `PGSHARD_SHAPES_CATEGORY`) runs only
-//! those categories' cases.
+//! those categories' cases (`join_colocated,join_nested` ...), `PGSHARD_SHAPES_PRINT=1`
+//! prints every statement with pgshard's answer.
 
 #[path = "../common/mod.rs"]
 mod common;
 mod generate;
+mod joins;
+mod reference_joins;
 mod schema;
 mod writes;
 
 use common::compare::{judge, run, show, Outcome, Verdict};
 use common::{cluster, plain_postgres};
 use generate::{generate, Case, Stmt, CATEGORIES};
+use joins::JOIN_CATEGORIES;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::Mutex;
 use tokio_postgres::Client;
 
 const DEFAULT_SEED: u64 = 19_2026_1126;
-const DEFAULT_CASES: usize = 5_200;
+/// Every other one a join (`joins.rs`).
+const DEFAULT_CASES: usize = 10_400;
+/// Statements of issue 19's shapes, and of joins (issue 20), per whole run.
 const MIN_STATEMENTS: usize = 5_000;
+const MIN_JOIN_STATEMENTS: usize = 5_000;
 const DATA_SEED: u64 = 0x5ba9_e5da;
 const LANES: usize = 4;
 /// Off until issue 19's features land; the share is printed always.
 const ASSERT_REFUSAL_SHARE: bool = true;
 const MAX_REFUSED_SHARE: f64 = 0.05;
+/// The same for the join categories (`PGSHARD_SHAPES_ASSERT_JOIN_REFUSALS=1`): off until
+/// issue 20's planner work (co-located pushdown, repartition joins) has landed.
+const ASSERT_JOIN_REFUSAL_SHARE: bool = false;
 const SESSION_SETUP: &str = "set timezone to 'UTC'; set client_min_messages to error";
 
 fn env_usize(name: &str) -> Option<usize> {
@@ -107,6 +121,13 @@ async fn run_stmt(shard: &Client, plain: &Client, stmt: &Stmt) -> (Finding, bool
         ))
     };
     let got = run(shard, &stmt.sql).await;
+    if std::env::var_os("PGSHARD_SHAPES_PRINT").is_some() {
+        eprintln!(
+            "STMT {} => {}",
+            stmt.sql,
+            show(&got).chars().take(150).collect::<String>()
+        );
+    }
     let refused = matches!(&got, Outcome::Error { code, .. } if code == "0A000");
     let want = if stmt.write && refused {
         let _ = shard.batch_execute("rollback").await;
@@ -193,6 +214,7 @@ struct PerCategory {
 struct Tally {
     cases: usize,
     statements: usize,
+    join_statements: usize,
     categories: BTreeMap<&'static str, PerCategory>,
     reasons: BTreeMap<String, usize>,
     mismatches: Vec<String>,
@@ -239,6 +261,9 @@ async fn generated_shapes_match_postgres() {
                 let mut t = tally.lock().await;
                 t.cases += 1;
                 t.statements += statements;
+                if JOIN_CATEGORIES.contains(&case.category) {
+                    t.join_statements += statements;
+                }
                 let per = t.categories.entry(case.category).or_default();
                 per.cases += 1;
                 per.oracle_errors += oracle_error as usize;
@@ -265,18 +290,30 @@ async fn generated_shapes_match_postgres() {
         l.await.unwrap();
     }
     let t = tally.lock().await;
-    let refused: usize = t.categories.values().map(|c| c.refused).sum();
-    let share = refused as f64 / t.cases.max(1) as f64;
+    // The shares of refused cases: issue 19's shapes, and the joins.
+    let share_of = |names: &[&str]| {
+        let (cases, refused) = t
+            .categories
+            .iter()
+            .filter(|(n, _)| names.contains(n))
+            .fold((0, 0), |(c, r), (_, x)| (c + x.cases, r + x.refused));
+        (refused, cases, refused as f64 / cases.max(1) as f64)
+    };
+    let (refused, shape_cases, share) = share_of(CATEGORIES);
+    let (join_refused, join_cases, join_share) = share_of(JOIN_CATEGORIES);
     eprintln!(
-        "seed {seed}: {} cases, {} statements through pgshard in {:.0?}, {} mismatches, \
-         {refused} refused ({:.1} %)",
+        "seed {seed}: {} cases, {} statements through pgshard in {:.0?}, {} mismatches; \
+         shapes: {refused} of {shape_cases} refused ({:.1} %); joins ({} statements): \
+         {join_refused} of {join_cases} refused ({:.1} %)",
         t.cases,
         t.statements,
         started.elapsed(),
         t.mismatches.len(),
-        share * 100.0
+        share * 100.0,
+        t.join_statements,
+        join_share * 100.0
     );
-    for name in CATEGORIES {
+    for name in CATEGORIES.iter().chain(JOIN_CATEGORIES) {
         if let Some(c) = t.categories.get(name) {
             eprintln!(
                 "  {name:<27} {:>4} cases, {:>4} refused ({:>5.1} %), {} mismatches, \
@@ -309,15 +346,27 @@ async fn generated_shapes_match_postgres() {
     {
         assert!(
             share < MAX_REFUSED_SHARE,
-            "{refused} of {} cases refused (seed {seed})",
-            t.cases
+            "{refused} of {shape_cases} cases refused (seed {seed})"
+        );
+    }
+    if (ASSERT_JOIN_REFUSAL_SHARE && whole_run)
+        || std::env::var_os("PGSHARD_SHAPES_ASSERT_JOIN_REFUSALS").is_some()
+    {
+        assert!(
+            join_share < MAX_REFUSED_SHARE,
+            "{join_refused} of {join_cases} join cases refused (seed {seed})"
         );
     }
     if only.is_none() && categories.is_none() && cases >= DEFAULT_CASES {
         assert!(
-            t.statements >= MIN_STATEMENTS,
-            "only {} statements",
-            t.statements
+            t.statements - t.join_statements >= MIN_STATEMENTS,
+            "only {} statements of issue 19's shapes",
+            t.statements - t.join_statements
+        );
+        assert!(
+            t.join_statements >= MIN_JOIN_STATEMENTS,
+            "only {} join statements",
+            t.join_statements
         );
     }
 }

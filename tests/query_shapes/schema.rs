@@ -6,6 +6,12 @@
 //! distributed (`wd<lane>`), reference (`wr<lane>`) and local (`wl<lane>`) table that only
 //! that lane writes and reads, so that writes never race the other lanes' reads.
 //! `v` and `t` hold NULLs (NOT IN and set operations over NULLs).
+//!
+//! The join categories (`joins.rs`) read four more tables (`JOIN_TABLES`, loaded after the
+//! others so that their rows stay as they were): `j1`, distributed by `k` in a
+//! co-location group of its own, `j2`, distributed by a `bigint` `k` (another group by
+//! type), a second reference table `r2` and a second local table `l2`. Their `k` spread
+//! wider (`-3..=14`), so joins on `k` find keys on one side only.
 
 use super::common::rng::Rng;
 
@@ -44,11 +50,51 @@ pub fn tables(lanes: usize) -> Vec<(String, Kind)> {
     all
 }
 
+/// A table of the join categories: name, kind, the type of `k`, and its
+/// `create_distributed_table` co-location argument.
+pub struct JoinTable {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub key_type: &'static str,
+    pub colocate_with: &'static str,
+}
+
+pub const JOIN_TABLES: &[JoinTable] = &[
+    JoinTable {
+        name: "j1",
+        kind: Kind::Distributed("k"),
+        key_type: "int",
+        colocate_with: "none",
+    },
+    JoinTable {
+        name: "j2",
+        kind: Kind::Distributed("k"),
+        key_type: "bigint",
+        colocate_with: "default",
+    },
+    JoinTable {
+        name: "r2",
+        kind: Kind::Reference,
+        key_type: "int",
+        colocate_with: "default",
+    },
+    JoinTable {
+        name: "l2",
+        kind: Kind::Local,
+        key_type: "int",
+        colocate_with: "default",
+    },
+];
+
 const TEXTS: &[&str] = &["'a'", "'b'", "'B'", "'ab'", "''", "'zz'"];
 
 /// A SQL literal list of one row `(k, id, v, t)`.
 fn row(rng: &mut Rng, id: i64) -> String {
-    let k = rng.range(0, 11);
+    row_with_keys(rng, id, 0, 11)
+}
+
+fn row_with_keys(rng: &mut Rng, id: i64, lo: i64, hi: i64) -> String {
+    let k = rng.range(lo, hi);
     let v = if rng.chance(0.2) {
         "NULL".to_string()
     } else {
@@ -89,6 +135,37 @@ pub fn load_steps(seed: u64, lanes: usize, distributed: bool) -> Vec<String> {
             _ => 16,
         };
         let rows: Vec<String> = (1..=n).map(|id| row(&mut rng, id)).collect();
+        steps.push(format!(
+            "insert into {qualified} values {}",
+            rows.join(", ")
+        ));
+    }
+    for j in JOIN_TABLES {
+        let qualified = format!("{SCHEMA}.{}", j.name);
+        steps.push(format!(
+            "create table {qualified} (k {} not null, id int not null, v int, t text, \
+             primary key (k, id))",
+            j.key_type
+        ));
+        if distributed {
+            match j.kind {
+                Kind::Distributed(col) => steps.push(format!(
+                    "select create_distributed_table('{qualified}', '{col}', colocate_with => '{}')",
+                    j.colocate_with
+                )),
+                Kind::Reference => {
+                    steps.push(format!("select create_reference_table('{qualified}')"))
+                }
+                Kind::Local => {}
+            }
+        }
+        let n = match j.kind {
+            Kind::Distributed(_) => 40,
+            _ => 12,
+        };
+        let rows: Vec<String> = (1..=n)
+            .map(|id| row_with_keys(&mut rng, id, -3, 14))
+            .collect();
         steps.push(format!(
             "insert into {qualified} values {}",
             rows.join(", ")
