@@ -13,7 +13,7 @@
 //! `PGSHARD_SHAPES_ASSERT_REFUSALS=1`) makes more than `MAX_REFUSED_SHARE` of the cases
 //! refused fail the test (on for whole runs since issue 19's features landed); the join
 //! categories' share is asserted apart, by `ASSERT_JOIN_REFUSAL_SHARE` (or
-//! `PGSHARD_SHAPES_ASSERT_JOIN_REFUSALS=1`), off until issue 20's planner work lands.
+//! `PGSHARD_SHAPES_ASSERT_JOIN_REFUSALS=1`), on for whole runs.
 //!
 //! `PGSHARD_SEED` replays a run (the seed is printed), `PGSHARD_SHAPES_CASES` sets how many
 //! cases, `PGSHARD_SHAPES_ONLY=<index>` runs one (on fresh data: a case after writes of
@@ -47,12 +47,11 @@ const MIN_STATEMENTS: usize = 5_000;
 const MIN_JOIN_STATEMENTS: usize = 5_000;
 const DATA_SEED: u64 = 0x5ba9_e5da;
 const LANES: usize = 4;
-/// Off until issue 19's features land; the share is printed always.
+/// Whether whole runs fail above the share; the share is printed always.
 const ASSERT_REFUSAL_SHARE: bool = true;
 const MAX_REFUSED_SHARE: f64 = 0.05;
-/// The same for the join categories (`PGSHARD_SHAPES_ASSERT_JOIN_REFUSALS=1`): off until
-/// issue 20's planner work (co-located pushdown, repartition joins) has landed.
-const ASSERT_JOIN_REFUSAL_SHARE: bool = false;
+/// The same for the join categories (`PGSHARD_SHAPES_ASSERT_JOIN_REFUSALS=1`).
+const ASSERT_JOIN_REFUSAL_SHARE: bool = true;
 const SESSION_SETUP: &str = "set timezone to 'UTC'; set client_min_messages to error";
 
 fn env_usize(name: &str) -> Option<usize> {
