@@ -21,11 +21,15 @@ const SCALE: f64 = 0.01;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_22_queries_answer_as_postgresql() {
     let started = Instant::now();
+    let scale = std::env::var("PGSHARD_TPCH_SCALE")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .unwrap_or(SCALE);
     let pgshard = cluster().client().await;
     let plain = plain_postgres().client().await;
     for (client, side) in [(&plain, load::Side::Plain), (&pgshard, load::Side::Pgshard)] {
         let progress = |line: String| eprintln!("{side:?}: {line}");
-        load::load(client, side, SCALE, &progress)
+        load::load(client, side, scale, &progress)
             .await
             .unwrap_or_else(|e| panic!("loading TPC-H into {side:?}: {e}"));
         load::analyze(client)

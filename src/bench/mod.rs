@@ -542,8 +542,9 @@ impl Options {
             bail!("--scale must be a whole number of at least 1 for pgbench (W1)");
         };
         let tpch_scale = a.scale.unwrap_or(if q { 0.01 } else { 1.0 });
-        if !(tpch_scale > 0.0 && tpch_scale <= 1000.0) {
-            bail!("--scale must be above 0 (and at most 1000) for TPC-H");
+        // Below SF 0.01 dbgen's partsupp formula repeats (part, supplier) pairs.
+        if !(0.01..=1000.0).contains(&tpch_scale) {
+            bail!("--scale must be between 0.01 and 1000 for TPC-H");
         }
         let o = Options {
             workloads,
