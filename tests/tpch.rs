@@ -45,7 +45,10 @@ async fn the_22_queries_answer_as_postgresql() {
         let want = compare::run(&plain, sql).await;
         let plain_ms = t.elapsed().as_secs_f64() * 1e3;
         let Outcome::Rows { rows, .. } = &want else {
-            panic!("Q{q} failed on the plain PostgreSQL: {}", compare::show(&want));
+            panic!(
+                "Q{q} failed on the plain PostgreSQL: {}",
+                compare::show(&want)
+            );
         };
         let t = Instant::now();
         let got = compare::run(&pgshard, sql).await;
@@ -71,5 +74,8 @@ async fn the_22_queries_answer_as_postgresql() {
         wrong.len(),
         wrong.join("\n")
     );
-    eprintln!("22 queries equal; {:.1} s in all", started.elapsed().as_secs_f64());
+    eprintln!(
+        "22 queries equal; {:.1} s in all",
+        started.elapsed().as_secs_f64()
+    );
 }

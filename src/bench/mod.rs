@@ -514,10 +514,7 @@ impl Options {
                 bail!(
                     "unknown workload {name:?}; known: {} (or a group: w1, w2, w3, w4, w4q, \
                      tpch)",
-                    all()
-                        .map(|w| w.name)
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    all().map(|w| w.name).collect::<Vec<_>>().join(", ")
                 );
             }
             for w in chosen {
@@ -2551,7 +2548,10 @@ async fn run_query(
             Err(e) => {
                 if e.sqlstate.is_none() {
                     // The client gave up: stop the query on the server too.
-                    let _ = client.cancel_token().cancel_query(tokio_postgres::NoTls).await;
+                    let _ = client
+                        .cancel_token()
+                        .cancel_query(tokio_postgres::NoTls)
+                        .await;
                 }
                 run.error = Some(e.message);
                 run.sqlstate = e.sqlstate;

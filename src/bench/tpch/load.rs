@@ -139,7 +139,10 @@ const CHUNK: usize = 1 << 20;
 /// Rows in COPY text format with `|` as delimiter. tpchgen's `Display` is dbgen's TBL
 /// line (every field followed by `|`, no field containing one); the last `|` is
 /// dropped, and a backslash (none in dbgen's text) would be doubled.
-fn write_rows<T: Display>(rows: impl Iterator<Item = T>, send: &mut dyn FnMut(Bytes) -> bool) -> u64 {
+fn write_rows<T: Display>(
+    rows: impl Iterator<Item = T>,
+    send: &mut dyn FnMut(Bytes) -> bool,
+) -> u64 {
     let mut buf = String::with_capacity(CHUNK + 4096);
     let mut n = 0;
     for row in rows {
@@ -209,10 +212,7 @@ fn failed(statement: &str, e: &tokio_postgres::Error) -> LoadError {
 }
 
 async fn execute(client: &Client, sql: &str) -> Result<(), LoadError> {
-    client
-        .batch_execute(sql)
-        .await
-        .map_err(|e| failed(sql, &e))
+    client.batch_execute(sql).await.map_err(|e| failed(sql, &e))
 }
 
 /// Rows and seconds of one table's COPY.
@@ -376,9 +376,7 @@ async fn copy_table(client: &Client, table: &'static Table, scale: f64) -> Resul
     if copied != generated {
         return Err(LoadError {
             sqlstate: None,
-            message: format!(
-                "{statement}: {copied} rows copied of {generated} generated"
-            ),
+            message: format!("{statement}: {copied} rows copied of {generated} generated"),
         });
     }
     Ok(copied)

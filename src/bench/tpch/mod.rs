@@ -15,8 +15,8 @@ pub mod load;
 
 use super::report::{QueryLoad, Status, WorkloadResult};
 use super::{
-    checkpoint_all, connect, vacuum_shards, Kind, Options, Progress, QueryTiming,
-    TargetCtx, Workload, SHARD_COUNT, VACUUM_PREPARE,
+    checkpoint_all, connect, vacuum_shards, Kind, Options, Progress, QueryTiming, TargetCtx,
+    Workload, SHARD_COUNT, VACUUM_PREPARE,
 };
 use crate::cluster::ClusterInfo;
 use crate::sql::quote::quote_ident;
@@ -81,16 +81,28 @@ pub(super) const WORKLOADS: [Workload; 22] = [
     query("tpch-q09", "TPC-H Q9, product type profit measure", 9),
     query("tpch-q10", "TPC-H Q10, returned item reporting", 10),
     query("tpch-q11", "TPC-H Q11, important stock identification", 11),
-    query("tpch-q12", "TPC-H Q12, shipping modes and order priority", 12),
+    query(
+        "tpch-q12",
+        "TPC-H Q12, shipping modes and order priority",
+        12,
+    ),
     query("tpch-q13", "TPC-H Q13, customer distribution", 13),
     query("tpch-q14", "TPC-H Q14, promotion effect", 14),
-    query("tpch-q15", "TPC-H Q15, top supplier (the view as a CTE)", 15),
+    query(
+        "tpch-q15",
+        "TPC-H Q15, top supplier (the view as a CTE)",
+        15,
+    ),
     query("tpch-q16", "TPC-H Q16, parts/supplier relationship", 16),
     query("tpch-q17", "TPC-H Q17, small-quantity-order revenue", 17),
     query("tpch-q18", "TPC-H Q18, large volume customer", 18),
     query("tpch-q19", "TPC-H Q19, discounted revenue", 19),
     query("tpch-q20", "TPC-H Q20, potential part promotion", 20),
-    query("tpch-q21", "TPC-H Q21, suppliers who kept orders waiting", 21),
+    query(
+        "tpch-q21",
+        "TPC-H Q21, suppliers who kept orders waiting",
+        21,
+    ),
     query("tpch-q22", "TPC-H Q22, global sales opportunity", 22),
 ];
 
@@ -225,10 +237,13 @@ pub(super) async fn load_both(
             message: format!("{e:#}"),
         })?;
         let set = format!("SET citus.shard_count = {SHARD_COUNT}");
-        client.batch_execute(&set).await.map_err(|e| load::LoadError {
-            sqlstate: e.code().map(|c| c.code().to_string()),
-            message: format!("{set}: {e}"),
-        })?;
+        client
+            .batch_execute(&set)
+            .await
+            .map_err(|e| load::LoadError {
+                sqlstate: e.code().map(|c| c.code().to_string()),
+                message: format!("{set}: {e}"),
+            })?;
         load::load(&client, load::Side::Pgshard, opts.tpch_scale, &say).await
     }
     .await;
@@ -287,13 +302,9 @@ pub(super) fn summary(results: &[WorkloadResult]) -> Option<Summary> {
         .filter(|w| w.status == Status::Ok)
         .filter_map(|w| Some((w.name.clone(), w.ratio.filter(|r| *r > 0.0)?)))
         .collect();
-    let geometric_mean_ratio = (!ratios.is_empty()).then(|| {
-        (ratios.iter().map(|(_, r)| r.ln()).sum::<f64>() / ratios.len() as f64).exp()
-    });
-    let min_ratio = ratios
-        .iter()
-        .min_by(|a, b| a.1.total_cmp(&b.1))
-        .cloned();
+    let geometric_mean_ratio = (!ratios.is_empty())
+        .then(|| (ratios.iter().map(|(_, r)| r.ln()).sum::<f64>() / ratios.len() as f64).exp());
+    let min_ratio = ratios.iter().min_by(|a, b| a.1.total_cmp(&b.1)).cloned();
     let names = |f: &dyn Fn(&WorkloadResult) -> bool| {
         tpch.iter()
             .filter(|w| f(w))
@@ -330,7 +341,10 @@ impl Summary {
                 .map_or(String::new(), |(n, r)| format!("; lowest {n} {r:.3}"))
         );
         if !self.refused.is_empty() {
-            s.push_str(&format!("\nTPC-H refused by pgshard: {}", self.refused.join(", ")));
+            s.push_str(&format!(
+                "\nTPC-H refused by pgshard: {}",
+                self.refused.join(", ")
+            ));
         }
         if !self.failed.is_empty() {
             s.push_str(&format!("\nTPC-H failed: {}", self.failed.join(", ")));
