@@ -335,10 +335,10 @@ impl Summary {
             self.measured,
             self.queries,
             self.geometric_mean_ratio
-                .map_or("-".into(), |g| format!("{g:.3}")),
+                .map_or("-".into(), |g| format!("{g:.4}")),
             self.min_ratio
                 .as_ref()
-                .map_or(String::new(), |(n, r)| format!("; lowest {n} {r:.3}"))
+                .map_or(String::new(), |(n, r)| format!("; lowest {n} {r:.4}"))
         );
         if !self.refused.is_empty() {
             s.push_str(&format!(
