@@ -31,6 +31,15 @@ pub const PRIVILEGES: &[(&str, &str)] = &[
     ("sbtest1", "INSERT"),
     ("test", "SELECT"),
     ("test_copy", "SELECT, INSERT"),
+    // TPC-H (tpch/): read only.
+    ("region", "SELECT"),
+    ("nation", "SELECT"),
+    ("supplier", "SELECT"),
+    ("customer", "SELECT"),
+    ("part", "SELECT"),
+    ("partsupp", "SELECT"),
+    ("orders", "SELECT"),
+    ("lineitem", "SELECT"),
 ];
 
 /// The statement granting the workloads' privileges on `table` to `role` (None: a

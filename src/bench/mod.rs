@@ -37,6 +37,7 @@ mod machine;
 mod pgbench;
 pub mod report;
 mod sysbench;
+pub mod tpch;
 mod w2;
 
 use crate::cluster::node::{self, Node, Settings};
@@ -59,11 +60,13 @@ pub struct BenchArgs {
     /// w1-tpcb-simple, w1-tpcb-vs-own-2pc, w1-tpcb-1pc, w2-9shards-2pc, w2-9shards-1pc,
     /// w2-2shards-2pc, w2-2shards-1pc, w2-1shard, w2-1row, w3-sysbench-insert, w4-count,
     /// w4-groupby, w4-copy, w4q-cte-groups, w4q-from-limit, w4q-union, w4q-cte-join,
-    /// w4q-in-subquery; a prefix (w1, w2, ...) selects a group.
+    /// w4q-in-subquery, tpch-q01 ... tpch-q22; a prefix (w1, w2, ..., tpch) selects a
+    /// group. TPC-H runs only when named.
     pub workloads: Vec<String>,
-    /// pgbench scale factor (100,000 accounts each) [default: 10; --quick: 1].
+    /// pgbench scale factor (100,000 accounts each) [default: 10; --quick: 1]; for
+    /// TPC-H its scale factor, fractions allowed [default: 1; --quick: 0.01].
     #[arg(long)]
-    pub scale: Option<u32>,
+    pub scale: Option<f64>,
     /// pgbench clients (-c) [default: 16].
     #[arg(long)]
     pub clients: Option<u32>,
@@ -73,7 +76,7 @@ pub struct BenchArgs {
     /// Workers of the pgshard cluster.
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
-    /// Runs per workload and target [default: 3; --quick: 1].
+    /// Runs per workload and target [default: 3; --quick: 1; TPC-H: 1].
     #[arg(long)]
     pub repeat: Option<u32>,
     /// Rows of W4's table `test` [default: 10,000,000; --quick: 100,000].
@@ -122,6 +125,8 @@ enum Kind {
     Sysbench,
     /// One query against W4's table `test`, timed.
     Query { sql: &'static str, compare: Compare },
+    /// TPC-H query number N (1-22) against the TPC-H tables (tpch/), timed.
+    Tpch(usize),
     /// W4's rows copied into an empty table `test_copy` with psql's `\copy`, timed.
     Copy,
 }
@@ -430,6 +435,36 @@ const QUERY_WARMUP: u32 = 1;
 const QUERY_TIMED: u32 = 3;
 /// Longest a W4 query or load statement may take.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How a query workload runs: repetitions (one run per target each), and per run the
+/// untimed then timed executions on one connection.
+#[derive(Debug, Clone, Copy)]
+struct QueryTiming {
+    repeat: u32,
+    warmup: u32,
+    timed: u32,
+    /// Longest one execution may take: the client gives up then (and cancels it).
+    timeout: Duration,
+    /// Sent as `SET statement_timeout` at the start of each run, so that the servers
+    /// stop a query themselves (the client's wait is a little longer).
+    statement_timeout: bool,
+    /// A warm-up execution longer than this leaves one timed execution.
+    one_timed_after: Option<Duration>,
+}
+
+impl QueryTiming {
+    /// W4's queries.
+    fn w4(opts: &Options) -> QueryTiming {
+        QueryTiming {
+            repeat: opts.repeat,
+            warmup: QUERY_WARMUP,
+            timed: QUERY_TIMED,
+            timeout: QUERY_TIMEOUT,
+            statement_timeout: false,
+            one_timed_after: None,
+        }
+    }
+}
 const LOAD_TIMEOUT: Duration = Duration::from_secs(3 * 3600);
 
 const THREADS: u32 = 2;
@@ -450,6 +485,9 @@ const W1_TABLES: [(&str, &str); 4] = [
 struct Options {
     workloads: Vec<&'static Workload>,
     scale: u32,
+    /// TPC-H's scale factor and repetitions (tpch/).
+    tpch_scale: f64,
+    tpch_repeat: u32,
     clients: u32,
     threads: u32,
     duration: u32,
@@ -467,19 +505,16 @@ struct Options {
 impl Options {
     fn resolve(a: BenchArgs) -> Result<Options> {
         let mut workloads = Vec::new();
+        let all = || WORKLOADS.iter().chain(tpch::WORKLOADS.iter());
         for name in &a.workloads {
-            let chosen: Vec<&'static Workload> = WORKLOADS
-                .iter()
+            let chosen: Vec<&'static Workload> = all()
                 .filter(|w| w.name == name || w.name.starts_with(&format!("{name}-")))
                 .collect();
             if chosen.is_empty() {
                 bail!(
-                    "unknown workload {name:?}; known: {} (or a group: w1, w2, w3, w4, w4q)",
-                    WORKLOADS
-                        .iter()
-                        .map(|w| w.name)
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    "unknown workload {name:?}; known: {} (or a group: w1, w2, w3, w4, w4q, \
+                     tpch)",
+                    all().map(|w| w.name).collect::<Vec<_>>().join(", ")
                 );
             }
             for w in chosen {
@@ -492,9 +527,27 @@ impl Options {
             workloads = WORKLOADS.iter().collect();
         }
         let q = a.quick;
+        let w1 = workloads.iter().any(|w| w.uses_w1());
+        let pgbench_scale = match a.scale {
+            None => Some(if q { 1 } else { 10 }),
+            Some(s) if s.fract() == 0.0 && (1.0..=u32::MAX as f64).contains(&s) => Some(s as u32),
+            Some(_) if w1 => None,
+            // Not used: only TPC-H reads a fractional scale.
+            Some(_) => Some(1),
+        };
+        let Some(pgbench_scale) = pgbench_scale else {
+            bail!("--scale must be a whole number of at least 1 for pgbench (W1)");
+        };
+        let tpch_scale = a.scale.unwrap_or(if q { 0.01 } else { 1.0 });
+        // Below SF 0.01 dbgen's partsupp formula repeats (part, supplier) pairs.
+        if !(0.01..=1000.0).contains(&tpch_scale) {
+            bail!("--scale must be between 0.01 and 1000 for TPC-H");
+        }
         let o = Options {
             workloads,
-            scale: a.scale.unwrap_or(if q { 1 } else { 10 }),
+            scale: pgbench_scale,
+            tpch_scale,
+            tpch_repeat: a.repeat.unwrap_or(1),
             clients: a.clients.unwrap_or(16),
             threads: THREADS.min(a.clients.unwrap_or(16)),
             duration: a.duration.unwrap_or(if q { 3 } else { 30 }),
@@ -790,6 +843,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
     let mut results = Vec::new();
     let mut seq = 0;
     let mut w4_load: Option<QueryLoad> = None;
+    let mut tpch_load: Option<tpch::TpchLoad> = None;
     let mut w2_setup: Option<W2Setup> = None;
     let mut w3_setup: Option<Option<(Status, String)>> = None;
     let total = opts.workloads.len();
@@ -806,8 +860,9 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         match w.kind {
             Kind::Query { sql, compare } => {
                 let w4 = w4_load.as_ref().expect("loaded above");
+                let timing = QueryTiming::w4(opts);
                 results.push(
-                    run_query_workload(opts, progress, w, (sql, compare), w4, targets, &mut seq)
+                    run_query_workload(timing, progress, w, (sql, compare), w4, targets, &mut seq)
                         .await,
                 );
                 continue;
@@ -816,6 +871,29 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
                 let w4 = w4_load.as_ref().expect("loaded above");
                 results.push(
                     run_copy_workload(opts, progress, w, w4, targets, &cluster, &mut seq).await?,
+                );
+                continue;
+            }
+            Kind::Tpch(n) => {
+                if tpch_load.is_none() {
+                    tpch_load = Some(
+                        tpch::load_both(opts, progress, &plain_target, &pgshard_target, &cluster)
+                            .await?,
+                    );
+                }
+                let load = tpch_load.as_ref().expect("loaded above").as_query_load();
+                let sql = tpch::QUERIES[n - 1];
+                results.push(
+                    run_query_workload(
+                        tpch::timing(opts),
+                        progress,
+                        w,
+                        (sql, Compare::Rows),
+                        &load,
+                        targets,
+                        &mut seq,
+                    )
+                    .await,
                 );
                 continue;
             }
@@ -966,6 +1044,10 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
     if let Some(l) = &w4_load {
         load.insert("w4".into(), serde_json::to_value(l)?);
     }
+    if let Some(l) = &tpch_load {
+        load.insert("tpch".into(), serde_json::to_value(l)?);
+    }
+    let tpch_summary = tpch::summary(&results);
     let table = report::table(&results, w4_load.as_ref());
     let interference = report::interference(&results);
     let own_two_phase = report::own_two_phase(&results, "w1-tpcb-simple", "w1-tpcb-vs-own-2pc");
@@ -976,6 +1058,9 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
             "pgbench scale {}, {} clients, -j {}, {} s x {}, ",
             opts.scale, opts.clients, opts.threads, opts.duration, opts.repeat
         ));
+    }
+    if let Some(l) = &tpch_load {
+        subtitle.push_str(&format!("TPC-H SF {}, ", l.scale));
     }
     if w4_load.is_some() {
         subtitle.push_str(&format!(
@@ -1010,6 +1095,8 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
             "w4_rows": opts.w4_rows,
             "w4_warmup_executions": QUERY_WARMUP,
             "w4_timed_executions": QUERY_TIMED,
+            "tpch_scale": opts.tpch_scale,
+            "tpch_repeat": opts.tpch_repeat,
             "workers": opts.workers,
             "shard_count": SHARD_COUNT,
             "latency_sampling_rate": SAMPLING_RATE,
@@ -1033,6 +1120,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
             "w1-tpcb-1pc and the W2 workloads run our pgbench script (field script): SET citus.multi_shard_commit_protocol first in every transaction, on both targets (pgshard takes no startup options); W2's script comment says on how many shards its rows land",
             "W2: table w2 (id int) without primary key, distributed by id (shard_count shards); ids chosen from pg_dist_shard's ranges with hashint4; truncated before each run",
             "W3 (kind sysbench): sysbench oltp_insert prepare on both targets, then create_distributed_table('sbtest1','id') through pgshard; truncate sbtest1 before each run; tps from 'transactions: N (X per sec.)', latency avg and 95th percentile from sysbench, p50/p99 nearest rank over its --histogram; failed_transactions = ignored errors",
+            "TPC-H (workloads tpch-qNN, kind query; load.tpch, tpch): tpchgen's rows at options.tpch_scale by COPY into both targets (through pgshard lineitem/orders co-located by order key, part/partsupp by part key, customer and supplier by their keys, nation and region reference tables), primary keys and an index on l_partkey on both, then vacuum analyze; per query and target one warm-up execution then 3 timed ones (1 when the warm-up took over 10 s), statement_timeout 300 s (a timeout fails the query), answers compared row by row in order; tpch.geometric_mean_ratio: geometric mean of plain time / pgshard time over the queries both answered",
             "w4-copy (kind copy): W4's rows exported from the plain server to a CSV file, then per run truncate test_copy + one psql \\copy test_copy from FILE timed by its wall clock (times_ms has the one COPY), row count checked; rows_per_s = rows / median time",
             "options.client_role: the measured clients (pgbench, sysbench, psql, W4's queries) log in as this LOGIN role made by the bench with only the workloads' privileges (null: as the superuser postgres); loading, setup and the vacuum/truncate before each run stay with postgres; options.client_tls: every connection to both targets uses sslmode=require (the plain server then has ssl = on with a self-signed certificate); clients: what a client connection of each target saw (current_user, TLS in psql's \\conninfo)",
             "pgbench_cpu_s: getrusage(RUSAGE_CHILDREN) around the run; machine_irq_s: interrupt + softirq time (/proc/stat), mostly loopback TCP; other_cpu_fraction: machine busy time not spent by the target, pgshard, pgbench or interrupts, over all CPU time of the run",
@@ -1043,6 +1131,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         "interference": interference,
         "own_two_phase": own_two_phase,
         "free_coordinator_bound": tpcb_bound,
+        "tpch": tpch_summary,
         "workloads": results,
     });
     let json_path = opts.out.join("bench.json");
@@ -1055,15 +1144,21 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         "{subtitle}\n\n{}",
         report::markdown_table(&results, w4_load.as_ref())
     );
-    let notes = [&own_two_phase, &tpcb_bound, &interference];
-    for note in notes.into_iter().flatten() {
+    let tpch_notes = [
+        tpch_load.as_ref().map(|l| l.line()),
+        tpch_summary.as_ref().map(|s| s.text()),
+    ];
+    let notes = [&own_two_phase, &tpcb_bound, &interference]
+        .into_iter()
+        .chain(&tpch_notes);
+    for note in notes.clone().flatten() {
         md.push_str(&format!("\n{note}\n"));
     }
     fs::write(opts.out.join("bench.md"), md)?;
 
     println!("{subtitle}");
     print!("{table}");
-    for note in notes.into_iter().flatten() {
+    for note in notes.flatten() {
         println!("{note}");
     }
     println!(
@@ -1968,7 +2063,7 @@ fn answer_text(answer: &Answer) -> String {
 /// A query workload of W4: R repetitions, pgshard and plain alternating as for pgbench;
 /// its answers compared in every repetition.
 async fn run_query_workload(
-    opts: &Options,
+    timing: QueryTiming,
     progress: &Progress,
     w: &Workload,
     (sql, compare): (&'static str, Compare),
@@ -1993,7 +2088,7 @@ async fn run_query_workload(
         progress.say(format!("{}: {r}", w.name));
         reason = Some(r);
     } else {
-        'repeats: for rep in 1..=opts.repeat {
+        'repeats: for rep in 1..=timing.repeat {
             // As for pgbench: pgshard first in odd repetitions; the first run is
             // pgshard's, so a query it refuses is skipped at once.
             let order = if rep % 2 == 1 {
@@ -2004,13 +2099,16 @@ async fn run_query_workload(
             for t in order {
                 *seq += 1;
                 progress.say(format!(
-                    "{} {}/{} {}: {sql} ({QUERY_WARMUP} warm-up + {QUERY_TIMED} timed)",
+                    "{} {}/{} {}: {} ({} warm-up + {} timed)",
                     w.name,
                     rep,
-                    opts.repeat,
+                    timing.repeat,
                     t.target.name(),
+                    one_line(sql),
+                    timing.warmup,
+                    timing.timed
                 ));
-                let run = run_query(t, sql, rep, *seq).await;
+                let run = run_query(t, sql, rep, *seq, timing).await;
                 match (&run.error, run.median_ms) {
                     (None, Some(ms)) => progress.say(format!(
                         "  median {ms:.1} ms (timed: {})",
@@ -2091,8 +2189,8 @@ async fn run_query_workload(
         query: Some(QueryFigures {
             sql: sql.into(),
             table_rows: load.rows,
-            warmup: QUERY_WARMUP,
-            timed: QUERY_TIMED,
+            warmup: timing.warmup,
+            timed: timing.timed,
             plain,
             pgshard,
             answers_equal,
@@ -2366,9 +2464,31 @@ async fn run_copy(t: &TargetCtx, copy: &str, repeat: u32, seq: u32) -> QueryRun 
     run
 }
 
-/// One run of a query against one target, on a new connection: QUERY_WARMUP untimed
-/// executions, then QUERY_TIMED timed ones with CPU snapshots around them.
-async fn run_query(t: &TargetCtx, sql: &str, repeat: u32, seq: u32) -> QueryRun {
+/// A statement on one line, shortened, for progress lines.
+fn one_line(sql: &str) -> String {
+    let s = sql
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let short: String = s.chars().take(200).collect();
+    if short.len() < s.len() {
+        format!("{short}...")
+    } else {
+        short
+    }
+}
+
+/// One run of a query against one target, on a new connection: the timing's untimed
+/// executions, then its timed ones with CPU snapshots around them.
+async fn run_query(
+    t: &TargetCtx,
+    sql: &str,
+    repeat: u32,
+    seq: u32,
+    timing: QueryTiming,
+) -> QueryRun {
     let mut run = QueryRun {
         target: t.target,
         repeat,
@@ -2390,16 +2510,35 @@ async fn run_query(t: &TargetCtx, sql: &str, repeat: u32, seq: u32) -> QueryRun 
             return run;
         }
     };
+    let mut wait = timing.timeout;
+    if timing.statement_timeout {
+        let set = format!("SET statement_timeout = {}", timing.timeout.as_millis());
+        if let Err(e) = simple(&client, &set, QUERY_TIMEOUT).await {
+            let e = e.during(&set);
+            run.error = Some(e.message);
+            run.sqlstate = e.sqlstate;
+            return run;
+        }
+        wait += Duration::from_secs(30);
+    }
     let mut before = None;
-    for i in 0..QUERY_WARMUP + QUERY_TIMED {
-        if i == QUERY_WARMUP {
+    let mut timed = timing.timed;
+    let mut i = 0;
+    while i < timing.warmup + timed {
+        if i == timing.warmup {
             before = Some(t.probe.snapshot());
         }
         let start = Instant::now();
-        match simple(&client, sql, QUERY_TIMEOUT).await {
+        match simple(&client, sql, wait).await {
             Ok(rows) => {
                 let ms = start.elapsed().as_secs_f64() * 1e3;
-                if i < QUERY_WARMUP {
+                if i < timing.warmup {
+                    if timing
+                        .one_timed_after
+                        .is_some_and(|long| start.elapsed() > long)
+                    {
+                        timed = timed.min(1);
+                    }
                     run.warmup_ms.push(ms);
                 } else {
                     run.times_ms.push(ms);
@@ -2407,17 +2546,25 @@ async fn run_query(t: &TargetCtx, sql: &str, repeat: u32, seq: u32) -> QueryRun 
                 run.answer = rows;
             }
             Err(e) => {
+                if e.sqlstate.is_none() {
+                    // The client gave up: stop the query on the server too.
+                    let _ = client
+                        .cancel_token()
+                        .cancel_query(tokio_postgres::NoTls)
+                        .await;
+                }
                 run.error = Some(e.message);
                 run.sqlstate = e.sqlstate;
                 return run;
             }
         }
+        i += 1;
     }
     // Let parallel workers exit and be reaped into the postmaster's cutime.
     tokio::time::sleep(Duration::from_millis(200)).await;
     if let Some(before) = before {
         let usage = cpu::usage(&t.probe, &before, &t.probe.snapshot());
-        let n = QUERY_TIMED as f64;
+        let n = run.times_ms.len().max(1) as f64;
         run.pgshard_cpu_ms_per_query = usage.pgshard_s.map(|s| s * 1e3 / n);
         run.server_cpu_ms_per_query =
             Some(usage.servers_s.iter().map(|(_, s)| s).sum::<f64>() * 1e3 / n);
