@@ -77,6 +77,7 @@ mod shipped_results;
 /// SQL-level PREPARE / EXECUTE of statements on distributed tables.
 mod sql_prepare;
 /// Recursively planned statements: subplans into intermediate results, then the rest.
+mod repartition;
 mod subplans;
 /// A client's own PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED.
 mod two_phase;
@@ -208,6 +209,8 @@ pub struct Session {
     /// `citus.max_intermediate_result_size` in kB (-1: no limit): most data shards
     /// send to a combine step on the coordinator node.
     max_intermediate_kb: i64,
+    /// `citus.enable_repartition_joins` (on by default: such joins are exact).
+    enable_repartition_joins: bool,
     /// Active savepoints of the block, oldest first: replayed after BEGIN on a node
     /// that joins later, so that ROLLBACK TO works on every node.
     savepoints: Vec<Savepoint>,
@@ -318,6 +321,7 @@ impl Session {
             commit_protocol: cfg.citus.multi_shard_commit_protocol.clone(),
             explain_all_tasks: false,
             max_intermediate_kb: DEFAULT_MAX_INTERMEDIATE_KB,
+            enable_repartition_joins: true,
             savepoints: Vec::new(),
             local_settings: Vec::new(),
             tx: DistributedTransaction::default(),
@@ -2170,6 +2174,7 @@ impl Session {
             }
             Plan::DeclareCursor(p) => self.declare_cursor(p, params, sink).await,
             Plan::Recursive(p) => self.recursive(p, params, formats, describe, sink).await,
+            Plan::Repartition(p) => self.repartition(p, params, formats, describe, sink).await,
             Plan::ModifyRecursive(p) => {
                 self.modify_recursive(p, params, formats, describe, sink)
                     .await

@@ -26,6 +26,7 @@ pub mod objects;
 pub mod plan;
 pub mod propagate;
 pub mod recursive;
+pub mod repartition;
 pub mod router;
 pub mod security;
 pub mod session_command;
@@ -158,6 +159,10 @@ pub const LADDER: &[(&str, PlanStep)] = &[
     ),
     ("SQL-level prepare", steps::sql_prepare),
     ("co-located or reference join", steps::join),
+    (
+        "joins not on the distribution columns: broadcast or repartition",
+        steps::repartition,
+    ),
     (
         "insert into a local table from distributed tables",
         steps::insert_into_local,
