@@ -401,6 +401,7 @@ fn reads_only(plan: &Plan, stmt: &Statement) -> bool {
             r.subplans.iter().all(|s| reads_only(&s.plan, &s.stmt))
                 && reads_only(&r.outer_plan, &r.outer)
         }
+        Plan::Repartition(_) => true,
         _ => false,
     }
 }

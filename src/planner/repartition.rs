@@ -700,7 +700,26 @@ fn build(
     // excludes (dual only when the anchor stays alone).
     let text = deparse_node(&tree).ok()?;
     let outer = statement_of(text);
-    let outer_plan = super::plan(&outer, &overlay, &plan.names, is_utility_function).ok()?;
+    let mut outer_plan = super::plan(&outer, &overlay, &plan.names, is_utility_function).ok()?;
+    // The combine's collation source reads the FROM clause on the coordinator node's
+    // shells: the original tables there (their columns are the moved ones' types).
+    if let Plan::MultiShard(m) = &mut outer_plan {
+        if let Some(super::MultiShardShape::Aggregate {
+            collation_source: Some(q),
+            ..
+        }) = Arc::get_mut(m).map(|m| &mut m.shape)
+        {
+            let mut by_length: Vec<&Move> = moves.iter().collect();
+            by_length.sort_by_key(|m| std::cmp::Reverse(m.table.name.len()));
+            for m in by_length {
+                let t = &plan.rels[m.rel].table;
+                *q = q.replace(
+                    &format!("{MOVED_SCHEMA}.{}", m.table.name),
+                    &format!("{}.{}", quote_ident(&t.schema), quote_ident(&t.name)),
+                );
+            }
+        }
+    }
     match outer_plan {
         Plan::Router(_) | Plan::MultiShard(_) => Some(Decision {
             moves,

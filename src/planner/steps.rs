@@ -442,7 +442,11 @@ fn plan_explain(e: &protobuf::ExplainStmt, i: &PlanInput) -> PgResult<Plan> {
     let inner_plan = plan(&inner, i.catalog, i.names, i.is_utility_function)?;
     match inner_plan {
         Plan::Local => Ok(Plan::Local),
-        Plan::Router(_) | Plan::MultiShard(_) | Plan::MultiShardModify(_) | Plan::Recursive(_) => {
+        Plan::Router(_)
+        | Plan::MultiShard(_)
+        | Plan::MultiShardModify(_)
+        | Plan::Recursive(_)
+        | Plan::Repartition(_) => {
             Ok(Plan::Explain(Arc::new(explain::ExplainPlan {
                 inner: inner_plan,
                 stmt: inner,
