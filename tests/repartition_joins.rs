@@ -173,12 +173,16 @@ async fn answers_and_strategies(shard: &Client, plain: &Client) {
         .batch_execute("SET citus.enable_repartition_joins = off")
         .await
         .unwrap();
-    let off = rows(&shard, "SHOW citus.enable_repartition_joins").await.unwrap();
+    let off = rows(&shard, "SHOW citus.enable_repartition_joins")
+        .await
+        .unwrap();
     assert_eq!(off, vec![vec![Some("off".to_string())]]);
     let err = rows(&shard, REPARTITION[1]).await.unwrap_err();
     assert_eq!(sqlstate_and_message(&err).0, "54000");
     shard
-        .batch_execute("RESET citus.enable_repartition_joins; RESET citus.max_intermediate_result_size")
+        .batch_execute(
+            "RESET citus.enable_repartition_joins; RESET citus.max_intermediate_result_size",
+        )
         .await
         .unwrap();
     assert_no_moved_tables().await;
@@ -225,7 +229,8 @@ async fn assert_no_moved_tables() {
 /// A join with a moved table that runs for a few seconds: each of its ~1,000 output
 /// rows sleeps 10 ms. (A node still running its tasks after the statement failed on
 /// another finishes them, then the block's rollback removes its moved tables.)
-const SLOW: &str = "SELECT count(*) FROM rj_lineitem l JOIN rj_part p ON l.l_partkey = p.p_partkey \
+const SLOW: &str =
+    "SELECT count(*) FROM rj_lineitem l JOIN rj_part p ON l.l_partkey = p.p_partkey \
                     WHERE p.p_size = 3 AND pg_sleep(0.01) IS NOT NULL";
 
 async fn moved_tables_are_cleaned_up(shard: &Client, plain: &Client) {

@@ -268,13 +268,18 @@ impl Session {
             Ok(layout::with_subplans(outer, subplans, plan_id))
         }
         .await;
-        let made: Vec<(NodeAddr, &str)> = made.iter().map(|(a, t)| (a.clone(), t.as_str())).collect();
+        let made: Vec<(NodeAddr, &str)> =
+            made.iter().map(|(a, t)| (a.clone(), t.as_str())).collect();
         let dropped = match explained.is_ok() {
             true => self.drop_shipped(&made).await,
             false => Ok(()),
         };
         let ended = self
-            .end_own_block(own, explained.is_ok() && dropped.is_ok(), params.bind.is_some())
+            .end_own_block(
+                own,
+                explained.is_ok() && dropped.is_ok(),
+                params.bind.is_some(),
+            )
             .await;
         let explained = explained?;
         dropped.and(ended)?;

@@ -68,6 +68,8 @@ mod maintenance;
 mod modifying_cte;
 /// Routed reads through the thread's pipelined connection to a node.
 mod pipelined;
+/// Recursively planned statements: subplans into intermediate results, then the rest.
+mod repartition;
 /// Session commands: transaction control, settings, DISCARD, DEALLOCATE.
 mod session_commands;
 /// SET / SET LOCAL / SET TRANSACTION and `citus.*` values across the nodes of a session.
@@ -76,8 +78,6 @@ mod settings;
 mod shipped_results;
 /// SQL-level PREPARE / EXECUTE of statements on distributed tables.
 mod sql_prepare;
-/// Recursively planned statements: subplans into intermediate results, then the rest.
-mod repartition;
 mod subplans;
 /// A client's own PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED.
 mod two_phase;

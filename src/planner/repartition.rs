@@ -99,7 +99,10 @@ pub struct ColumnType {
 pub enum MoveKind {
     Broadcast,
     /// Re-hashed on `column` into the layout of the synthetic table's shards.
-    Repartition { column: String, type_oid: Oid },
+    Repartition {
+        column: String,
+        type_oid: Oid,
+    },
 }
 
 /// One moved table reference.
@@ -231,7 +234,9 @@ fn from_item(
                 return None;
             }
             let at = rv.location.max(0) as usize;
-            refs.iter().position(|(r, _)| r.location == at).map(|i| vec![i])
+            refs.iter()
+                .position(|(r, _)| r.location == at)
+                .map(|i| vec![i])
         }
         N::JoinExpr(j) if !j.is_natural => {
             let left = from_item(j.larg.as_deref()?, refs, nullable, equalities)?;
@@ -464,8 +469,8 @@ pub fn decide(
         }
         for broadcast_small in [true, false] {
             // Nothing moved: the statement is the join step's, which refused it.
-            if let Some(moves) = assign(plan, est, types, anchor, broadcast_small)
-                .filter(|m| !m.is_empty())
+            if let Some(moves) =
+                assign(plan, est, types, anchor, broadcast_small).filter(|m| !m.is_empty())
             {
                 let cost: f64 = moves
                     .iter()
@@ -523,9 +528,11 @@ fn assign(
                 continue;
             }
             let d = dist(i)?;
-            let joins = keyed
-                .iter()
-                .any(|(k, kc)| rels[*k].table.colocation_id == base.colocation_id && equal(i, &d, *k, kc) && Some(kc.clone()) == dist(*k));
+            let joins = keyed.iter().any(|(k, kc)| {
+                rels[*k].table.colocation_id == base.colocation_id
+                    && equal(i, &d, *k, kc)
+                    && Some(kc.clone()) == dist(*k)
+            });
             if joins {
                 keyed.insert(i, d);
             }
@@ -536,7 +543,10 @@ fn assign(
     }
     let mut moves: Assigned = Vec::new();
     let mut anchor_moved = false;
-    let mut pending: Vec<usize> = hash.into_iter().filter(|i| !keyed.contains_key(i)).collect();
+    let mut pending: Vec<usize> = hash
+        .into_iter()
+        .filter(|i| !keyed.contains_key(i))
+        .collect();
     let hashable_same = |x: usize, xc: &str, y: usize, yc: &str| -> Option<ColumnType> {
         let (tx, ty) = (types(x, xc)?, types(y, yc)?);
         (tx.hashable && ty.hashable && tx.type_oid == ty.type_oid).then_some(tx)
@@ -747,8 +757,12 @@ fn rename(tree: &mut N, rel: &JoinRel, table: &DistTable) -> Option<()> {
                 true
             }
             Some(N::JoinExpr(j)) => {
-                j.larg.as_deref_mut().is_some_and(|l| visit(l, at, alias, table))
-                    || j.rarg.as_deref_mut().is_some_and(|r| visit(r, at, alias, table))
+                j.larg
+                    .as_deref_mut()
+                    .is_some_and(|l| visit(l, at, alias, table))
+                    || j.rarg
+                        .as_deref_mut()
+                        .is_some_and(|r| visit(r, at, alias, table))
             }
             _ => false,
         }

@@ -446,16 +446,14 @@ fn plan_explain(e: &protobuf::ExplainStmt, i: &PlanInput) -> PgResult<Plan> {
         | Plan::MultiShard(_)
         | Plan::MultiShardModify(_)
         | Plan::Recursive(_)
-        | Plan::Repartition(_) => {
-            Ok(Plan::Explain(Arc::new(explain::ExplainPlan {
-                inner: inner_plan,
-                stmt: inner,
-                prefix,
-                format,
-                analyze,
-                costs,
-            })))
-        }
+        | Plan::Repartition(_) => Ok(Plan::Explain(Arc::new(explain::ExplainPlan {
+            inner: inner_plan,
+            stmt: inner,
+            prefix,
+            format,
+            analyze,
+            costs,
+        }))),
         Plan::Unsupported(e) => Ok(Plan::Unsupported(e)),
         _ => Ok(Plan::Unsupported(PgError::not_supported(
             "pgshard does not support EXPLAIN of this statement",

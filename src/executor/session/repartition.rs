@@ -170,8 +170,7 @@ impl Session {
             if r.table.method != crate::catalog::PartitionMethod::Hash {
                 continue;
             }
-            let (Some(q), Some(first)) = (estimate_query(plan, i)?, r.table.shards.first())
-            else {
+            let (Some(q), Some(first)) = (estimate_query(plan, i)?, r.table.shards.first()) else {
                 continue;
             };
             let addr = placement_addr(&catalog, first)?;

@@ -130,9 +130,12 @@ impl Session {
             "citus.max_adaptive_executor_pool_size" => {
                 self.shared.cfg.max_connections_per_node.to_string()
             }
-            "citus.enable_repartition_joins" => {
-                if self.enable_repartition_joins { "on" } else { "off" }.to_string()
+            "citus.enable_repartition_joins" => if self.enable_repartition_joins {
+                "on"
+            } else {
+                "off"
             }
+            .to_string(),
             "citus.max_intermediate_result_size" => match self.max_intermediate_kb {
                 -1 => "-1".into(),
                 kb if kb % (1024 * 1024) == 0 => format!("{}GB", kb / (1024 * 1024)),

@@ -57,7 +57,11 @@ fn small_side_broadcast_large_side_repartitioned() {
     // `a` joins `c`'s distribution column: single repartition of `a` on `v`.
     assert_eq!(d.moves[0].rel, 0);
     assert!(matches!(&d.moves[0].kind, MoveKind::Repartition { column, .. } if column == "v"));
-    assert!(matches!(d.outer_plan, Plan::MultiShard(_)), "{:?}", d.outer_plan);
+    assert!(
+        matches!(d.outer_plan, Plan::MultiShard(_)),
+        "{:?}",
+        d.outer_plan
+    );
     // Neither side on its distribution column: dual repartition.
     let d = decided("SELECT * FROM a JOIN c ON a.v = c.v", &[2e6, 1e6]);
     assert_eq!(d.moves.len(), 2);
@@ -71,7 +75,15 @@ fn small_side_broadcast_large_side_repartitioned() {
 fn outer_joins_keep_the_preserved_side_unbroadcast() {
     // `c` is preserved: broadcasting it would lose its unmatched rows' uniqueness.
     let d = decided("SELECT * FROM c LEFT JOIN a ON a.v = c.k", &[1e6, 10.0]);
-    assert!(d.moves.iter().all(|m| m.kind != MoveKind::Broadcast || m.rel != 0));
-    let q = source_copy(&repartition_plan("SELECT * FROM c LEFT JOIN a ON a.v = c.k"), &d.moves[0], 101).unwrap();
+    assert!(d
+        .moves
+        .iter()
+        .all(|m| m.kind != MoveKind::Broadcast || m.rel != 0));
+    let q = source_copy(
+        &repartition_plan("SELECT * FROM c LEFT JOIN a ON a.v = c.k"),
+        &d.moves[0],
+        101,
+    )
+    .unwrap();
     assert!(q.starts_with("COPY (SELECT"), "{q}");
 }
