@@ -149,6 +149,7 @@ impl Session {
                     ))
                 }
                 Plan::Recursive(r) => self.explain_recursive(e, r, params, plan_ids).await,
+                Plan::Repartition(r) => self.explain_repartition(e, r, params, plan_ids).await,
                 Plan::Unsupported(err) => Err(err.clone()),
                 _ => Err(PgError::not_supported(
                     "pgshard does not support EXPLAIN of this statement",
@@ -208,6 +209,81 @@ impl Session {
         };
         self.drop_intermediate_results(&made).await;
         Ok(layout::with_subplans(outer?, subplans, plan_id))
+    }
+
+    /// A broadcast / repartition join: the strategy decided as running it would, each
+    /// move shown as a `Distributed Subplan` (its kind, table, column and estimated
+    /// rows), the moved tables made (empty; filled under ANALYZE) in a block of the
+    /// session's, the renamed statement explained over them, the tables dropped.
+    async fn explain_repartition(
+        &mut self,
+        e: &ExplainPlan,
+        r: &crate::planner::repartition::RepartitionPlan,
+        params: &BoundParams<'_>,
+        plan_ids: &mut u64,
+    ) -> PgResult<Explained> {
+        use crate::planner::repartition::MoveKind;
+        if !self.enable_repartition_joins {
+            return self
+                .explain_plan(e, &r.fallback, &r.stmt, params, plan_ids)
+                .await;
+        }
+        let own = self.begin_own_block().await?;
+        let mut made = Vec::new();
+        let explained = async {
+            let Some((d, types)) = self.repartition_strategy(r).await? else {
+                return self
+                    .explain_plan(e, &r.fallback, &r.stmt, params, plan_ids)
+                    .await;
+            };
+            *plan_ids += 1;
+            let plan_id = *plan_ids;
+            let mut subplans = Vec::new();
+            for m in &d.moves {
+                let table = &r.rels[m.rel].table.name;
+                let (kind, what) = match &m.kind {
+                    MoveKind::Broadcast => ("Broadcast", table.clone()),
+                    MoveKind::Repartition { column, .. } => {
+                        ("Repartition", format!("{table} on {column}"))
+                    }
+                };
+                let line = format!("{kind} {what} (~{} rows)", m.rows.round() as u64);
+                subplans.push(match e.format {
+                    ExplainFormat::Text => Explained::Text(vec![line]),
+                    _ => Explained::Tree(serde_json::json!({
+                        "Node Type": kind,
+                        "Relation Name": table,
+                        "Plan Rows": m.rows.round() as u64,
+                    })),
+                });
+                if e.analyze {
+                    self.run_move(r, m, &types, &mut made).await?;
+                } else {
+                    self.make_destinations(m, &types, &mut made).await?;
+                }
+            }
+            let outer = self
+                .explain_plan(e, &d.outer_plan, &d.outer, params, plan_ids)
+                .await?;
+            Ok(layout::with_subplans(outer, subplans, plan_id))
+        }
+        .await;
+        let made: Vec<(NodeAddr, &str)> =
+            made.iter().map(|(a, t)| (a.clone(), t.as_str())).collect();
+        let dropped = match explained.is_ok() {
+            true => self.drop_shipped(&made).await,
+            false => Ok(()),
+        };
+        let ended = self
+            .end_own_block(
+                own,
+                explained.is_ok() && dropped.is_ok(),
+                params.bind.is_some(),
+            )
+            .await;
+        let explained = explained?;
+        dropped.and(ended)?;
+        Ok(explained)
     }
 
     /// The Custom Scan block of `tasks` (shard id, shard SQL): the first task or all.
@@ -330,6 +406,7 @@ fn reads_only(plan: &Plan, stmt: &Statement) -> bool {
             r.subplans.iter().all(|s| reads_only(&s.plan, &s.stmt))
                 && reads_only(&r.outer_plan, &r.outer)
         }
+        Plan::Repartition(_) => true,
         _ => false,
     }
 }

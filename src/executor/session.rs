@@ -75,6 +75,8 @@ mod maintenance;
 mod modifying_cte;
 /// Routed reads through the thread's pipelined connection to a node.
 mod pipelined;
+/// Broadcast and repartition joins: table rows moved to the workers, then the join.
+mod repartition;
 /// Each plan kind to the code that runs it.
 mod run_plan;
 /// Session commands: transaction control, settings, DISCARD, DEALLOCATE.
@@ -219,6 +221,8 @@ pub struct Session {
     /// `citus.max_intermediate_result_size` in kB (-1: no limit): most data shards
     /// send to a combine step on the coordinator node.
     max_intermediate_kb: i64,
+    /// `citus.enable_repartition_joins` (on by default: such joins are exact).
+    enable_repartition_joins: bool,
     /// Active savepoints of the block, oldest first: replayed after BEGIN on a node
     /// that joins later, so that ROLLBACK TO works on every node.
     savepoints: Vec<Savepoint>,
@@ -329,6 +333,7 @@ impl Session {
             commit_protocol: cfg.citus.multi_shard_commit_protocol.clone(),
             explain_all_tasks: false,
             max_intermediate_kb: DEFAULT_MAX_INTERMEDIATE_KB,
+            enable_repartition_joins: true,
             savepoints: Vec::new(),
             local_settings: Vec::new(),
             tx: DistributedTransaction::default(),

@@ -28,6 +28,7 @@ pub mod propagate;
 mod pull_columns;
 pub mod recursive;
 mod reference_join;
+pub mod repartition;
 pub mod router;
 pub mod security;
 pub mod session_command;
@@ -164,6 +165,10 @@ pub const LADDER: &[(&str, PlanStep)] = &[
         reference_join::reference_tables_only,
     ),
     ("co-located or reference join", steps::join),
+    (
+        "joins not on the distribution columns: broadcast or repartition",
+        steps::repartition,
+    ),
     (
         "insert into a local table from distributed tables",
         steps::insert_into_local,

@@ -89,6 +89,10 @@ pub enum Plan {
     /// A SELECT run in parts: subplans into intermediate results first
     /// (`recursive::plan_recursive`).
     Recursive(Arc<recursive::RecursivePlan>),
+    /// A join not on the distribution columns: some table references moved to the
+    /// workers first (broadcast or repartitioned, decided at run time), then a
+    /// co-located join (`repartition::plan_repartition`).
+    Repartition(Arc<repartition::RepartitionPlan>),
     /// An UPDATE / DELETE run in parts: subplans into intermediate results, shipped to
     /// the nodes the statement runs on (`modify_recursive::plan_modify_recursive`).
     ModifyRecursive(Arc<modify_recursive::ModifyRecursivePlan>),
@@ -114,6 +118,7 @@ pub const CITUS_SETTINGS: &[&str] = &[
     "citus.explain_all_tasks",
     "citus.max_adaptive_executor_pool_size",
     "citus.max_intermediate_result_size",
+    "citus.enable_repartition_joins",
 ];
 
 /// Which columns of the table a write may fill with their defaults.

@@ -230,6 +230,47 @@ pub(super) fn join(i: &PlanInput) -> PgResult<Step> {
     }
 }
 
+/// A join the join step could not pair shard by shard: some references moved first
+/// (`planner/repartition.rs`), recursive planning's plan kept as its fallback.
+pub(super) fn repartition(i: &PlanInput) -> PgResult<Step> {
+    let refs = i.references();
+    let N::SelectStmt(s) = i.node else {
+        return Ok(Step::NotMine);
+    };
+    if refs.rels.len() < 2 || refs.dist.len() != refs.rels.len() {
+        return Ok(Step::NotMine);
+    }
+    let pairs: Vec<(RelRef, Arc<DistTable>)> = refs
+        .dist
+        .iter()
+        .map(|(r, t)| (refs.rels[*r].clone(), t.clone()))
+        .collect();
+    if pairs
+        .iter()
+        .any(|(_, t)| t.schema == repartition::MOVED_SCHEMA)
+    {
+        return Ok(Step::NotMine);
+    }
+    let fallback = match recursive(i)? {
+        Step::Planned(p) => Some(p),
+        _ => None,
+    };
+    Ok(
+        match repartition::plan_repartition(
+            s,
+            i.stmt,
+            &pairs,
+            i.names,
+            i.catalog,
+            fallback,
+            i.is_utility_function,
+        ) {
+            Some(p) => Step::Planned(p),
+            None => Step::NotMine,
+        },
+    )
+}
+
 /// An INSERT ... SELECT over several tables (not VALUES): its target and the
 /// distributed tables, target first (None when the target is not distributed).
 fn insert_select_parts<'a>(
@@ -401,16 +442,18 @@ fn plan_explain(e: &protobuf::ExplainStmt, i: &PlanInput) -> PgResult<Plan> {
     let inner_plan = plan(&inner, i.catalog, i.names, i.is_utility_function)?;
     match inner_plan {
         Plan::Local => Ok(Plan::Local),
-        Plan::Router(_) | Plan::MultiShard(_) | Plan::MultiShardModify(_) | Plan::Recursive(_) => {
-            Ok(Plan::Explain(Arc::new(explain::ExplainPlan {
-                inner: inner_plan,
-                stmt: inner,
-                prefix,
-                format,
-                analyze,
-                costs,
-            })))
-        }
+        Plan::Router(_)
+        | Plan::MultiShard(_)
+        | Plan::MultiShardModify(_)
+        | Plan::Recursive(_)
+        | Plan::Repartition(_) => Ok(Plan::Explain(Arc::new(explain::ExplainPlan {
+            inner: inner_plan,
+            stmt: inner,
+            prefix,
+            format,
+            analyze,
+            costs,
+        }))),
         Plan::Unsupported(e) => Ok(Plan::Unsupported(e)),
         _ => Ok(Plan::Unsupported(PgError::not_supported(
             "pgshard does not support EXPLAIN of this statement",

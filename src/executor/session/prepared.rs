@@ -78,6 +78,7 @@ pub(super) fn described_on_coordinator(plan: &Plan) -> bool {
             | Plan::CreateTableAs(_)
             | Plan::InsertSelect(_)
             | Plan::Recursive(_)
+            | Plan::Repartition(_)
             | Plan::FunctionCall(_)
             | Plan::ModifyRecursive(_)
             | Plan::ModifyingCte(_)

@@ -217,6 +217,7 @@ impl Session {
             }
             Plan::DeclareCursor(p) => self.declare_cursor(p, params, sink).await,
             Plan::Recursive(p) => self.recursive(p, params, formats, describe, sink).await,
+            Plan::Repartition(p) => self.repartition(p, params, formats, describe, sink).await,
             Plan::ModifyRecursive(p) => {
                 self.modify_recursive(p, params, formats, describe, sink)
                     .await

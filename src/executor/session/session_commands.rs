@@ -95,6 +95,14 @@ impl Session {
                 }
             }
             "citus.max_adaptive_executor_pool_size" => {}
+            "citus.enable_repartition_joins" => {
+                self.enable_repartition_joins = match value.map(|v| v.trim().to_ascii_lowercase()) {
+                    None => true,
+                    Some(v) if ["on", "true", "1", "yes"].contains(&v.as_str()) => true,
+                    Some(v) if ["off", "false", "0", "no"].contains(&v.as_str()) => false,
+                    Some(v) => return Err(bad(&v)),
+                }
+            }
             "citus.max_intermediate_result_size" => {
                 self.max_intermediate_kb = match value {
                     None => DEFAULT_MAX_INTERMEDIATE_KB,
@@ -122,6 +130,12 @@ impl Session {
             "citus.max_adaptive_executor_pool_size" => {
                 self.shared.cfg.max_connections_per_node.to_string()
             }
+            "citus.enable_repartition_joins" => if self.enable_repartition_joins {
+                "on"
+            } else {
+                "off"
+            }
+            .to_string(),
             "citus.max_intermediate_result_size" => match self.max_intermediate_kb {
                 -1 => "-1".into(),
                 kb if kb % (1024 * 1024) == 0 => format!("{}GB", kb / (1024 * 1024)),

@@ -20,6 +20,7 @@ pub(super) struct CitusValues {
     commit_protocol: String,
     explain_all_tasks: bool,
     max_intermediate_kb: i64,
+    enable_repartition_joins: bool,
 }
 
 /// Everything of the session's settings a rollback can restore.
@@ -211,6 +212,7 @@ impl Session {
             commit_protocol: self.commit_protocol.clone(),
             explain_all_tasks: self.explain_all_tasks,
             max_intermediate_kb: self.max_intermediate_kb,
+            enable_repartition_joins: self.enable_repartition_joins,
         }
     }
 
@@ -219,6 +221,7 @@ impl Session {
         self.commit_protocol = v.commit_protocol;
         self.explain_all_tasks = v.explain_all_tasks;
         self.max_intermediate_kb = v.max_intermediate_kb;
+        self.enable_repartition_joins = v.enable_repartition_joins;
     }
 
     fn settings_snapshot(&self) -> Box<SettingsSnapshot> {

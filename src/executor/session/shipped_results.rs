@@ -166,7 +166,7 @@ impl Session {
 
     /// Makes the shipped results' schema on `addr` once per process (as pgshard's own
     /// control role: the session's role may not create schemas).
-    async fn ensure_shipped_schema(&mut self, addr: &NodeAddr) -> PgResult<()> {
+    pub(super) async fn ensure_shipped_schema(&mut self, addr: &NodeAddr) -> PgResult<()> {
         let made = |addr: &NodeAddr| {
             SCHEMA_MADE
                 .lock()
@@ -200,7 +200,7 @@ impl Session {
     }
 
     /// Drops the shipped results, each node's in one statement, all nodes at once.
-    async fn drop_shipped(&mut self, shipped_to: &[(NodeAddr, &str)]) -> PgResult<()> {
+    pub(super) async fn drop_shipped(&mut self, shipped_to: &[(NodeAddr, &str)]) -> PgResult<()> {
         let mut tasks: Vec<NodeTasks> = Vec::new();
         for (addr, table) in shipped_to {
             match tasks.iter_mut().find(|t| t.addr == *addr) {
@@ -236,7 +236,7 @@ impl Session {
 
 /// A node's error while a result was shipped to it, naming the node and statement. A
 /// schema gone (a node made anew) is made again by the next statement.
-fn shipping_error(mut e: PgError, addr: &NodeAddr, sql: &str) -> PgError {
+pub(super) fn shipping_error(mut e: PgError, addr: &NodeAddr, sql: &str) -> PgError {
     if e.code == sqlstate::INVALID_SCHEMA_NAME {
         if let Some(made) = SCHEMA_MADE.lock().unwrap().as_mut() {
             made.remove(addr);

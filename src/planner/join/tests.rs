@@ -101,7 +101,7 @@ fn shard_sql(p: &Plan) -> String {
 /// The join step refuses it: refused, or planned in parts by the recursive step.
 fn refused(sql: &str) -> bool {
     matches!(plan(sql), Plan::Unsupported(e) if e.code == "0A000")
-        || matches!(plan(sql), Plan::Recursive(_))
+        || matches!(plan(sql), Plan::Recursive(_) | Plan::Repartition(_))
 }
 
 #[test]

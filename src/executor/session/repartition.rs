@@ -1,0 +1,378 @@
+//! Running a join planned for broadcast / repartition (`planner::repartition`): the
+//! strategy decided from the nodes' row estimates and the columns' types, each moved
+//! table reference's rows streamed shard → pgshard → destination nodes with COPY
+//! (`COPY (SELECT needed columns[, hash] FROM shard WHERE own conjuncts) TO STDOUT`,
+//! each row routed by its hash to its destination shard, `COPY ... FROM STDIN` there),
+//! never through the coordinator node, then the renamed statement as a co-located
+//! join. The moved tables are shipped results (`shipped_results.rs`): unlogged tables
+//! in `pgshard_intermediate`, made in the statement's transaction (pgshard's own block
+//! in autocommit), dropped when it succeeds, gone with its rollback otherwise (error,
+//! cancel, a client gone mid-query), never visible to another session.
+//! `citus.enable_repartition_joins = off`, or no strategy: recursive planning's plan.
+
+use super::subplans::Run;
+use super::via_coordinator::read_answer;
+use super::*;
+use crate::planner::repartition::{
+    decide, estimate_query, source_copy, ColumnType, Decision, Move, MoveKind, RepartitionPlan,
+};
+
+/// A destination's rows are copied once this many bytes wait.
+const FLUSH_BYTES: usize = 1 << 20;
+
+/// A moved reference's destination tables: (node, table as SQL), and which of them
+/// each shard's rows go to.
+pub(super) struct Destinations {
+    tables: Vec<(NodeAddr, String)>,
+    /// Repartition: the destination of each shard of the moved table, by position.
+    /// Broadcast: empty (every table gets every row).
+    by_shard: Vec<usize>,
+}
+
+impl Session {
+    /// `Plan::Repartition`: the strategy, the moves, the join, cleanup.
+    pub(super) fn repartition<'a>(
+        &'a mut self,
+        plan: &'a RepartitionPlan,
+        params: &'a BoundParams<'a>,
+        formats: &'a [i16],
+        describe: bool,
+        sink: &'a mut ResultSink,
+    ) -> Run<'a> {
+        Box::pin(async move {
+            if !self.enable_repartition_joins {
+                return self
+                    .plan_into(&plan.fallback, &plan.stmt, params, formats, describe, sink)
+                    .await;
+            }
+            let extended = params.bind.is_some();
+            let own = self.begin_own_block().await?;
+            let mut made: Vec<(NodeAddr, String)> = Vec::new();
+            let mut done = self
+                .repartition_in_block(plan, params, formats, describe, sink, &mut made)
+                .await;
+            if done.is_ok() {
+                let made: Vec<(NodeAddr, &str)> =
+                    made.iter().map(|(a, t)| (a.clone(), t.as_str())).collect();
+                done = self.drop_shipped(&made).await;
+            }
+            let ended = self.end_own_block(own, done.is_ok(), extended).await;
+            done.and(ended)
+        })
+    }
+
+    async fn repartition_in_block(
+        &mut self,
+        plan: &RepartitionPlan,
+        params: &BoundParams<'_>,
+        formats: &[i16],
+        describe: bool,
+        sink: &mut ResultSink,
+        made: &mut Vec<(NodeAddr, String)>,
+    ) -> PgResult<()> {
+        let Some((decision, types)) = self.repartition_strategy(plan).await? else {
+            return self
+                .plan_into(&plan.fallback, &plan.stmt, params, formats, describe, sink)
+                .await;
+        };
+        for m in &decision.moves {
+            self.run_move(plan, m, &types, made).await?;
+        }
+        self.plan_into(
+            &decision.outer_plan,
+            &decision.outer,
+            params,
+            formats,
+            describe,
+            sink,
+        )
+        .await
+    }
+
+    /// The run-time strategy and the columns' types it was decided with (None: the
+    /// fallback runs).
+    pub(super) async fn repartition_strategy(
+        &mut self,
+        plan: &RepartitionPlan,
+    ) -> PgResult<Option<(Decision, HashMap<(u32, String), ColumnType>)>> {
+        let types = self.join_column_types(plan).await?;
+        let est = self.estimate_join_rows(plan).await?;
+        let catalog = self.shared.catalog.snapshot();
+        let type_of = |i: usize, c: &str| {
+            types
+                .get(&(plan.rels[i].table.relid, c.to_string()))
+                .cloned()
+        };
+        Ok(decide(
+            plan,
+            &est,
+            &type_of,
+            &catalog,
+            &commands::is_utility_function,
+        )
+        .map(|d| (d, types)))
+    }
+
+    /// Every column of the joined tables: base type, definition, hashability, read
+    /// from the coordinator node's catalog (the shells) in one query.
+    async fn join_column_types(
+        &mut self,
+        plan: &RepartitionPlan,
+    ) -> PgResult<HashMap<(u32, String), ColumnType>> {
+        let mut oids: Vec<String> = plan
+            .rels
+            .iter()
+            .map(|r| r.table.relid.to_string())
+            .collect();
+        oids.sort();
+        oids.dedup();
+        let sql = format!(
+            "SELECT a.attrelid, a.attname, a.atttypid, \
+             pg_catalog.format_type(a.atttypid, a.atttypmod) || \
+             CASE WHEN a.attcollation <> t.typcollation \
+             THEN ' COLLATE ' || a.attcollation::pg_catalog.regcollation::pg_catalog.text \
+             ELSE '' END, \
+             t.typtype <> 'd' \
+             AND (a.attcollation = 0 OR (SELECT c.collisdeterministic FROM pg_catalog.pg_collation c \
+                  WHERE c.oid = a.attcollation)) \
+             AND EXISTS (SELECT 1 FROM pg_catalog.pg_opclass oc WHERE oc.opcmethod = 405 \
+                  AND oc.opcdefault AND (oc.opcintype = a.atttypid \
+                  OR (oc.opcintype = 25 AND a.atttypid = 1043) \
+                  OR (oc.opcintype = 3500 AND t.typtype = 'e'))) \
+             FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
+             WHERE a.attrelid IN ({}) AND a.attnum > 0 AND NOT a.attisdropped",
+            oids.join(", ")
+        );
+        let coord = self.shared.coordinator.clone();
+        let idx = self.bulk_conn(&coord, false).await?;
+        let rows = self.tx.held[idx].conn.simple_rows(&sql).await?;
+        let mut out = HashMap::new();
+        for row in rows {
+            let text = |i: usize| row.get(i).cloned().flatten().unwrap_or_default();
+            out.insert(
+                (text(0).parse().unwrap_or(0), text(1)),
+                ColumnType {
+                    type_oid: text(2).parse().unwrap_or(0),
+                    definition: text(3),
+                    hashable: text(4) == "t",
+                },
+            );
+        }
+        Ok(out)
+    }
+
+    /// Each reference's estimated rows: its first shard's EXPLAIN row estimate (its
+    /// own conjuncts applied) times its shard count; reference tables are not moved.
+    async fn estimate_join_rows(&mut self, plan: &RepartitionPlan) -> PgResult<Vec<f64>> {
+        let catalog = self.shared.catalog.snapshot();
+        let mut est = vec![0.0; plan.rels.len()];
+        for (i, r) in plan.rels.iter().enumerate() {
+            if r.table.method != crate::catalog::PartitionMethod::Hash {
+                continue;
+            }
+            let (Some(q), Some(first)) = (estimate_query(plan, i)?, r.table.shards.first()) else {
+                continue;
+            };
+            let addr = placement_addr(&catalog, first)?;
+            let idx = self.bulk_conn(&addr, false).await?;
+            let sql = format!("EXPLAIN {q}");
+            let lines = self.tx.held[idx]
+                .conn
+                .simple_column(&sql)
+                .await
+                .map_err(|e| shipping_error(e, &addr, &sql))?;
+            let rows = lines
+                .first()
+                .and_then(|l| l.split("rows=").nth(1))
+                .and_then(|s| s.split_whitespace().next())
+                .and_then(|n| n.parse::<f64>().ok())
+                .unwrap_or(f64::MAX / 1e6);
+            est[i] = rows * r.table.shards.len() as f64;
+        }
+        Ok(est)
+    }
+
+    /// One moved reference: its destination tables made, its rows copied there.
+    pub(super) async fn run_move(
+        &mut self,
+        plan: &RepartitionPlan,
+        m: &Move,
+        types: &HashMap<(u32, String), ColumnType>,
+        made: &mut Vec<(NodeAddr, String)>,
+    ) -> PgResult<()> {
+        let catalog = self.shared.catalog.snapshot();
+        let source = catalog.current(&plan.rels[m.rel].table);
+        let dest = self.make_destinations(m, types, made).await?;
+        let mut buffers: Vec<BytesMut> = match m.kind {
+            MoveKind::Broadcast => vec![BytesMut::new()],
+            MoveKind::Repartition { .. } => dest.tables.iter().map(|_| BytesMut::new()).collect(),
+        };
+        let position: HashMap<i64, usize> = m
+            .table
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.shard_id, i))
+            .collect();
+        for shard in &source.shards {
+            let addr = placement_addr(&catalog, shard)?;
+            let sql = source_copy(plan, m, shard.shard_id)?;
+            let idx = self.bulk_conn(&addr, false).await?;
+            let conn = &mut self.tx.held[idx].conn;
+            msg::write_query(&mut conn.wbuf, &sql);
+            conn.flush().await?;
+            let mut failure = None;
+            loop {
+                let f = conn.read().await?;
+                match f.tag {
+                    b'd' if failure.is_none() => {
+                        let row: &[u8] = &f.body;
+                        match m.kind {
+                            MoveKind::Broadcast => buffers[0].extend_from_slice(row),
+                            MoveKind::Repartition { .. } => {
+                                let body = row.strip_suffix(b"\n").unwrap_or(row);
+                                let tab = body.iter().rposition(|b| *b == b'\t').unwrap_or(0);
+                                let target = std::str::from_utf8(&body[tab + 1..])
+                                    .ok()
+                                    .and_then(|h| h.parse::<i32>().ok())
+                                    .and_then(|h| m.table.shard_for_hash(h))
+                                    .and_then(|s| position.get(&s.shard_id).copied())
+                                    // NULL keys match nothing: any shard keeps them.
+                                    .unwrap_or(0);
+                                let b = &mut buffers[dest.by_shard[target]];
+                                b.extend_from_slice(&body[..tab]);
+                                b.extend_from_slice(b"\n");
+                            }
+                        }
+                    }
+                    b'E' => {
+                        failure.get_or_insert(PgError::from_server_fields(f.body));
+                    }
+                    b'Z' => break,
+                    _ => {}
+                }
+            }
+            if let Some(e) = failure {
+                return Err(shipping_error(e, &addr, &sql));
+            }
+            self.flush_moved(&dest, &mut buffers, FLUSH_BYTES).await?;
+        }
+        self.flush_moved(&dest, &mut buffers, 0).await
+    }
+
+    /// The destination tables of a move, made empty on their nodes (one statement
+    /// per node), recorded in `made` for the drop.
+    pub(super) async fn make_destinations(
+        &mut self,
+        m: &Move,
+        types: &HashMap<(u32, String), ColumnType>,
+        made: &mut Vec<(NodeAddr, String)>,
+    ) -> PgResult<Destinations> {
+        let snapshot = self.shared.catalog.snapshot();
+        let catalog = &*snapshot;
+        let definitions: Vec<String> = m
+            .table
+            .columns
+            .iter()
+            .map(|c| {
+                let t = types.get(&(m.source_relid, c.clone()));
+                format!(
+                    "{} {}",
+                    quote_ident(c),
+                    t.map(|t| t.definition.as_str()).unwrap_or("text")
+                )
+            })
+            .collect();
+        let definitions = definitions.join(", ");
+        let table_sql = |shard_id: i64| {
+            format!(
+                "{}.{}",
+                quote_ident(&m.table.schema),
+                quote_ident(&m.table.shard_name(shard_id))
+            )
+        };
+        let mut tables: Vec<(NodeAddr, String)> = Vec::new();
+        let mut by_shard = Vec::new();
+        match m.kind {
+            MoveKind::Broadcast => {
+                let shard = &m.table.shards[0];
+                for g in &shard.placement_groups {
+                    let node = catalog.placement_node(shard.shard_id, *g)?;
+                    let addr = NodeAddr {
+                        host: node.host.clone(),
+                        port: node.port,
+                    };
+                    if !tables.iter().any(|(a, _)| *a == addr) {
+                        tables.push((addr, table_sql(shard.shard_id)));
+                    }
+                }
+            }
+            MoveKind::Repartition { .. } => {
+                for shard in &m.table.shards {
+                    by_shard.push(tables.len());
+                    tables.push((placement_addr(catalog, shard)?, table_sql(shard.shard_id)));
+                }
+            }
+        }
+        let mut per_node: Vec<(NodeAddr, String)> = Vec::new();
+        for (addr, table) in &tables {
+            let create = format!("CREATE UNLOGGED TABLE {table} ({definitions});");
+            match per_node.iter_mut().find(|(a, _)| a == addr) {
+                Some((_, sql)) => sql.push_str(&create),
+                None => per_node.push((addr.clone(), create)),
+            }
+        }
+        for (addr, sql) in per_node {
+            self.ensure_shipped_schema(&addr).await?;
+            let idx = self.bulk_conn(&addr, true).await?;
+            self.tx.held[idx]
+                .conn
+                .simple(&sql)
+                .await
+                .map_err(|e| shipping_error(e, &addr, &sql))?;
+            made.extend(tables.iter().filter(|(a, _)| *a == addr).cloned());
+        }
+        Ok(Destinations { tables, by_shard })
+    }
+
+    /// Copies the buffered rows holding more than `min` bytes into their tables
+    /// (a broadcast's one buffer into every node's table).
+    async fn flush_moved(
+        &mut self,
+        dest: &Destinations,
+        buffers: &mut [BytesMut],
+        min: usize,
+    ) -> PgResult<()> {
+        for (b, buffer) in buffers.iter_mut().enumerate() {
+            if buffer.is_empty() || buffer.len() < min {
+                continue;
+            }
+            let data = buffer.split().freeze();
+            let targets: Vec<(NodeAddr, String)> = if dest.by_shard.is_empty() {
+                dest.tables.clone()
+            } else {
+                vec![dest.tables[b].clone()]
+            };
+            for (addr, table) in targets {
+                let sql = format!("COPY {table} FROM STDIN");
+                let idx = self.bulk_conn(&addr, true).await?;
+                let conn = &mut self.tx.held[idx].conn;
+                let copied = async {
+                    conn.start_copy_in(&sql).await?;
+                    for chunk in data.chunks(256 * 1024) {
+                        msg::write_raw(&mut conn.wbuf, b'd', chunk);
+                        conn.flush().await?;
+                    }
+                    msg::write_raw(&mut conn.wbuf, b'c', &[]);
+                    conn.flush().await?;
+                    read_answer(conn, |_, _| {}).await
+                }
+                .await;
+                copied.map_err(|e| shipping_error(e, &addr, &sql))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+use super::shipped_results::shipping_error;

@@ -1,0 +1,628 @@
+//! Joins not on the distribution columns, as Citus's broadcast and repartition joins:
+//! a SELECT joining hash-distributed tables that the join step cannot pair shard by
+//! shard (not co-located, or not joined on their distribution columns) runs with some
+//! of its table references *moved* first, then as a co-located join.
+//!
+//! - **Broadcast**: a small table reference (its needed columns, its own WHERE
+//!   conjuncts applied) is copied whole to every node of the join, where the statement
+//!   reads it as a reference table.
+//! - **Repartition**: a table reference is re-hashed on its join column into
+//!   per-shard tables laid out as the shards of the table it joins (same hash ranges,
+//!   same placements, the type's own hash function, as pgshard's distribution
+//!   hashing): *single repartition*. When neither side joins on its distribution
+//!   column both are re-hashed into the larger one's layout (*dual repartition*).
+//!
+//! Each moved reference becomes a synthetic `DistTable` (hash, or reference-like) in a
+//! per-statement overlay of the catalog whose shards are the moved tables
+//! (`pgshard_intermediate.pgs_move_<pid>_<n>_<shardid>`, unlogged, made in the
+//! statement's transaction: `executor::session::shipped_results`); the statement's
+//! references are renamed to them and the whole ladder plans the result (the join
+//! step pairs the shards). The strategy needs the nodes' row estimates and the
+//! columns' types, so the planner keeps what the statement says (`RepartitionPlan`)
+//! and the executor decides at run time ([`decide`]); recursive planning's plan is
+//! kept as the fallback (`citus.enable_repartition_joins = off`, or no strategy).
+//! The executor's half is `executor::session::repartition`.
+
+use super::recursive::{deparse_node, statement_of};
+use super::{Names, Plan};
+use crate::catalog::{Catalog, DistColumn, DistTable, Oid, PartitionMethod, ShardInterval};
+use crate::error::{PgError, PgResult};
+use crate::sql::parse::{RelRef, Statement};
+use crate::sql::quote::quote_ident;
+use pg_query::protobuf::{self, node::Node as N, BoolExprType};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A table reference estimated at most this many rows (after its own WHERE
+/// conjuncts) is broadcast; a larger one is repartitioned.
+pub const BROADCAST_MAX_ROWS: f64 = 10_000.0;
+
+/// The schema of the moved tables on the workers (the shipped results' schema).
+pub use super::modify_recursive::SHIPPED_SCHEMA as MOVED_SCHEMA;
+
+/// A join pgshard runs with some table references moved first (decided at run time).
+#[derive(Debug, Clone)]
+pub struct RepartitionPlan {
+    /// The client's statement.
+    pub stmt: Statement,
+    /// Every table reference, in text order (all distributed or reference tables).
+    pub rels: Vec<JoinRel>,
+    /// Equalities between columns of two different references usable to pair shards.
+    pub equalities: Vec<ColumnEquality>,
+    /// The session's names the statement was planned with (the renamed statement is
+    /// planned with them again).
+    pub names: Names,
+    /// Recursive planning's plan of the statement.
+    pub fallback: Box<Plan>,
+}
+
+/// One table reference of the join.
+#[derive(Debug, Clone)]
+pub struct JoinRel {
+    pub rel: RelRef,
+    pub table: Arc<DistTable>,
+    /// The columns the statement reads of it, in the table's order.
+    pub needed: Vec<String>,
+    /// Its own top-level WHERE conjuncts (only this reference's columns, no parameter,
+    /// function call or subquery), applied where its rows are read when it moves.
+    pub own_conjuncts: Vec<protobuf::Node>,
+}
+
+impl JoinRel {
+    /// The name the statement's columns qualify it with.
+    pub fn alias(&self) -> &str {
+        self.rel.alias.as_deref().unwrap_or(&self.rel.name)
+    }
+}
+
+/// `rels[a.0].a.1 = rels[b.0].b.1`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnEquality {
+    pub a: (usize, String),
+    pub b: (usize, String),
+}
+
+/// What the executor knows of a column at run time.
+#[derive(Debug, Clone)]
+pub struct ColumnType {
+    /// The base type (domains resolved): the hash function's input.
+    pub type_oid: Oid,
+    /// `format_type(atttypid, atttypmod)` plus a non-default collation.
+    pub definition: String,
+    /// Equal values hash equally: a hashable type and a deterministic collation.
+    pub hashable: bool,
+}
+
+/// How one reference moves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MoveKind {
+    Broadcast,
+    /// Re-hashed on `column` into the layout of the synthetic table's shards.
+    Repartition {
+        column: String,
+        type_oid: Oid,
+    },
+}
+
+/// One moved table reference.
+#[derive(Debug, Clone)]
+pub struct Move {
+    /// Index into `RepartitionPlan::rels`.
+    pub rel: usize,
+    pub kind: MoveKind,
+    /// The synthetic table the moved rows fill (its shards are tables on the nodes).
+    pub table: Arc<DistTable>,
+    /// The estimated rows moved.
+    pub rows: f64,
+    /// The moved table's relid (its columns' types are looked up by it).
+    pub source_relid: Oid,
+}
+
+/// The run-time strategy: moves, then the renamed statement and its plan.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    pub moves: Vec<Move>,
+    pub outer: Statement,
+    pub outer_plan: Plan,
+}
+
+mod statement;
+use statement::{conjuncts, equality, from_item, needed_columns, only_reads};
+
+static NEXT_MOVED: AtomicU64 = AtomicU64::new(1);
+
+/// Plans the statement for a run-time strategy, or None when it is no join of
+/// distributed tables this could run (the statement's FROM items are table
+/// references and joins of them only, every reference distributed or reference).
+pub fn plan_repartition(
+    s: &protobuf::SelectStmt,
+    stmt: &Statement,
+    refs: &[(RelRef, Arc<DistTable>)],
+    names: &Names,
+    catalog: &Catalog,
+    fallback: Option<Plan>,
+    is_utility_function: &dyn Fn(&str) -> bool,
+) -> Option<Plan> {
+    if s.with_clause.is_some()
+        || s.op != protobuf::SetOperation::SetopNone as i32
+        || s.into_clause.is_some()
+        || !s.locking_clause.is_empty()
+        || refs
+            .iter()
+            .filter(|(_, t)| t.method == PartitionMethod::Hash)
+            .count()
+            < 2
+    {
+        return None;
+    }
+    let mut nullable = vec![false; refs.len()];
+    let mut on_equalities = Vec::new();
+    let mut covered = Vec::new();
+    for item in &s.from_clause {
+        covered.extend(from_item(item, refs, &mut nullable, &mut on_equalities)?);
+    }
+    covered.sort_unstable();
+    covered.dedup();
+    if covered.len() != refs.len() {
+        return None;
+    }
+    let mut where_conjuncts = Vec::new();
+    if let Some(w) = s.where_clause.as_deref() {
+        conjuncts(w, &mut where_conjuncts);
+    }
+    let mut equalities = on_equalities;
+    equalities.extend(where_conjuncts.iter().filter_map(|c| equality(c, refs)));
+    let needed = needed_columns(stmt.node.as_ref()?, refs);
+    let rels: Vec<JoinRel> = refs
+        .iter()
+        .enumerate()
+        .map(|(i, (r, t))| JoinRel {
+            rel: r.clone(),
+            table: t.clone(),
+            needed: t
+                .columns
+                .iter()
+                .filter(|c| needed[i].contains(*c))
+                .cloned()
+                .collect(),
+            own_conjuncts: match nullable[i] {
+                true => Vec::new(),
+                false => where_conjuncts
+                    .iter()
+                    .filter(|c| only_reads(c, i, refs))
+                    .cloned()
+                    .collect(),
+            },
+        })
+        .collect();
+    let plan = RepartitionPlan {
+        stmt: stmt.clone(),
+        rels,
+        equalities,
+        names: names.clone(),
+        fallback: Box::new(fallback.unwrap_or_else(|| {
+            Plan::Unsupported(PgError::not_supported(
+                "pgshard cannot run this join with citus.enable_repartition_joins off",
+            ))
+        })),
+    };
+    // Some strategy must plan whatever the estimates (types assumed compatible).
+    let any_type = |_: usize, _: &str| {
+        Some(ColumnType {
+            type_oid: 0,
+            definition: String::new(),
+            hashable: true,
+        })
+    };
+    let big = vec![f64::MAX; plan.rels.len()];
+    let small = vec![0.0; plan.rels.len()];
+    let plans = [&big, &small]
+        .iter()
+        .any(|est| decide(&plan, est, &any_type, catalog, is_utility_function).is_some());
+    plans.then(|| Plan::Repartition(Arc::new(plan)))
+}
+
+/// The strategy for the estimated rows `est` (per reference) and the columns' types.
+/// For each hash reference as the *anchor* (it stays, with the references co-located
+/// with it and joined on their distribution columns), each other one is broadcast
+/// when small (`BROADCAST_MAX_ROWS`), repartitioned into the staying layout when it
+/// joins a staying reference's distribution column with the same type, else both it
+/// and the anchor are re-hashed into the anchor's layout (dual), else broadcast. The
+/// cheapest in rows moved (a broadcast counts once per node) that plans wins. None
+/// when none plans (the fallback runs).
+pub fn decide(
+    plan: &RepartitionPlan,
+    est: &[f64],
+    types: &dyn Fn(usize, &str) -> Option<ColumnType>,
+    catalog: &Catalog,
+    is_utility_function: &dyn Fn(&str) -> bool,
+) -> Option<Decision> {
+    let nodes = catalog.workers.len().max(1) as f64;
+    let mut candidates: Vec<(f64, Assigned)> = Vec::new();
+    for anchor in 0..plan.rels.len() {
+        if plan.rels[anchor].table.method != PartitionMethod::Hash {
+            continue;
+        }
+        for broadcast_small in [true, false] {
+            // Nothing moved: the statement is the join step's, which refused it.
+            if let Some(moves) =
+                assign(plan, est, types, anchor, broadcast_small).filter(|m| !m.is_empty())
+            {
+                let cost: f64 = moves
+                    .iter()
+                    .map(|(i, how, _)| match how {
+                        None => est[*i].min(f64::MAX / 4.0) * nodes,
+                        Some(_) => est[*i].min(f64::MAX / 4.0),
+                    })
+                    .sum();
+                candidates.push((cost, moves));
+            }
+        }
+    }
+    candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
+    candidates
+        .into_iter()
+        .find_map(|(_, moves)| build(plan, est, moves, catalog, is_utility_function))
+}
+
+/// Each moved reference and how it moves (column, type), before any table is made.
+type Assigned = Vec<(usize, Option<(String, ColumnType)>, Option<usize>)>;
+
+/// The moves for one anchor: (reference, repartition column or broadcast, the
+/// reference whose layout it takes (the anchor)).
+fn assign(
+    plan: &RepartitionPlan,
+    est: &[f64],
+    types: &dyn Fn(usize, &str) -> Option<ColumnType>,
+    anchor: usize,
+    broadcast_small: bool,
+) -> Option<Assigned> {
+    let rels = &plan.rels;
+    let base = &rels[anchor].table;
+    let dist = |i: usize| rels[i].table.dist_column.as_ref().map(|c| c.name.clone());
+    // Staying references and the column their layout is hashed on.
+    let mut keyed: HashMap<usize, String> = HashMap::new();
+    keyed.insert(anchor, dist(anchor)?);
+    let equal = |x: usize, xc: &str, y: usize, yc: &str| {
+        plan.equalities.iter().any(|e| {
+            (e.a.0 == x && e.a.1 == xc && e.b.0 == y && e.b.1 == yc)
+                || (e.b.0 == x && e.b.1 == xc && e.a.0 == y && e.a.1 == yc)
+        })
+    };
+    let hash: Vec<usize> = (0..rels.len())
+        .filter(|i| rels[*i].table.method == PartitionMethod::Hash && *i != anchor)
+        .collect();
+    // Co-located references joined on their distribution columns stay.
+    loop {
+        let before = keyed.len();
+        for &i in &hash {
+            let t = &rels[i].table;
+            if keyed.contains_key(&i)
+                || t.colocation_id != base.colocation_id
+                || t.shards.len() != base.shards.len()
+            {
+                continue;
+            }
+            let d = dist(i)?;
+            let joins = keyed.iter().any(|(k, kc)| {
+                rels[*k].table.colocation_id == base.colocation_id
+                    && equal(i, &d, *k, kc)
+                    && Some(kc.clone()) == dist(*k)
+            });
+            if joins {
+                keyed.insert(i, d);
+            }
+        }
+        if keyed.len() == before {
+            break;
+        }
+    }
+    let mut moves: Assigned = Vec::new();
+    let mut anchor_moved = false;
+    let mut pending: Vec<usize> = hash
+        .into_iter()
+        .filter(|i| !keyed.contains_key(i))
+        .collect();
+    let hashable_same = |x: usize, xc: &str, y: usize, yc: &str| -> Option<ColumnType> {
+        let (tx, ty) = (types(x, xc)?, types(y, yc)?);
+        (tx.hashable && ty.hashable && tx.type_oid == ty.type_oid).then_some(tx)
+    };
+    while !pending.is_empty() {
+        let mut progressed = false;
+        for &i in pending.clone().iter() {
+            if broadcast_small && est[i] <= BROADCAST_MAX_ROWS {
+                moves.push((i, None, None));
+            } else {
+                // Single repartition into a staying reference's layout.
+                let onto = plan.equalities.iter().find_map(|e| {
+                    let (mine, other) = match (e.a.0 == i, e.b.0 == i) {
+                        (true, _) => (&e.a, &e.b),
+                        (_, true) => (&e.b, &e.a),
+                        _ => return None,
+                    };
+                    let key = keyed.get(&other.0)?;
+                    if *key != other.1 {
+                        return None;
+                    }
+                    let t = hashable_same(i, &mine.1, other.0, key)?;
+                    Some((mine.1.clone(), t))
+                });
+                match onto {
+                    Some((col, t)) => {
+                        keyed.insert(i, col.clone());
+                        moves.push((i, Some((col, t)), Some(anchor)));
+                    }
+                    None => continue,
+                }
+            }
+            pending.retain(|p| *p != i);
+            progressed = true;
+        }
+        if progressed {
+            continue;
+        }
+        // Dual repartition: the anchor alone re-hashed on its side of an equality.
+        if keyed.len() == 1 && !anchor_moved {
+            let dual = pending.iter().find_map(|&i| {
+                plan.equalities.iter().find_map(|e| {
+                    let (mine, other) = match (e.a.0 == i, e.b.0 == i) {
+                        (true, _) => (&e.a, &e.b),
+                        (_, true) => (&e.b, &e.a),
+                        _ => return None,
+                    };
+                    (other.0 == anchor)
+                        .then(|| hashable_same(i, &mine.1, anchor, &other.1))
+                        .flatten()
+                        .map(|t| (i, mine.1.clone(), other.1.clone(), t))
+                })
+            });
+            if let Some((i, col, anchor_col, t)) = dual {
+                anchor_moved = true;
+                keyed.insert(anchor, anchor_col.clone());
+                moves.push((anchor, Some((anchor_col, t.clone())), Some(anchor)));
+                keyed.insert(i, col.clone());
+                moves.push((i, Some((col, t)), Some(anchor)));
+                pending.retain(|p| *p != i);
+                continue;
+            }
+        }
+        // What joins nothing staying: broadcast, whatever its size.
+        let i = pending.remove(0);
+        moves.push((i, None, None));
+    }
+    Some(moves)
+}
+
+/// The synthetic tables, the renamed statement and its plan.
+fn build(
+    plan: &RepartitionPlan,
+    est: &[f64],
+    assigned: Assigned,
+    catalog: &Catalog,
+    is_utility_function: &dyn Fn(&str) -> bool,
+) -> Option<Decision> {
+    let mut overlay = catalog.clone();
+    let mut tree = plan.stmt.node.clone()?;
+    let mut moves = Vec::new();
+    for (k, (i, how, layout)) in assigned.into_iter().enumerate() {
+        let rel = &plan.rels[i];
+        let name = format!(
+            "pgs_move_{}_{}",
+            std::process::id(),
+            NEXT_MOVED.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut columns = rel.needed.clone();
+        let (method, dist_column, colocation_id, shards, kind) = match (how, layout) {
+            (Some((col, t)), Some(l)) => {
+                if !columns.contains(&col) {
+                    columns.push(col.clone());
+                }
+                let base = &plan.rels[l].table;
+                let attnum = columns.iter().position(|c| *c == col)? as i16 + 1;
+                (
+                    PartitionMethod::Hash,
+                    Some(DistColumn {
+                        name: col.clone(),
+                        attnum,
+                        type_oid: t.type_oid,
+                        collation: 0,
+                        typmod: -1,
+                        type_sql: t.definition.clone(),
+                    }),
+                    base.colocation_id,
+                    base.shards.clone(),
+                    MoveKind::Repartition {
+                        column: col,
+                        type_oid: t.type_oid,
+                    },
+                )
+            }
+            _ => {
+                if columns.is_empty() {
+                    // `count(*)` reads no column: keep the rows, by one column.
+                    columns.push(rel.table.columns.first()?.clone());
+                }
+                (
+                    PartitionMethod::Reference,
+                    None,
+                    i32::MIN,
+                    vec![ShardInterval {
+                        shard_id: 1,
+                        min: i32::MIN,
+                        max: i32::MAX,
+                        placement_groups: catalog.workers.iter().map(|w| w.group_id).collect(),
+                    }],
+                    MoveKind::Broadcast,
+                )
+            }
+        };
+        if columns.is_empty() {
+            columns.push(rel.table.columns.first()?.clone());
+        }
+        let table = Arc::new(DistTable {
+            relid: u32::MAX - k as u32,
+            schema: MOVED_SCHEMA.to_string(),
+            name,
+            method,
+            dist_column,
+            colocation_id,
+            indexer: crate::sharding::ranges::ShardIndexer::for_intervals(&shards),
+            shards,
+            columns,
+            indexes: Vec::new(),
+        });
+        overlay.add_table((*table).clone());
+        rename(&mut tree, rel, &table)?;
+        moves.push(Move {
+            rel: i,
+            kind,
+            table,
+            rows: est[i],
+            source_relid: rel.table.relid,
+        });
+    }
+    // A moved anchor (dual repartition) takes the colocation of its layout: the
+    // staying references co-located with it then no longer pair, which `assign`
+    // excludes (dual only when the anchor stays alone).
+    let text = deparse_node(&tree).ok()?;
+    let outer = statement_of(text);
+    let mut outer_plan = super::plan(&outer, &overlay, &plan.names, is_utility_function).ok()?;
+    // The combine's collation source reads the FROM clause on the coordinator node's
+    // shells: the original tables there (their columns are the moved ones' types).
+    if let Plan::MultiShard(m) = &mut outer_plan {
+        if let Some(super::MultiShardShape::Aggregate {
+            collation_source: Some(q),
+            ..
+        }) = Arc::get_mut(m).map(|m| &mut m.shape)
+        {
+            let mut by_length: Vec<&Move> = moves.iter().collect();
+            by_length.sort_by_key(|m| std::cmp::Reverse(m.table.name.len()));
+            for m in by_length {
+                let t = &plan.rels[m.rel].table;
+                *q = q.replace(
+                    &format!("{MOVED_SCHEMA}.{}", m.table.name),
+                    &format!("{}.{}", quote_ident(&t.schema), quote_ident(&t.name)),
+                );
+            }
+        }
+    }
+    match outer_plan {
+        Plan::Router(_) | Plan::MultiShard(_) => Some(Decision {
+            moves,
+            outer,
+            outer_plan,
+        }),
+        _ => None,
+    }
+}
+
+/// Renames the reference `rel` (found by its text position among the FROM items) to
+/// `table`, keeping the name the statement qualifies it with as its alias.
+fn rename(tree: &mut N, rel: &JoinRel, table: &DistTable) -> Option<()> {
+    fn visit(n: &mut protobuf::Node, at: i32, alias: &str, table: &DistTable) -> bool {
+        match n.node.as_mut() {
+            Some(N::RangeVar(rv)) if rv.location == at => {
+                rv.schemaname = table.schema.clone();
+                rv.relname = table.name.clone();
+                if rv.alias.is_none() {
+                    rv.alias = Some(protobuf::Alias {
+                        aliasname: alias.to_string(),
+                        colnames: Vec::new(),
+                    });
+                }
+                true
+            }
+            Some(N::JoinExpr(j)) => {
+                j.larg
+                    .as_deref_mut()
+                    .is_some_and(|l| visit(l, at, alias, table))
+                    || j.rarg
+                        .as_deref_mut()
+                        .is_some_and(|r| visit(r, at, alias, table))
+            }
+            _ => false,
+        }
+    }
+    let N::SelectStmt(s) = tree else {
+        return None;
+    };
+    let at = rel.rel.location as i32;
+    s.from_clause
+        .iter_mut()
+        .any(|item| visit(item, at, rel.alias(), table))
+        .then_some(())
+}
+
+/// `COPY (<source_select>) TO STDOUT` for one shard of a moved reference.
+pub fn source_copy(plan: &RepartitionPlan, m: &Move, shard_id: i64) -> PgResult<String> {
+    let hash = match &m.kind {
+        MoveKind::Repartition { column, type_oid } => Some((column.as_str(), *type_oid)),
+        MoveKind::Broadcast => None,
+    };
+    let select = source_select(plan, m.rel, &m.table.columns, hash, shard_id)?;
+    Ok(format!("COPY ({select}) TO STDOUT"))
+}
+
+/// `SELECT <columns>[, <hash of the column>] FROM <shard> AS <alias> WHERE <own
+/// conjuncts>`: a moved reference's rows on one shard (the hash last).
+pub fn source_select(
+    plan: &RepartitionPlan,
+    rel: usize,
+    columns: &[String],
+    hash: Option<(&str, Oid)>,
+    shard_id: i64,
+) -> PgResult<String> {
+    let r = &plan.rels[rel];
+    let alias = quote_ident(r.alias());
+    let mut cols: Vec<String> = columns
+        .iter()
+        .map(|c| format!("{alias}.{}", quote_ident(c)))
+        .collect();
+    if let Some((column, type_oid)) = hash {
+        let arg = format!("{alias}.{}", quote_ident(column));
+        cols.push(crate::sharding::hash::hash_sql_expression(type_oid, &arg));
+    }
+    if cols.is_empty() {
+        cols.push("1".into());
+    }
+    let skeleton = format!(
+        "SELECT {} FROM {}.{} AS {alias}",
+        cols.join(", "),
+        quote_ident(&r.table.schema),
+        quote_ident(&r.table.shard_name(shard_id)),
+    );
+    let mut parsed = crate::sql::parse::parse(&skeleton)?;
+    let mut node = parsed
+        .remove(0)
+        .node
+        .ok_or_else(|| PgError::internal("empty move query"))?;
+    if let N::SelectStmt(s) = &mut node {
+        s.where_clause = match r.own_conjuncts.len() {
+            0 => None,
+            1 => Some(Box::new(r.own_conjuncts[0].clone())),
+            _ => Some(Box::new(protobuf::Node {
+                node: Some(N::BoolExpr(Box::new(protobuf::BoolExpr {
+                    xpr: None,
+                    boolop: BoolExprType::AndExpr as i32,
+                    args: r.own_conjuncts.clone(),
+                    location: -1,
+                }))),
+            })),
+        };
+    }
+    deparse_node(&node)
+}
+
+/// What the row estimate of reference `rel` explains: its needed columns on its
+/// first shard, its own conjuncts applied (times its shard count).
+pub fn estimate_query(plan: &RepartitionPlan, rel: usize) -> PgResult<Option<String>> {
+    let r = &plan.rels[rel];
+    match r.table.shards.first() {
+        Some(first) => source_select(plan, rel, &r.needed, None, first.shard_id).map(Some),
+        None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests;

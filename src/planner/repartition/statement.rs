@@ -1,0 +1,240 @@
+//! What a join statement says for its moves (`super::plan_repartition`): which
+//! references the FROM items cover and which sit on an outer join's nullable side, the
+//! column equalities usable to pair shards, each reference's own WHERE conjuncts and
+//! the columns the statement reads of it.
+
+use crate::catalog::DistTable;
+use crate::sql::parse::RelRef;
+use pg_query::protobuf::{self, node::Node as N, BoolExprType, JoinType};
+use std::sync::Arc;
+
+use super::ColumnEquality;
+
+/// The references a FROM item covers; marks those on the nullable side of outer
+/// joins and collects the ON equalities between its two sides.
+pub(super) fn from_item(
+    n: &protobuf::Node,
+    refs: &[(RelRef, Arc<DistTable>)],
+    nullable: &mut [bool],
+    equalities: &mut Vec<ColumnEquality>,
+) -> Option<Vec<usize>> {
+    match n.node.as_ref()? {
+        N::RangeVar(rv) => {
+            if rv.alias.as_ref().is_some_and(|a| !a.colnames.is_empty()) {
+                return None;
+            }
+            let at = rv.location.max(0) as usize;
+            refs.iter()
+                .position(|(r, _)| r.location == at)
+                .map(|i| vec![i])
+        }
+        N::JoinExpr(j) if !j.is_natural => {
+            let left = from_item(j.larg.as_deref()?, refs, nullable, equalities)?;
+            let right = from_item(j.rarg.as_deref()?, refs, nullable, equalities)?;
+            let (null_left, null_right) =
+                match JoinType::try_from(j.jointype).unwrap_or(JoinType::Undefined) {
+                    JoinType::JoinInner => (false, false),
+                    JoinType::JoinLeft => (false, true),
+                    JoinType::JoinRight => (true, false),
+                    JoinType::JoinFull => (true, true),
+                    _ => return None,
+                };
+            for (side, null) in [(&left, null_left), (&right, null_right)] {
+                if null {
+                    side.iter().for_each(|i| nullable[*i] = true);
+                }
+            }
+            if let Some(q) = j.quals.as_deref() {
+                let mut on = Vec::new();
+                conjuncts(q, &mut on);
+                equalities.extend(on.iter().filter_map(|c| equality(c, refs)).filter(|e| {
+                    (left.contains(&e.a.0) && right.contains(&e.b.0))
+                        || (left.contains(&e.b.0) && right.contains(&e.a.0))
+                }));
+            }
+            for u in &j.using_clause {
+                let Some(N::String(col)) = u.node.as_ref() else {
+                    return None;
+                };
+                let having = |side: &[usize]| -> Option<usize> {
+                    let found: Vec<usize> = side
+                        .iter()
+                        .copied()
+                        .filter(|i| refs[*i].1.columns.contains(&col.sval))
+                        .collect();
+                    (found.len() == 1).then(|| found[0])
+                };
+                if let (Some(a), Some(b)) = (having(&left), having(&right)) {
+                    equalities.push(ColumnEquality {
+                        a: (a, col.sval.clone()),
+                        b: (b, col.sval.clone()),
+                    });
+                }
+            }
+            Some(left.into_iter().chain(right).collect())
+        }
+        _ => None,
+    }
+}
+
+/// `AND`ed conditions, flattened.
+pub(super) fn conjuncts(n: &protobuf::Node, out: &mut Vec<protobuf::Node>) {
+    match n.node.as_ref() {
+        Some(N::BoolExpr(b)) if b.boolop == BoolExprType::AndExpr as i32 => {
+            for a in &b.args {
+                conjuncts(a, out);
+            }
+        }
+        _ => out.push(n.clone()),
+    }
+}
+
+/// The String fields of a ColumnRef (None when it holds `*`).
+fn column_fields(cr: &protobuf::ColumnRef) -> Option<Vec<&str>> {
+    cr.fields
+        .iter()
+        .map(|f| match f.node.as_ref() {
+            Some(N::String(s)) => Some(s.sval.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Which reference and column a column reference names, when that is certain.
+fn resolve_column(
+    cr: &protobuf::ColumnRef,
+    refs: &[(RelRef, Arc<DistTable>)],
+) -> Option<(usize, String)> {
+    let fields = column_fields(cr)?;
+    let names_rel = |i: usize, q: &str| match &refs[i].0.alias {
+        Some(a) => a == q,
+        None => refs[i].0.name == q,
+    };
+    let (rel, col) = match fields.as_slice() {
+        [col] => {
+            let having: Vec<usize> = (0..refs.len())
+                .filter(|i| refs[*i].1.columns.iter().any(|c| c == col))
+                .collect();
+            match having.as_slice() {
+                [i] => (*i, *col),
+                _ => return None,
+            }
+        }
+        [.., q, col] => {
+            let found: Vec<usize> = (0..refs.len()).filter(|i| names_rel(*i, q)).collect();
+            match found.as_slice() {
+                [i] => (*i, *col),
+                _ => return None,
+            }
+        }
+        _ => return None,
+    };
+    refs[rel]
+        .1
+        .columns
+        .iter()
+        .any(|c| c == col)
+        .then(|| (rel, col.to_string()))
+}
+
+/// `x = y` between columns of two references.
+pub(super) fn equality(
+    c: &protobuf::Node,
+    refs: &[(RelRef, Arc<DistTable>)],
+) -> Option<ColumnEquality> {
+    let Some(N::AExpr(e)) = c.node.as_ref() else {
+        return None;
+    };
+    let is_eq = e.kind == protobuf::AExprKind::AexprOp as i32
+        && matches!(e.name.as_slice(), [n] if matches!(n.node.as_ref(), Some(N::String(s)) if s.sval == "="));
+    if !is_eq {
+        return None;
+    }
+    let side = |n: Option<&protobuf::Node>| match n?.node.as_ref()? {
+        N::ColumnRef(cr) => resolve_column(cr, refs),
+        _ => None,
+    };
+    let a = side(e.lexpr.as_deref())?;
+    let b = side(e.rexpr.as_deref())?;
+    (a.0 != b.0).then_some(ColumnEquality { a, b })
+}
+
+/// Whether a conjunct reads only reference `i`'s columns and nothing evaluated
+/// differently on a worker (parameters, functions, subqueries).
+pub(super) fn only_reads(c: &protobuf::Node, i: usize, refs: &[(RelRef, Arc<DistTable>)]) -> bool {
+    let mut reads_it = false;
+    let Some(node) = c.node.as_ref() else {
+        return false;
+    };
+    for (n, _, _, _) in node.nodes() {
+        match n {
+            pg_query::NodeRef::ColumnRef(cr) => match resolve_column(cr, refs) {
+                Some((r, _)) if r == i => reads_it = true,
+                _ => return false,
+            },
+            pg_query::NodeRef::ParamRef(_)
+            | pg_query::NodeRef::FuncCall(_)
+            | pg_query::NodeRef::SqlvalueFunction(_)
+            | pg_query::NodeRef::SubLink(_)
+            | pg_query::NodeRef::SelectStmt(_) => return false,
+            _ => {}
+        }
+    }
+    reads_it
+}
+
+/// The columns the statement reads of each reference (every column of one read as a
+/// whole row or through `*`). Names that resolve to no column (output names in ORDER
+/// BY) are no reads.
+pub(super) fn needed_columns(node: &N, refs: &[(RelRef, Arc<DistTable>)]) -> Vec<Vec<String>> {
+    let mut needed: Vec<Vec<String>> = vec![Vec::new(); refs.len()];
+    let names_rel = |i: usize, q: &str| match &refs[i].0.alias {
+        Some(a) => a == q,
+        None => refs[i].0.name == q,
+    };
+    for (n, _, _, _) in node.nodes() {
+        let pg_query::NodeRef::ColumnRef(cr) = n else {
+            continue;
+        };
+        let star = cr
+            .fields
+            .last()
+            .is_some_and(|f| matches!(f.node.as_ref(), Some(N::AStar(_))));
+        let strings: Vec<&str> = crate::sql::parse::string_items(&cr.fields);
+        let all_of = |i: usize, needed: &mut Vec<Vec<String>>| {
+            needed[i] = refs[i].1.columns.clone();
+        };
+        match (star, strings.as_slice()) {
+            (true, []) => (0..refs.len()).for_each(|i| all_of(i, &mut needed)),
+            (true, [.., q]) => (0..refs.len())
+                .filter(|i| names_rel(*i, q))
+                .for_each(|i| all_of(i, &mut needed)),
+            (false, [col]) => {
+                let mut any = false;
+                for (i, (_, t)) in refs.iter().enumerate() {
+                    if t.columns.iter().any(|c| c == col) {
+                        needed[i].push(col.to_string());
+                        any = true;
+                    }
+                }
+                if !any {
+                    // A whole-row reference `t`.
+                    (0..refs.len())
+                        .filter(|i| names_rel(*i, col))
+                        .for_each(|i| all_of(i, &mut needed));
+                }
+            }
+            (false, [.., q, col]) => {
+                for i in (0..refs.len()).filter(|i| names_rel(*i, q)) {
+                    needed[i].push(col.to_string());
+                }
+                // `t.c` where `c` is no column: a composite field of whole row `t`?
+                for i in (0..refs.len()).filter(|i| names_rel(*i, col)) {
+                    all_of(i, &mut needed);
+                }
+            }
+            _ => {}
+        }
+    }
+    needed
+}

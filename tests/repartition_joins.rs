@@ -1,0 +1,305 @@
+//! Joins not on the distribution columns (broadcast and repartition) answer exactly as
+//! one PostgreSQL does: a small table broadcast, a large one repartitioned onto the
+//! other's shards, both re-hashed (dual), inner and LEFT joins, three tables, a
+//! parameter, a block seeing its own writes; EXPLAIN names the strategy; the rows
+//! never pass through the coordinator node (its intermediate results are bounded to
+//! 1 kB here); and the moved tables are gone from every worker after success, error,
+//! cancel and a client that disconnects mid-query. `citus.enable_repartition_joins =
+//! off` falls back to recursive planning.
+
+mod common;
+
+use common::{cluster, plain_postgres, sqlstate_and_message};
+use std::time::{Duration, Instant};
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+type Rows = Vec<Vec<Option<String>>>;
+
+async fn rows(c: &Client, sql: &str) -> Result<Rows, tokio_postgres::Error> {
+    let mut out = unsorted(c, sql).await?;
+    out.sort();
+    Ok(out)
+}
+
+async fn unsorted(c: &Client, sql: &str) -> Result<Rows, tokio_postgres::Error> {
+    let mut out = Vec::new();
+    for m in c.simple_query(sql).await? {
+        if let SimpleQueryMessage::Row(r) = m {
+            out.push((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect());
+        }
+    }
+    Ok(out)
+}
+
+// customer: 300 rows (broadcast); orders 20,000 and lineitem 40,000 co-located by
+// order key; part 12,000 (repartitioned).
+const DROP: &str = "DROP TABLE IF EXISTS rj_orders, rj_customer, rj_lineitem, rj_part";
+const SETUP: &str = "
+CREATE TABLE rj_customer (c_custkey int PRIMARY KEY, c_name text, c_nation int);
+CREATE TABLE rj_orders (o_orderkey int PRIMARY KEY, o_custkey int, o_total numeric(12,2), o_status char(1));
+CREATE TABLE rj_lineitem (l_orderkey int, l_linenumber int, l_partkey int, l_qty int,
+                          PRIMARY KEY (l_orderkey, l_linenumber));
+CREATE TABLE rj_part (p_partkey int PRIMARY KEY, p_name text, p_size int);
+INSERT INTO rj_customer SELECT i, 'cust ' || i, i % 25 FROM generate_series(1, 300) i;
+INSERT INTO rj_orders SELECT i, CASE WHEN i % 101 = 0 THEN NULL ELSE i % 400 + 1 END,
+       (i * 37 % 10000) / 7.0, CASE WHEN i % 3 = 0 THEN 'F' ELSE 'O' END
+FROM generate_series(1, 20000) i;
+INSERT INTO rj_lineitem SELECT i / 2 + 1, i % 2, (i * 7919) % 13000 + 1, i % 50
+FROM generate_series(0, 39999) i;
+INSERT INTO rj_part SELECT i, 'part ' || i, i % 40 FROM generate_series(1, 12000) i;
+ANALYZE rj_customer, rj_orders, rj_lineitem, rj_part;
+";
+
+async fn setup() -> (Client, Client) {
+    let shard = cluster().client().await;
+    let plain = plain_postgres().client().await;
+    plain.batch_execute(DROP).await.unwrap();
+    shard.batch_execute(DROP).await.unwrap();
+    plain.batch_execute(SETUP).await.unwrap();
+    let (create, analyze) = SETUP.split_at(SETUP.find("INSERT").unwrap());
+    shard.batch_execute(create).await.unwrap();
+    for call in [
+        "SELECT create_distributed_table('rj_customer', 'c_custkey')",
+        "SELECT create_distributed_table('rj_orders', 'o_orderkey')",
+        "SELECT create_distributed_table('rj_lineitem', 'l_orderkey', colocate_with => 'rj_orders')",
+        "SELECT create_distributed_table('rj_part', 'p_partkey')",
+    ] {
+        shard.batch_execute(call).await.unwrap();
+    }
+    shard.batch_execute(analyze).await.unwrap();
+    (shard, plain)
+}
+
+async fn same(shard: &Client, plain: &Client, sql: &str) {
+    let a = rows(shard, sql)
+        .await
+        .unwrap_or_else(|e| panic!("pgshard: {sql}: {e:?}"));
+    let b = rows(plain, sql)
+        .await
+        .unwrap_or_else(|e| panic!("plain: {sql}: {e:?}"));
+    assert_eq!(a.len(), b.len(), "{sql}");
+    assert_eq!(a, b, "{sql}");
+    assert!(!b.is_empty(), "{sql} returned nothing");
+}
+
+/// The EXPLAIN lines of `sql` through pgshard.
+async fn explain(shard: &Client, sql: &str) -> String {
+    unsorted(shard, &format!("EXPLAIN (COSTS off) {sql}"))
+        .await
+        .unwrap_or_else(|e| panic!("EXPLAIN {sql}: {e:?}"))
+        .into_iter()
+        .map(|r| r[0].clone().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+const BROADCAST: &[&str] = &[
+    "SELECT o.o_orderkey, c.c_name FROM rj_orders o JOIN rj_customer c ON o.o_custkey = c.c_custkey \
+     WHERE c.c_nation = 3 AND o.o_orderkey < 3000",
+    "SELECT count(*), sum(o.o_total), min(c.c_name), max(o.o_status) FROM rj_orders o \
+     JOIN rj_customer c ON c.c_custkey = o.o_custkey WHERE c.c_nation < 5",
+    "SELECT o.o_orderkey, c.c_name FROM rj_orders o LEFT JOIN rj_customer c \
+     ON o.o_custkey = c.c_custkey WHERE o.o_orderkey < 700",
+    "SELECT count(*), sum(l.l_qty) FROM rj_lineitem l JOIN rj_orders o ON l.l_orderkey = o.o_orderkey \
+     JOIN rj_customer c ON c.c_custkey = o.o_custkey WHERE c.c_nation < 5",
+];
+
+const REPARTITION: &[&str] = &[
+    "SELECT l.l_orderkey, l.l_linenumber, p.p_name FROM rj_lineitem l JOIN rj_part p \
+     ON l.l_partkey = p.p_partkey WHERE p.p_size = 3",
+    "SELECT count(*), sum(l.l_qty), max(p.p_name) FROM rj_lineitem l, rj_part p \
+     WHERE p.p_partkey = l.l_partkey AND l.l_qty > 10",
+    // Customer is the preserved side: never broadcast, orders come to it.
+    "SELECT c.c_custkey, o.o_orderkey FROM rj_customer c LEFT JOIN rj_orders o \
+     ON o.o_custkey = c.c_custkey AND o.o_total > 1400",
+    // Dual: neither side on its distribution column.
+    "SELECT count(*), sum(p.p_size), sum(l.l_linenumber) FROM rj_part p JOIN rj_lineitem l \
+     ON p.p_size = l.l_qty WHERE p.p_partkey < 11000",
+];
+
+/// One test: both parts use the same tables.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repartition_joins() {
+    let (shard, plain) = setup().await;
+    answers_and_strategies(&shard, &plain).await;
+    moved_tables_are_cleaned_up(&shard, &plain).await;
+}
+
+async fn answers_and_strategies(shard: &Client, plain: &Client) {
+    for sql in BROADCAST.iter().chain(REPARTITION) {
+        same(&shard, &plain, sql).await;
+    }
+    // EXPLAIN names the strategy and the rows each moved table brings.
+    let e = explain(&shard, BROADCAST[0]).await;
+    assert!(e.contains("Broadcast rj_customer"), "{e}");
+    // A selective filter makes part small: broadcast; unfiltered it is not.
+    let e = explain(&shard, REPARTITION[0]).await;
+    assert!(e.contains("Broadcast rj_part"), "{e}");
+    let e = explain(&shard, REPARTITION[1]).await;
+    assert!(e.contains("Repartition rj_lineitem on l_partkey"), "{e}");
+    println!("{e}");
+    let e = explain(&shard, REPARTITION[3]).await;
+    assert!(e.contains("Repartition rj_part on p_size"), "{e}");
+    assert!(e.contains("Repartition rj_lineitem on l_qty"), "{e}");
+
+    // A parameter (extended protocol) and a block seeing its own writes.
+    let sql = "SELECT count(*) FROM rj_orders o JOIN rj_part p ON o.o_custkey = p.p_partkey \
+               WHERE p.p_size = $1";
+    let a: i64 = shard.query_one(sql, &[&7i32]).await.unwrap().get(0);
+    let b: i64 = plain.query_one(sql, &[&7i32]).await.unwrap().get(0);
+    assert_eq!(a, b);
+    let block = "INSERT INTO rj_customer VALUES (301, 'late', 3); \
+                 UPDATE rj_orders SET o_custkey = 301 WHERE o_orderkey < 20;";
+    for c in [&shard, &plain] {
+        c.batch_execute("BEGIN").await.unwrap();
+        c.batch_execute(block).await.unwrap();
+    }
+    same(&shard, &plain, BROADCAST[0]).await;
+    same(&shard, &plain, REPARTITION[2]).await;
+    for c in [&shard, &plain] {
+        c.batch_execute("ROLLBACK").await.unwrap();
+    }
+
+    // No row through the coordinator node: its intermediate results may hold 1 kB.
+    shard
+        .batch_execute("SET citus.max_intermediate_result_size = '1kB'")
+        .await
+        .unwrap();
+    same(&shard, &plain, REPARTITION[1]).await;
+    same(&shard, &plain, REPARTITION[2]).await;
+    same(&shard, &plain, BROADCAST[2]).await;
+    // Off: recursive planning pulls the tables through the coordinator node.
+    shard
+        .batch_execute("SET citus.enable_repartition_joins = off")
+        .await
+        .unwrap();
+    let off = rows(&shard, "SHOW citus.enable_repartition_joins")
+        .await
+        .unwrap();
+    assert_eq!(off, vec![vec![Some("off".to_string())]]);
+    let err = rows(&shard, REPARTITION[1]).await.unwrap_err();
+    assert_eq!(sqlstate_and_message(&err).0, "54000");
+    shard
+        .batch_execute(
+            "RESET citus.enable_repartition_joins; RESET citus.max_intermediate_result_size",
+        )
+        .await
+        .unwrap();
+    assert_no_moved_tables().await;
+}
+
+/// No table in pgshard_intermediate on any worker, and no worker transaction still
+/// holding one (a session's moved tables go with its transaction).
+async fn assert_no_moved_tables() {
+    let cl = cluster();
+    for port in cl.worker_ports.iter().copied() {
+        let c = cl.direct(port).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let tables: i64 = c
+                .query_one(
+                    "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                     WHERE n.nspname = 'pgshard_intermediate'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            let holding: i64 = c
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() \
+                     AND state <> 'idle' AND query LIKE '%pgs_move_%'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if tables == 0 && holding == 0 {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let what = unsorted(&c, "SELECT state, left(query, 200) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND state <> 'idle' AND query LIKE '%pgs_move_%'").await.unwrap();
+                panic!("worker {port}: {tables} moved tables, {holding} transactions holding some: {what:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// A join with a moved table that runs for a few seconds: each of its ~1,000 output
+/// rows sleeps 10 ms. (A node still running its tasks after the statement failed on
+/// another finishes them, then the block's rollback removes its moved tables.)
+const SLOW: &str =
+    "SELECT count(*) FROM rj_lineitem l JOIN rj_part p ON l.l_partkey = p.p_partkey \
+                    WHERE p.p_size = 3 AND pg_sleep(0.01) IS NOT NULL";
+
+async fn moved_tables_are_cleaned_up(shard: &Client, plain: &Client) {
+    // Success.
+    same(&shard, &plain, REPARTITION[1]).await;
+    assert_no_moved_tables().await;
+    // An error after the moves (on the workers' join).
+    let bad = "SELECT count(*) FROM rj_orders o JOIN rj_part p ON o.o_custkey = p.p_partkey \
+               WHERE o.o_total / (p.p_size - p.p_size) > 0";
+    let e1 = rows(&shard, bad).await.unwrap_err();
+    let e2 = rows(&plain, bad).await.unwrap_err();
+    assert_eq!(sqlstate_and_message(&e1).0, sqlstate_and_message(&e2).0);
+    assert_no_moved_tables().await;
+    same(&shard, &plain, REPARTITION[1]).await;
+
+    // Cancel (CancelRequest) mid-query.
+    let c = cluster().client().await;
+    let token = c.cancel_token();
+    let run = tokio::spawn(async move { rows(&c, SLOW).await.map(drop) });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    token.cancel_query(NoTls).await.unwrap();
+    let err = run.await.unwrap().unwrap_err();
+    assert_eq!(sqlstate_and_message(&err).0, "57014", "{err:?}");
+    assert_no_moved_tables().await;
+
+    // pg_cancel_backend of the worker's backend running the join.
+    let c = cluster().client().await;
+    let run = tokio::spawn(async move { rows(&c, SLOW).await.map(drop) });
+    let cl = cluster();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut cancelled = false;
+    while !cancelled && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        for port in cl.worker_ports.iter().copied() {
+            let w = cl.direct(port).await;
+            let n: i64 = w
+                .query_one(
+                    "SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity \
+                     WHERE query LIKE '%pg_sleep%' AND query LIKE '%pgs_move_%' \
+                     AND state = 'active' AND pid <> pg_backend_pid()",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            cancelled |= n > 0;
+        }
+    }
+    assert!(cancelled, "no worker backend ran the join");
+    let err = run.await.unwrap().unwrap_err();
+    assert_eq!(sqlstate_and_message(&err).0, "57014", "{err:?}");
+    assert_no_moved_tables().await;
+
+    // A client that disconnects mid-query.
+    let (c, conn) = {
+        let mut cfg = tokio_postgres::Config::new();
+        cfg.host(&cl.host)
+            .port(cl.port)
+            .user(&cl.user)
+            .password(&cl.password)
+            .dbname(&cl.database);
+        cfg.connect(NoTls).await.unwrap()
+    };
+    let conn_task = tokio::spawn(conn);
+    let run = tokio::spawn(async move { rows(&c, SLOW).await.map(drop) });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    conn_task.abort();
+    run.abort();
+    assert_no_moved_tables().await;
+    // The server is still up.
+    same(&shard, &plain, BROADCAST[1]).await;
+}
