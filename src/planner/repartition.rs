@@ -488,22 +488,39 @@ fn build(
     let text = deparse_node(&tree).ok()?;
     let outer = statement_of(text);
     let mut outer_plan = super::plan(&outer, &overlay, &plan.names, is_utility_function).ok()?;
-    // The combine's collation source reads the FROM clause on the coordinator node's
-    // shells: the original tables there (their columns are the moved ones' types).
+    // The combine step's coordinator-side queries (the collation source, each combine
+    // stage's worker query typed over the shells) read the FROM clause on the
+    // coordinator node's shells: the original tables there (their columns are the
+    // moved ones' types).
     if let Plan::MultiShard(m) = &mut outer_plan {
-        if let Some(super::MultiShardShape::Aggregate {
-            collation_source: Some(q),
-            ..
-        }) = Arc::get_mut(m).map(|m| &mut m.shape)
-        {
+        if let Some(m) = Arc::get_mut(m) {
             let mut by_length: Vec<&Move> = moves.iter().collect();
             by_length.sort_by_key(|m| std::cmp::Reverse(m.table.name.len()));
-            for m in by_length {
-                let t = &plan.rels[m.rel].table;
-                *q = q.replace(
-                    &format!("{MOVED_SCHEMA}.{}", m.table.name),
-                    &format!("{}.{}", quote_ident(&t.schema), quote_ident(&t.name)),
-                );
+            let to_shells = |q: &mut String| {
+                for mv in &by_length {
+                    let t = &plan.rels[mv.rel].table;
+                    let original = format!("{}.{}", quote_ident(&t.schema), quote_ident(&t.name));
+                    // Written bare (deparsed) or always quoted (`ShardSqlTemplate::for_shells`).
+                    for moved in [
+                        format!("\"{MOVED_SCHEMA}\".\"{}\"", mv.table.name),
+                        format!("{MOVED_SCHEMA}.{}", mv.table.name),
+                    ] {
+                        *q = q.replace(&moved, &original);
+                    }
+                }
+            };
+            if let super::MultiShardShape::Aggregate {
+                collation_source: Some(q),
+                ..
+            } = &mut m.shape
+            {
+                to_shells(q);
+            }
+            if let Some(c) = m.combine.as_mut().and_then(Arc::get_mut) {
+                if let Some(stage) = c.partial.as_mut() {
+                    to_shells(&mut stage.shape);
+                }
+                to_shells(&mut c.raw.shape);
             }
         }
     }
