@@ -566,7 +566,11 @@ fn other_shapes_pull_the_rows_they_read() {
         Plan::Recursive(r) => {
             assert_eq!(r.subplans.len(), 2);
             for s in &r.subplans {
-                assert!(s.stmt.text.starts_with("SELECT k, v FROM"), "{}", s.stmt.text);
+                assert!(
+                    s.stmt.text.starts_with("SELECT k, v FROM"),
+                    "{}",
+                    s.stmt.text
+                );
             }
         }
         other => panic!("{other:?}"),
