@@ -157,6 +157,28 @@ fn output_named(n: &protobuf::Node, outputs: &[String]) -> Option<usize> {
     }
 }
 
+/// [`visit`] over what the coordinator's query reads ([`visit_read_parts`]) and its
+/// ORDER BY keys, except a key naming an output column (it stays so).
+fn visit_coordinator_parts(
+    coord: &mut protobuf::SelectStmt,
+    outputs: &[String],
+    rewrite: &mut dyn FnMut(&mut protobuf::Node, bool) -> bool,
+) {
+    visit_read_parts(coord, false, rewrite);
+    for item in coord.sort_clause.iter_mut() {
+        if let Some(N::SortBy(sb)) = item.node.as_mut() {
+            if sb
+                .node
+                .as_deref()
+                .is_some_and(|k| output_named(k, outputs).is_some())
+            {
+                continue;
+            }
+        }
+        visit(item, false, rewrite);
+    }
+}
+
 /// The worker query as a template over the shards, and its shape over the shells.
 fn worker_stage(
     worker: &protobuf::SelectStmt,
@@ -537,20 +559,7 @@ fn raw_stage(s: &protobuf::SelectStmt, sc: &JoinScope) -> Result<CombineStage, S
         }
         false
     };
-    visit_read_parts(&mut coord, false, &mut rewrite);
-    // ORDER BY an output column's name stays so; other keys read columns.
-    for item in coord.sort_clause.iter_mut() {
-        if let Some(N::SortBy(sb)) = item.node.as_mut() {
-            if sb
-                .node
-                .as_deref()
-                .is_some_and(|k| output_named(k, &outputs).is_some())
-            {
-                continue;
-            }
-        }
-        visit(item, false, &mut rewrite);
-    }
+    visit_coordinator_parts(&mut coord, &outputs, &mut rewrite);
     if let Some(f) = failure {
         return Err(f);
     }
@@ -637,19 +646,7 @@ fn partial_stage(s: &protobuf::SelectStmt, sc: &JoinScope) -> Result<Option<Comb
         }
         false
     };
-    visit_read_parts(&mut coord, false, &mut rewrite);
-    for item in coord.sort_clause.iter_mut() {
-        if let Some(N::SortBy(sb)) = item.node.as_mut() {
-            if sb
-                .node
-                .as_deref()
-                .is_some_and(|k| output_named(k, &outputs).is_some())
-            {
-                continue;
-            }
-        }
-        visit(item, false, &mut rewrite);
-    }
+    visit_coordinator_parts(&mut coord, &outputs, &mut rewrite);
     if !ok || (calls.is_empty() && groups.is_empty()) {
         return Ok(None);
     }
