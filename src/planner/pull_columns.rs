@@ -50,6 +50,11 @@ impl NeededColumns {
         for (n, _, _, _) in root.nodes() {
             match n {
                 NodeRef::JoinExpr(j) if j.is_natural => needed.all = true,
+                NodeRef::RangeVar(rv)
+                    if rv.alias.as_ref().is_some_and(|a| !a.colnames.is_empty()) =>
+                {
+                    needed.all = true
+                }
                 NodeRef::JoinExpr(j) => {
                     for u in &j.using_clause {
                         if let Some(N::String(s)) = u.node.as_ref() {
@@ -61,6 +66,32 @@ impl NeededColumns {
             }
         }
         needed
+    }
+
+    /// The columns of `table` the statement needs, in the table's order, for a
+    /// reference named `name` (its alias, else its relation name `relname`): None for
+    /// whole rows.
+    pub(super) fn columns_of(
+        &self,
+        name: &str,
+        relname: &str,
+        table: &DistTable,
+    ) -> Option<Vec<String>> {
+        let whole_rows = self.all
+            || [name, relname]
+                .iter()
+                .any(|n| self.starred.contains(*n) || self.names.contains(*n));
+        if whole_rows {
+            return None;
+        }
+        Some(
+            table
+                .columns
+                .iter()
+                .filter(|c| self.names.contains(*c))
+                .cloned()
+                .collect(),
+        )
     }
 
     /// The select list pulling `rv` (a reference to `table`): its needed columns in
@@ -75,24 +106,15 @@ impl NeededColumns {
             .as_ref()
             .map(|a| a.aliasname.as_str())
             .unwrap_or(rv.relname.as_str());
-        let whole_rows = self.all
-            || rv.alias.as_ref().is_some_and(|a| !a.colnames.is_empty())
-            || [name, rv.relname.as_str()]
-                .iter()
-                .any(|n| self.starred.contains(*n) || self.names.contains(*n));
-        if whole_rows {
+        if rv.alias.as_ref().is_some_and(|a| !a.colnames.is_empty()) {
             return None;
         }
-        let mut columns: Vec<&String> = table
-            .columns
-            .iter()
-            .filter(|c| self.names.contains(*c))
-            .collect();
+        let mut columns = self.columns_of(name, &rv.relname, table)?;
         // No column named (`count(*)` over a join): one keeps the rows.
         if columns.is_empty() {
-            columns.extend(table.columns.first());
+            columns.extend(table.columns.first().cloned());
         }
-        Some(columns.into_iter().map(|c| column_target(c)).collect())
+        Some(columns.iter().map(|c| column_target(c)).collect())
     }
 }
 

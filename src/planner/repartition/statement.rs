@@ -183,58 +183,17 @@ pub(super) fn only_reads(c: &protobuf::Node, i: usize, refs: &[(RelRef, Arc<Dist
     reads_it
 }
 
-/// The columns the statement reads of each reference (every column of one read as a
-/// whole row or through `*`). Names that resolve to no column (output names in ORDER
-/// BY) are no reads.
+/// The columns each reference's moved table must carry: those the statement names
+/// (`pull_columns::NeededColumns`, the one reading of a statement's columns; every
+/// column for whole-row uses).
 pub(super) fn needed_columns(node: &N, refs: &[(RelRef, Arc<DistTable>)]) -> Vec<Vec<String>> {
-    let mut needed: Vec<Vec<String>> = vec![Vec::new(); refs.len()];
-    let names_rel = |i: usize, q: &str| match &refs[i].0.alias {
-        Some(a) => a == q,
-        None => refs[i].0.name == q,
-    };
-    for (n, _, _, _) in node.nodes() {
-        let pg_query::NodeRef::ColumnRef(cr) = n else {
-            continue;
-        };
-        let star = cr
-            .fields
-            .last()
-            .is_some_and(|f| matches!(f.node.as_ref(), Some(N::AStar(_))));
-        let strings: Vec<&str> = crate::sql::parse::string_items(&cr.fields);
-        let all_of = |i: usize, needed: &mut Vec<Vec<String>>| {
-            needed[i] = refs[i].1.columns.clone();
-        };
-        match (star, strings.as_slice()) {
-            (true, []) => (0..refs.len()).for_each(|i| all_of(i, &mut needed)),
-            (true, [.., q]) => (0..refs.len())
-                .filter(|i| names_rel(*i, q))
-                .for_each(|i| all_of(i, &mut needed)),
-            (false, [col]) => {
-                let mut any = false;
-                for (i, (_, t)) in refs.iter().enumerate() {
-                    if t.columns.iter().any(|c| c == col) {
-                        needed[i].push(col.to_string());
-                        any = true;
-                    }
-                }
-                if !any {
-                    // A whole-row reference `t`.
-                    (0..refs.len())
-                        .filter(|i| names_rel(*i, col))
-                        .for_each(|i| all_of(i, &mut needed));
-                }
-            }
-            (false, [.., q, col]) => {
-                for i in (0..refs.len()).filter(|i| names_rel(*i, q)) {
-                    needed[i].push(col.to_string());
-                }
-                // `t.c` where `c` is no column: a composite field of whole row `t`?
-                for i in (0..refs.len()).filter(|i| names_rel(*i, col)) {
-                    all_of(i, &mut needed);
-                }
-            }
-            _ => {}
-        }
-    }
-    needed
+    let needed = super::super::pull_columns::NeededColumns::of(node);
+    refs.iter()
+        .map(|(r, t)| {
+            let name = r.alias.as_deref().unwrap_or(&r.name);
+            needed
+                .columns_of(name, &r.name, t)
+                .unwrap_or_else(|| t.columns.clone())
+        })
+        .collect()
 }
