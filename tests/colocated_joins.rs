@@ -8,20 +8,8 @@
 
 mod common;
 
-use common::{cluster, plain_postgres};
-use tokio_postgres::{Client, SimpleQueryMessage};
-
-type Rows = Vec<Vec<Option<String>>>;
-
-async fn rows(c: &Client, sql: &str) -> Result<Rows, tokio_postgres::Error> {
-    let mut out = Vec::new();
-    for m in c.simple_query(sql).await? {
-        if let SimpleQueryMessage::Row(r) = m {
-            out.push((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect());
-        }
-    }
-    Ok(out)
-}
+use common::{assert_same_rows, cluster, plain_postgres, simple_rows as rows};
+use tokio_postgres::Client;
 
 const SETUP: &str = "
 DROP TABLE IF EXISTS cj_orders, cj_lineitem, cj_part, cj_partsupp, cj_nation;
@@ -75,14 +63,7 @@ async fn setup() -> (Client, Client) {
 /// The same rows in the same order on both, at least one row, and pushed down: no
 /// table pulled into an intermediate result.
 async fn same_and_pushed(shard: &Client, plain: &Client, sql: &str) {
-    let a = rows(shard, sql)
-        .await
-        .unwrap_or_else(|e| panic!("pgshard: {sql}: {e:?}"));
-    let b = rows(plain, sql)
-        .await
-        .unwrap_or_else(|e| panic!("plain: {sql}: {e:?}"));
-    assert_eq!(a, b, "{sql}");
-    assert!(!b.is_empty(), "{sql} returned nothing");
+    assert_same_rows(shard, plain, sql).await;
     let plan: Vec<String> = rows(shard, &format!("EXPLAIN (COSTS OFF) {sql}"))
         .await
         .unwrap_or_else(|e| panic!("EXPLAIN {sql}: {e:?}"))

@@ -9,25 +9,15 @@
 
 mod common;
 
-use common::{cluster, plain_postgres, sqlstate_and_message};
+use common::{cluster, plain_postgres, simple_rows as unsorted, sqlstate_and_message};
 use std::time::{Duration, Instant};
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, NoTls};
 
 type Rows = Vec<Vec<Option<String>>>;
 
 async fn rows(c: &Client, sql: &str) -> Result<Rows, tokio_postgres::Error> {
     let mut out = unsorted(c, sql).await?;
     out.sort();
-    Ok(out)
-}
-
-async fn unsorted(c: &Client, sql: &str) -> Result<Rows, tokio_postgres::Error> {
-    let mut out = Vec::new();
-    for m in c.simple_query(sql).await? {
-        if let SimpleQueryMessage::Row(r) = m {
-            out.push((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect());
-        }
-    }
     Ok(out)
 }
 

@@ -425,3 +425,36 @@ pub fn sqlstate_and_message(e: &tokio_postgres::Error) -> (String, String) {
         None => ("connection".into(), e.to_string()),
     }
 }
+
+/// A statement's rows over the simple protocol, every value as text.
+#[allow(dead_code)]
+pub async fn simple_rows(
+    c: &tokio_postgres::Client,
+    sql: &str,
+) -> Result<Vec<Vec<Option<String>>>, tokio_postgres::Error> {
+    let mut out = Vec::new();
+    for m in c.simple_query(sql).await? {
+        if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
+            out.push((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect());
+        }
+    }
+    Ok(out)
+}
+
+/// The same rows in the same order through pgshard and on the plain PostgreSQL, and at
+/// least one: a statement that answers nothing proves nothing.
+#[allow(dead_code)]
+pub async fn assert_same_rows(
+    shard: &tokio_postgres::Client,
+    plain: &tokio_postgres::Client,
+    sql: &str,
+) {
+    let a = simple_rows(shard, sql)
+        .await
+        .unwrap_or_else(|e| panic!("pgshard: {sql}: {e:?}"));
+    let b = simple_rows(plain, sql)
+        .await
+        .unwrap_or_else(|e| panic!("plain: {sql}: {e:?}"));
+    assert_eq!(a, b, "{sql}");
+    assert!(!b.is_empty(), "{sql} returned nothing");
+}
