@@ -42,7 +42,10 @@ fn non_colocated_and_non_distribution_joins_repartition() {
     assert!(matches!(*p.fallback, Plan::Recursive(_)));
     let p = repartition_plan("SELECT a.v FROM a JOIN b ON a.v = b.b_only WHERE b.v > 3");
     // A name counts for every table that has such a column (a superset).
-    assert_eq!(p.rels[1].needed, vec!["v".to_string(), "b_only".to_string()]);
+    assert_eq!(
+        p.rels[1].needed,
+        vec!["v".to_string(), "b_only".to_string()]
+    );
     assert_eq!(p.rels[0].needed, vec!["v".to_string()]);
     assert_eq!(p.rels[1].own_conjuncts.len(), 1);
 }
