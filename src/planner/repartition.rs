@@ -70,6 +70,10 @@ pub struct JoinRel {
     /// Other references of the same table under the same name that one move serves
     /// with it (`merged_references`): renamed with it.
     pub also: Vec<RelRef>,
+    /// Its columns that a correlated subquery compares with each row of the query
+    /// around it (`l_partkey` of TPC-H Q17's inner `lineitem`): a moved table is
+    /// probed by them once per outer row, so they are worth an index there.
+    pub probed: Vec<String>,
 }
 
 impl JoinRel {
@@ -276,6 +280,12 @@ fn merged_references(
                     .collect(),
                 own_conjuncts,
                 also: members[1..].iter().map(|m| refs[*m].0.clone()).collect(),
+                probed: t
+                    .columns
+                    .iter()
+                    .filter(|c| members.iter().any(|m| shape.probed[*m].contains(*c)))
+                    .cloned()
+                    .collect(),
             }
         })
         .collect();

@@ -30,6 +30,9 @@ pub(super) struct Shape {
     pub equalities: Vec<ColumnEquality>,
     /// Each reference's own conjuncts (none when nullable).
     pub own: Vec<Vec<protobuf::Node>>,
+    /// Each reference's columns a correlated equality of its level compares with a
+    /// column of an enclosing level (looked up once per outer row).
+    pub probed: Vec<Vec<String>>,
 }
 
 /// The shape of `s` and the subqueries in it, or None when some level is not a plain
@@ -39,6 +42,7 @@ pub(super) fn shape(s: &protobuf::SelectStmt, refs: &[(RelRef, Arc<DistTable>)])
     let mut out = Shape {
         nullable: vec![false; refs.len()],
         own: vec![Vec::new(); refs.len()],
+        probed: vec![Vec::new(); refs.len()],
         ..Shape::default()
     };
     level(s, &[], refs, &mut out)?;
@@ -78,11 +82,20 @@ fn level(
     if let Some(w) = s.where_clause.as_deref() {
         conjuncts(w, &mut where_conjuncts);
     }
-    out.equalities.extend(
-        where_conjuncts
-            .iter()
-            .filter_map(|c| equality(c, refs, &scope_refs)),
-    );
+    for e in where_conjuncts
+        .iter()
+        .filter_map(|c| equality(c, refs, &scope_refs))
+    {
+        for (mine, other) in [(&e.a, &e.b), (&e.b, &e.a)] {
+            if here.contains(&mine.0)
+                && !here.contains(&other.0)
+                && !out.probed[mine.0].contains(&mine.1)
+            {
+                out.probed[mine.0].push(mine.1.clone());
+            }
+        }
+        out.equalities.push(e);
+    }
     for &i in &here {
         if !out.nullable[i] {
             out.own[i] = where_conjuncts

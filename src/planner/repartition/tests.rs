@@ -97,6 +97,8 @@ fn references_inside_subqueries_move() {
     let p = repartition_plan(sql);
     assert_eq!(p.rels.len(), 2);
     assert_eq!(p.rels[1].own_conjuncts.len(), 1);
+    assert_eq!(p.rels[1].probed, vec!["v".to_string()]);
+    assert!(p.rels[0].probed.is_empty());
     let d = decided(sql, &[1e6, 1e6]);
     assert_eq!(d.moves.len(), 1);
     assert_eq!(d.moves[0].rel, 1);
