@@ -173,6 +173,12 @@ impl Mux {
         }
     }
 
+    /// How long the oldest batch not answered yet has waited.
+    fn oldest_wait(&self) -> Option<Duration> {
+        let s = self.state.lock().unwrap();
+        s.waiting.front().map(|w| w.since.elapsed())
+    }
+
     fn is_broken(&self) -> bool {
         self.state.lock().unwrap().broken
     }
@@ -252,6 +258,7 @@ async fn read_loop(
     _slot: OwnedSemaphorePermit,
 ) {
     let mut frames = Vec::new();
+    let limit = super::health::settings().unresponsive;
     loop {
         loop {
             match decode_frame(&mut rbuf, usize::MAX >> 1) {
@@ -272,7 +279,20 @@ async fn read_loop(
         if rbuf.capacity() - rbuf.len() < 4096 {
             rbuf.reserve(16 * 1024);
         }
-        match rd.read_buf(&mut rbuf).await {
+        let read = match tokio::time::timeout(limit, rd.read_buf(&mut rbuf)).await {
+            Ok(read) => read,
+            Err(_) => {
+                // Silent for `node_timeout_ms`: unresponsive if a batch waits on it and
+                // the node answers no new connection either (`health`).
+                if mux.oldest_wait().is_some_and(|w| w >= limit)
+                    && !super::health::answers(&mux.addr).await
+                {
+                    return mux.fail(super::health::unresponsive_error(&mux.addr));
+                }
+                continue;
+            }
+        };
+        match read {
             Ok(n) if n > 0 => {}
             Ok(_) => return mux.fail(lost(&mux.addr, "closed unexpectedly")),
             Err(e) => return mux.fail(lost(&mux.addr, &e.to_string())),
