@@ -102,7 +102,7 @@ pub struct Config {
     /// checks the node with a new connection; when that gets no answer within the same
     /// time either, the node is unresponsive and the statement fails (08006). A node
     /// that answers is running a long statement, which is left to run
-    /// (`backend::health`).
+    /// (`backend::health`). 0: never (a statement waits on a silent node for good).
     #[serde(default = "default_node_timeout")]
     pub node_timeout_ms: u64,
     /// Most milliseconds opening a node connection may take (connect, startup,

@@ -478,7 +478,9 @@ impl BackendConn {
     /// goes on while it answers new connections (a long statement), else it fails
     /// with 08006 and the connection is broken.
     pub async fn receive(&mut self) -> PgResult<()> {
-        let limit = super::health::settings().unresponsive;
+        let Some(limit) = super::health::settings().unresponsive else {
+            return self.receive_unlimited().await;
+        };
         loop {
             if let Ok(r) = tokio::time::timeout(limit, self.receive_unlimited()).await {
                 return r;

@@ -30,8 +30,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 pub struct NodeTimeouts {
     /// Opening a connection, up to its first ReadyForQuery.
     pub connect: Duration,
-    /// Silence of a node with a statement waiting before it is probed.
-    pub unresponsive: Duration,
+    /// Silence of a node with a statement waiting before it is probed (None: never,
+    /// `node_timeout_ms = 0`).
+    pub unresponsive: Option<Duration>,
     pub keepalive_idle: Duration,
     pub keepalive_interval: Duration,
     pub keepalive_count: u32,
@@ -44,11 +45,11 @@ impl Default for NodeTimeouts {
     fn default() -> Self {
         NodeTimeouts {
             connect: Duration::from_millis(crate::config::DEFAULT_NODE_CONNECT_TIMEOUT_MS),
-            unresponsive: Duration::from_millis(crate::config::DEFAULT_NODE_TIMEOUT_MS),
+            unresponsive: Some(Duration::from_millis(
+                crate::config::DEFAULT_NODE_TIMEOUT_MS,
+            )),
             keepalive_idle: Duration::from_secs(crate::config::DEFAULT_KEEPALIVE_IDLE_SECS),
-            keepalive_interval: Duration::from_secs(
-                crate::config::DEFAULT_KEEPALIVE_INTERVAL_SECS,
-            ),
+            keepalive_interval: Duration::from_secs(crate::config::DEFAULT_KEEPALIVE_INTERVAL_SECS),
             keepalive_count: crate::config::DEFAULT_KEEPALIVE_COUNT,
             probe_user: "postgres".into(),
             probe_database: "postgres".into(),
@@ -62,7 +63,7 @@ static SETTINGS: OnceLock<NodeTimeouts> = OnceLock::new();
 pub fn configure(cfg: &Config) {
     let _ = SETTINGS.set(NodeTimeouts {
         connect: Duration::from_millis(cfg.node_connect_timeout_ms.max(1)),
-        unresponsive: Duration::from_millis(cfg.node_timeout_ms.max(1)),
+        unresponsive: (cfg.node_timeout_ms > 0).then(|| Duration::from_millis(cfg.node_timeout_ms)),
         keepalive_idle: Duration::from_secs(cfg.node_keepalive_idle_secs.max(1)),
         keepalive_interval: Duration::from_secs(cfg.node_keepalive_interval_secs.max(1)),
         keepalive_count: cfg.node_keepalive_count.max(1),
@@ -94,7 +95,7 @@ pub fn set_keepalive(tcp: &tokio::net::TcpStream) -> std::io::Result<()> {
 /// for half the timeout (a node frozen just after answering is found within one more
 /// timeout), "answers nothing" for the whole timeout.
 fn verdict_kept(alive: bool) -> Duration {
-    let t = settings().unresponsive;
+    let t = settings().unresponsive.unwrap_or_default();
     if alive {
         t / 2
     } else {
@@ -112,13 +113,16 @@ pub async fn answers(addr: &NodeAddr) -> bool {
         return alive;
     }
     let s = settings();
-    let alive = tokio::time::timeout(s.unresponsive, probe(addr, s))
+    let Some(limit) = s.unresponsive else {
+        return true;
+    };
+    let alive = tokio::time::timeout(limit, probe(addr, s))
         .await
         .unwrap_or(false);
     if !alive {
         tracing::warn!(
             "node {addr} answered nothing for {} ms, and no new connection either: unresponsive",
-            s.unresponsive.as_millis()
+            limit.as_millis()
         );
     }
     VERDICTS
@@ -171,7 +175,7 @@ async fn probe(addr: &NodeAddr, s: &NodeTimeouts) -> bool {
 
 /// The error of a statement whose node was declared unresponsive.
 pub fn unresponsive_error(addr: &NodeAddr) -> PgError {
-    let ms = settings().unresponsive.as_millis();
+    let ms = settings().unresponsive.unwrap_or_default().as_millis();
     let mut e = PgError::new(
         sqlstate::CONNECTION_FAILURE,
         format!("node {addr} is not responding: nothing received for {ms} ms and no new connection answered"),

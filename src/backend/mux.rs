@@ -17,6 +17,12 @@
 //! it, so a connection whose oldest batch has waited longer than `STALL` takes no new
 //! ones: sessions then use their own pooled connection.
 //!
+//! A lost connection (its backend ended, its node restarted) gives every waiting
+//! session an error and nothing of its batch, so the session runs its read again on
+//! its own connection (`executor::session::pipelined`); a node silent with a batch
+//! waiting for `node_timeout_ms` is probed (`health`) and, when unresponsive, fails
+//! the batches with that error instead.
+//!
 //! Cancelling: a CancelRequest reaches whatever the shared backend runs when it
 //! arrives, so it is sent only once the batch to cancel is the one running; if that
 //! batch ended meanwhile and the cancel hits the next one, that batch (a read, rolled
@@ -279,18 +285,21 @@ async fn read_loop(
         if rbuf.capacity() - rbuf.len() < 4096 {
             rbuf.reserve(16 * 1024);
         }
-        let read = match tokio::time::timeout(limit, rd.read_buf(&mut rbuf)).await {
-            Ok(read) => read,
-            Err(_) => {
-                // Silent for `node_timeout_ms`: unresponsive if a batch waits on it and
-                // the node answers no new connection either (`health`).
-                if mux.oldest_wait().is_some_and(|w| w >= limit)
-                    && !super::health::answers(&mux.addr).await
-                {
-                    return mux.fail(super::health::unresponsive_error(&mux.addr));
+        let read = match limit {
+            None => rd.read_buf(&mut rbuf).await,
+            Some(limit) => match tokio::time::timeout(limit, rd.read_buf(&mut rbuf)).await {
+                Ok(read) => read,
+                Err(_) => {
+                    // Silent for `node_timeout_ms`: unresponsive if a batch waits on it
+                    // and the node answers no new connection either (`health`).
+                    if mux.oldest_wait().is_some_and(|w| w >= limit)
+                        && !super::health::answers(&mux.addr).await
+                    {
+                        return mux.fail(super::health::unresponsive_error(&mux.addr));
+                    }
+                    continue;
                 }
-                continue;
-            }
+            },
         };
         match read {
             Ok(n) if n > 0 => {}

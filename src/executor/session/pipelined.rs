@@ -9,6 +9,9 @@
 //! connection that is busy, stalled or broken before the batch is queued, takes the
 //! ordinary path, which also reports every error in the ordinary way.
 //!
+//! A batch left unanswered by a lost pipelined connection runs again on the ordinary
+//! path (an autocommit read: safe to repeat), unless its node was found unresponsive.
+//!
 //! A CancelRequest reaches the batch through `mux::Mux::cancel`. A long batch holds
 //! up only the batches queued behind it at that moment (`mux::STALL`).
 
