@@ -98,6 +98,47 @@ pub struct Config {
     /// Milliseconds between distributed deadlock checks (0 = off).
     #[serde(default = "default_deadlock_interval")]
     pub deadlock_detection_interval_ms: u64,
+    /// Milliseconds a statement waits on a node that sends nothing before pgshard
+    /// checks the node with a new connection; when that gets no answer within the same
+    /// time either, the node is unresponsive and the statement fails (08006). A node
+    /// that answers is running a long statement, which is left to run
+    /// (`backend::health`). 0: never (a statement waits on a silent node for good).
+    #[serde(default = "default_node_timeout")]
+    pub node_timeout_ms: u64,
+    /// Most milliseconds opening a node connection may take (connect, startup,
+    /// authentication).
+    #[serde(default = "default_node_connect_timeout")]
+    pub node_connect_timeout_ms: u64,
+    /// TCP keepalives of node connections: seconds idle before the first probe,
+    /// seconds between probes, probes unanswered before the connection is dead.
+    #[serde(default = "default_keepalive_idle")]
+    pub node_keepalive_idle_secs: u64,
+    #[serde(default = "default_keepalive_interval")]
+    pub node_keepalive_interval_secs: u64,
+    #[serde(default = "default_keepalive_count")]
+    pub node_keepalive_count: u32,
+}
+
+pub const DEFAULT_NODE_TIMEOUT_MS: u64 = 10_000;
+pub const DEFAULT_NODE_CONNECT_TIMEOUT_MS: u64 = 10_000;
+pub const DEFAULT_KEEPALIVE_IDLE_SECS: u64 = 10;
+pub const DEFAULT_KEEPALIVE_INTERVAL_SECS: u64 = 5;
+pub const DEFAULT_KEEPALIVE_COUNT: u32 = 3;
+
+fn default_node_timeout() -> u64 {
+    DEFAULT_NODE_TIMEOUT_MS
+}
+fn default_node_connect_timeout() -> u64 {
+    DEFAULT_NODE_CONNECT_TIMEOUT_MS
+}
+fn default_keepalive_idle() -> u64 {
+    DEFAULT_KEEPALIVE_IDLE_SECS
+}
+fn default_keepalive_interval() -> u64 {
+    DEFAULT_KEEPALIVE_INTERVAL_SECS
+}
+fn default_keepalive_count() -> u32 {
+    DEFAULT_KEEPALIVE_COUNT
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -223,6 +264,8 @@ mod tests {
         assert_eq!(cfg.node_sslmode, NodeSslMode::Disable);
         assert_eq!(cfg.citus.shard_count, 32);
         assert_eq!(cfg.max_connections_per_node, 32);
+        assert_eq!(cfg.node_timeout_ms, 10_000);
+        assert_eq!(cfg.node_keepalive_count, 3);
         let again: Config = toml::from_str(&cfg.to_toml()).unwrap();
         assert_eq!(again.coordinator, cfg.coordinator);
     }

@@ -6,10 +6,11 @@
 
 mod common;
 
-use common::{alloc_ports, cluster, plain_postgres, run_dir, PGSHARD};
+use common::serve::Serve;
+use common::{cluster, plain_postgres};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Runs psql with a connection string; Ok(stdout) or Err(stderr).
@@ -46,65 +47,6 @@ fn fatal_lines(stderr: &str) -> Vec<String> {
         .lines()
         .filter_map(|l| l.split_once("FATAL:").map(|(_, m)| m.trim().to_string()))
         .collect()
-}
-
-/// A `pgshard serve` of its own in front of the shared cluster's nodes (several
-/// pgshard processes may serve one cluster), stopped when dropped.
-struct Serve {
-    child: Child,
-    port: u16,
-    socket_dir: PathBuf,
-    log: PathBuf,
-}
-
-impl Serve {
-    /// Starts pgshard with the cluster's config changed by `edit`; Err(its log) when
-    /// it exits instead of listening.
-    fn start(name: &str, edit: impl FnOnce(&mut pgshard::config::Config)) -> Result<Serve, String> {
-        let cl = cluster();
-        let mut cfg = pgshard::config::Config::load(&cl.dir.join("pgshard.toml")).unwrap();
-        let port = alloc_ports(1);
-        let socket_dir = run_dir().join(format!("{name}-sockets"));
-        std::fs::create_dir_all(&socket_dir).unwrap();
-        cfg.listen_port = port;
-        cfg.unix_socket_directory = Some(socket_dir.clone());
-        cfg.recovery_interval_secs = 0;
-        cfg.deadlock_detection_interval_ms = 0;
-        edit(&mut cfg);
-        let file = run_dir().join(format!("{name}.toml"));
-        std::fs::write(&file, cfg.to_toml()).unwrap();
-        let log = run_dir().join(format!("{name}.log"));
-        let child = Command::new(PGSHARD)
-            .args(["serve", "--config"])
-            .arg(&file)
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(std::fs::File::options().append(true).open(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut serve = Serve {
-            child,
-            port,
-            socket_dir,
-            log,
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Ok(serve);
-            }
-            if serve.child.try_wait().unwrap().is_some() || Instant::now() > deadline {
-                return Err(std::fs::read_to_string(&serve.log).unwrap_or_default());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = self.child.wait();
-    }
 }
 
 #[test]

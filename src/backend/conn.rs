@@ -53,6 +53,7 @@ async fn connect_stream(addr: &NodeAddr) -> std::io::Result<NodeStream> {
         let s = TcpStream::connect((addr.host.as_str(), addr.port)).await?;
         // Small protocol messages must not wait for Nagle.
         s.set_nodelay(true)?;
+        super::health::set_keepalive(&s)?;
         Ok(Either::Left(super::tls::negotiate(s, &addr.host).await?))
     }
 }
@@ -184,7 +185,19 @@ impl BackendConn {
     /// `connect` with more startup-packet parameters (`options`, `DateStyle`...: a
     /// client's own, which become the connection's defaults, what RESET returns to).
     /// `client_encoding` is UTF8 unless one of them says otherwise.
+    /// Opening takes at most `node_connect_timeout_ms` (`health`).
     pub async fn connect_with_parameters(
+        addr: &NodeAddr,
+        creds: &Credentials,
+        parameters: &[(&str, &str)],
+    ) -> PgResult<BackendConn> {
+        let limit = super::health::settings().connect;
+        tokio::time::timeout(limit, Self::open(addr, creds, parameters))
+            .await
+            .unwrap_or_else(|_| Err(super::health::connect_timeout_error(addr)))
+    }
+
+    async fn open(
         addr: &NodeAddr,
         creds: &Credentials,
         parameters: &[(&str, &str)],
@@ -461,7 +474,25 @@ impl BackendConn {
 
     /// Waits until the server sends something (or closes), sending what `wbuf` still
     /// holds meanwhile. Cancel-safe: for `select!` against the client's next message.
+    /// A server silent for `node_timeout_ms` is probed (`health::answers`): the wait
+    /// goes on while it answers new connections (a long statement), else it fails
+    /// with 08006 and the connection is broken.
     pub async fn receive(&mut self) -> PgResult<()> {
+        let Some(limit) = super::health::settings().unresponsive else {
+            return self.receive_unlimited().await;
+        };
+        loop {
+            if let Ok(r) = tokio::time::timeout(limit, self.receive_unlimited()).await {
+                return r;
+            }
+            if !super::health::answers(&self.addr).await {
+                self.broken = true;
+                return Err(super::health::unresponsive_error(&self.addr));
+            }
+        }
+    }
+
+    async fn receive_unlimited(&mut self) -> PgResult<()> {
         if self.read_closed {
             return Err(self.closed_error());
         }
@@ -755,7 +786,8 @@ impl BackendConn {
 
     /// Sends a CancelRequest for whatever this connection's backend is running.
     pub async fn cancel(addr: &NodeAddr, process_id: i32, secret_key: i32) {
-        if let Ok(mut s) = connect_stream(addr).await {
+        let limit = super::health::settings().connect;
+        if let Ok(Ok(mut s)) = tokio::time::timeout(limit, connect_stream(addr)).await {
             let mut buf = BytesMut::new();
             buf.put_i32(16);
             buf.put_i32(messages::CANCEL_REQUEST);
@@ -763,7 +795,7 @@ impl BackendConn {
             buf.put_i32(secret_key);
             let _ = s.write_all(&buf).await;
             let _ = s.flush().await;
-            let _ = s.read(&mut [0u8; 1]).await;
+            let _ = tokio::time::timeout(limit, s.read(&mut [0u8; 1])).await;
         }
     }
 }

@@ -29,8 +29,11 @@ fn client_config(cfg: &Config, host: &str, port: u16) -> tokio_postgres::Config 
         .dbname(&cfg.database)
         .application_name(APPLICATION_NAME)
         .options(SESSION_OPTIONS)
-        .connect_timeout(Duration::from_secs(10))
+        .connect_timeout(Duration::from_millis(cfg.node_connect_timeout_ms.max(1)))
         .keepalives(true)
+        .keepalives_idle(Duration::from_secs(cfg.node_keepalive_idle_secs.max(1)))
+        .keepalives_interval(Duration::from_secs(cfg.node_keepalive_interval_secs.max(1)))
+        .keepalives_retries(cfg.node_keepalive_count.max(1))
         .ssl_mode(super::tls::control_ssl_mode(host));
     pc
 }

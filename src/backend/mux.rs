@@ -17,6 +17,12 @@
 //! it, so a connection whose oldest batch has waited longer than `STALL` takes no new
 //! ones: sessions then use their own pooled connection.
 //!
+//! A lost connection (its backend ended, its node restarted) gives every waiting
+//! session an error and nothing of its batch, so the session runs its read again on
+//! its own connection (`executor::session::pipelined`); a node silent with a batch
+//! waiting for `node_timeout_ms` is probed (`health`) and, when unresponsive, fails
+//! the batches with that error instead.
+//!
 //! Cancelling: a CancelRequest reaches whatever the shared backend runs when it
 //! arrives, so it is sent only once the batch to cancel is the one running; if that
 //! batch ended meanwhile and the cancel hits the next one, that batch (a read, rolled
@@ -173,6 +179,12 @@ impl Mux {
         }
     }
 
+    /// How long the oldest batch not answered yet has waited.
+    fn oldest_wait(&self) -> Option<Duration> {
+        let s = self.state.lock().unwrap();
+        s.waiting.front().map(|w| w.since.elapsed())
+    }
+
     fn is_broken(&self) -> bool {
         self.state.lock().unwrap().broken
     }
@@ -252,6 +264,7 @@ async fn read_loop(
     _slot: OwnedSemaphorePermit,
 ) {
     let mut frames = Vec::new();
+    let limit = super::health::settings().unresponsive;
     loop {
         loop {
             match decode_frame(&mut rbuf, usize::MAX >> 1) {
@@ -272,7 +285,23 @@ async fn read_loop(
         if rbuf.capacity() - rbuf.len() < 4096 {
             rbuf.reserve(16 * 1024);
         }
-        match rd.read_buf(&mut rbuf).await {
+        let read = match limit {
+            None => rd.read_buf(&mut rbuf).await,
+            Some(limit) => match tokio::time::timeout(limit, rd.read_buf(&mut rbuf)).await {
+                Ok(read) => read,
+                Err(_) => {
+                    // Silent for `node_timeout_ms`: unresponsive if a batch waits on it
+                    // and the node answers no new connection either (`health`).
+                    if mux.oldest_wait().is_some_and(|w| w >= limit)
+                        && !super::health::answers(&mux.addr).await
+                    {
+                        return mux.fail(super::health::unresponsive_error(&mux.addr));
+                    }
+                    continue;
+                }
+            },
+        };
+        match read {
             Ok(n) if n > 0 => {}
             Ok(_) => return mux.fail(lost(&mux.addr, "closed unexpectedly")),
             Err(e) => return mux.fail(lost(&mux.addr, &e.to_string())),

@@ -176,7 +176,9 @@ impl NodePool {
         };
         let conn = match idle {
             Some(c) => c,
-            None => BackendConn::connect(&self.addr, &self.creds, &self.application_name).await?,
+            None => BackendConn::connect(&self.addr, &self.creds, &self.application_name)
+                .await
+                .map_err(statement_error)?,
         };
         Ok(PooledConn {
             conn: Some(conn),
@@ -193,6 +195,17 @@ impl NodePool {
     pub fn idle_count(&self) -> usize {
         self.idle.lock().unwrap().len()
     }
+}
+
+/// A node's refusal of a new connection as the error of the client's statement: the
+/// node's FATAL ("the database system is starting up", "too many clients") ends that
+/// connection, not the client's.
+fn statement_error(mut e: PgError) -> PgError {
+    if e.is_fatal() {
+        e.severity = "ERROR";
+        e.raw = None;
+    }
+    e
 }
 
 thread_local! {

@@ -113,6 +113,7 @@ fn serve_thread(
 async fn start(cfg: Config) -> anyhow::Result<Arc<Shared>> {
     let cfg = Arc::new(cfg);
     crate::backend::tls::configure(cfg.node_sslmode);
+    crate::backend::health::configure(&cfg);
     for warning in hba::warnings(&cfg.hba, cfg.ssl) {
         tracing::warn!("{warning}");
     }

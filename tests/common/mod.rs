@@ -15,6 +15,7 @@
 pub mod compare;
 pub mod raw;
 pub mod rng;
+pub mod serve;
 
 use pgshard::cluster::node::{self, Node, Settings};
 use pgshard::cluster::ClusterInfo;

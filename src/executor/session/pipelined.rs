@@ -9,6 +9,9 @@
 //! connection that is busy, stalled or broken before the batch is queued, takes the
 //! ordinary path, which also reports every error in the ordinary way.
 //!
+//! A batch left unanswered by a lost pipelined connection runs again on the ordinary
+//! path (an autocommit read: safe to repeat), unless its node was found unresponsive.
+//!
 //! A CancelRequest reaches the batch through `mux::Mux::cancel`. A long batch holds
 //! up only the batches queued behind it at that moment (`mux::STALL`).
 
@@ -96,12 +99,16 @@ impl Session {
         let Some(queued) = queued else {
             return Ok(Some(bind));
         };
+        let Some(answer) = self.answer_of(&addr, &mux, queued).await else {
+            // The connection died before answering: the ordinary path runs the batch.
+            return Ok(Some(bind));
+        };
         bytes::Buf::advance(&mut self.reader.buf, batch_len);
         // Earlier messages of the batch answered by pgshard itself (ParseComplete).
         while let Some(Expect::Local(b)) = self.pending.pop_front() {
             self.out.extend_from_slice(&b);
         }
-        self.forward_answer(&addr, &mux, queued).await;
+        self.forward_answer(&addr, answer);
         self.write_ready_for_query();
         self.flush_client().await?;
         Ok(None)
@@ -120,7 +127,10 @@ impl Session {
         let Some(queued) = mux.submit(None, |w, _| msg::write_query(w, sql)) else {
             return false;
         };
-        self.forward_answer(addr, &mux, queued).await;
+        let Some(answer) = self.answer_of(addr, &mux, queued).await else {
+            return false;
+        };
+        self.forward_answer(addr, answer);
         true
     }
 
@@ -150,23 +160,37 @@ impl Session {
         }
     }
 
-    /// Copies a node's answer to the client, without pgshard's own ParseComplete and
-    /// the ReadyForQuery (the caller writes the session's own).
-    async fn forward_answer(
+    /// The node's answer to a queued batch. None when the connection was lost
+    /// before the batch was answered (ended by its server, or its node restarted):
+    /// the batch is an autocommit read, nothing of its answer reached the client, so
+    /// the caller runs it again on a connection of its own. Not when the node was
+    /// found unresponsive (`backend::health`): that error is the answer.
+    async fn answer_of(
         &mut self,
         addr: &NodeAddr,
         mux: &Arc<Mux>,
         (reply, batch): (mux::Reply, u64),
-    ) {
+    ) -> Option<PgResult<Vec<Frame>>> {
         *self.pipelined.lock().unwrap() = Some((mux.clone(), batch));
         let answer = reply.await;
         *self.pipelined.lock().unwrap() = None;
-        let answer = answer.unwrap_or_else(|_| {
-            Err(PgError::new(
+        match answer {
+            Ok(Ok(frames)) => Some(Ok(frames)),
+            Ok(Err(_)) | Err(_) if !crate::backend::health::known_unresponsive(addr) => {
+                tracing::debug!("pipelined connection to node {addr} lost: batch run again");
+                None
+            }
+            Ok(Err(e)) => Some(Err(e)),
+            Err(_) => Some(Err(PgError::new(
                 sqlstate::CONNECTION_FAILURE,
                 format!("connection to node {addr} lost"),
-            ))
-        });
+            ))),
+        }
+    }
+
+    /// Copies a node's answer to the client, without pgshard's own ParseComplete and
+    /// the ReadyForQuery (the caller writes the session's own).
+    fn forward_answer(&mut self, addr: &NodeAddr, answer: PgResult<Vec<Frame>>) {
         match answer {
             Ok(frames) => {
                 for f in frames {
