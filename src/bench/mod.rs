@@ -702,6 +702,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         fast: false,
         // The reference measurements' setting, on both sides.
         async_commit: true,
+        ..ClusterOptions::default()
     };
     let (plain_res, cluster_res) = {
         let _quiet = StdoutToStderr::new();
