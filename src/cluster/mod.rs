@@ -21,6 +21,8 @@ pub mod node;
 mod replication;
 pub mod standby;
 
+pub use replication::set_replication_mode;
+
 use anyhow::{bail, Context, Result};
 use node::{Node, Settings};
 use serde::{Deserialize, Serialize};

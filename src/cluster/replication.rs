@@ -7,9 +7,10 @@
 //! `up` never removes any, as with workers. Node-level mechanics are in `standby.rs`.
 
 use super::node::{Node, Settings};
-use super::standby::{self, Replication, SyncCommit};
+use super::standby::{self, Replication, ReplicationMode, SyncCommit};
 use super::{status_line, Cluster};
 use anyhow::{Context, Result};
+use std::path::Path;
 use std::time::Duration;
 
 /// How long `up` waits for new or restarted standbys to stream.
@@ -227,4 +228,18 @@ pub(super) async fn register_standbys(
         }
     }
     Ok(())
+}
+
+/// Puts every node's standbys of the cluster in `dir` in `mode` (`standby::apply_mode`;
+/// `pgshard bench w5` between its configurations). Not recorded in the layout: the
+/// next `up` writes the settings it chose again.
+pub async fn set_replication_mode(dir: &Path, mode: ReplicationMode) -> Result<()> {
+    let cluster = Cluster::load(dir)?;
+    tokio::task::spawn_blocking(move || {
+        for (primary, standbys) in cluster.groups() {
+            standby::apply_mode(&primary, &standbys, &cluster.layout.password, mode)?;
+        }
+        Ok(())
+    })
+    .await?
 }

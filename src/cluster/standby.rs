@@ -201,6 +201,48 @@ impl Node {
     }
 }
 
+/// How a server's standbys take part (the configurations of W5, `pgshard bench w5`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicationMode {
+    /// Standbys running (else stopped: no standby at all).
+    pub standbys_running: bool,
+    /// `synchronous_standby_names = 'FIRST 1 (...)'` (else empty: all asynchronous).
+    pub synchronous: bool,
+    pub synchronous_commit: SyncCommit,
+}
+
+/// Puts `primary` and its `standbys` in `mode`: the primary's settings first (so that no
+/// commit waits for a standby being stopped), then the standbys started or stopped, then
+/// a wait until running ones stream. Blocking; call it outside async code.
+pub fn apply_mode(
+    primary: &Node,
+    standbys: &[Node],
+    password: &str,
+    mode: ReplicationMode,
+) -> Result<()> {
+    let names: Vec<String> = (1..=standbys.len()).map(standby_name).collect();
+    primary.write_replication(&Replication {
+        synchronous_standbys: if mode.synchronous { names.clone() } else { vec![] },
+        synchronous_commit: Some(mode.synchronous_commit),
+    })?;
+    for sb in standbys {
+        if mode.standbys_running {
+            sb.start()?;
+        } else {
+            sb.stop()?;
+        }
+    }
+    if mode.standbys_running {
+        tokio::runtime::Handle::current().block_on(wait_streaming(
+            primary,
+            password,
+            &names,
+            Duration::from_secs(120),
+        ))?;
+    }
+    Ok(())
+}
+
 /// A row of a primary's `pg_stat_replication`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplicationRow {
