@@ -509,9 +509,25 @@ async fn reference_writes_in_blocks_with_parameters_and_returning() {
     exec(&plain, "INSERT INTO ref_w (id, name) VALUES (30, 'thirty')").await;
     same_everywhere("a driver transaction").await;
 
-    // A volatile function would give each placement its own value: refused.
+    // A volatile function would give each placement its own value: an UPDATE is
+    // refused; an INSERT's rows are computed once on the coordinator node and copied
+    // to every placement (set-returning and volatile functions, RETURNING).
     let w = "UPDATE ref_w SET name = random()::text WHERE id = 1";
     assert_eq!(sqlstate_of(&pgs, w).await, "0A000", "{w}");
+    let w = "INSERT INTO ref_w (id, name) SELECT g, 'g' || g FROM generate_series(50, 59) g";
+    exec(&pgs, w).await;
+    exec(&plain, w).await;
+    same_everywhere("generate_series in an INSERT").await;
+    let w = "INSERT INTO ref_w (id, name) SELECT g, random()::text FROM generate_series(60, 62) g \
+             RETURNING id";
+    assert_eq!(pgs.query(w, &[]).await.unwrap().len(), 3);
+    let placements = placements_rows("ref_w").await;
+    assert!(
+        placements.windows(2).all(|p| p[0] == p[1]),
+        "random() in an INSERT: {placements:?}"
+    );
+    exec(&pgs, "DELETE FROM ref_w WHERE id BETWEEN 50 AND 62").await;
+    exec(&plain, "DELETE FROM ref_w WHERE id BETWEEN 50 AND 62").await;
     // Stable ones are evaluated once on the coordinator node: every placement gets
     // the same value (issue 18).
     for w in [
@@ -542,14 +558,26 @@ async fn reference_writes_in_blocks_with_parameters_and_returning() {
          SELECT create_reference_table('ref_d')",
     )
     .await;
+    // An UPDATE is refused; an INSERT computes its rows once, defaults included.
+    assert_eq!(
+        sqlstate_of(&pgs, "UPDATE ref_d SET at = DEFAULT").await,
+        "0A000"
+    );
     for w in [
-        "INSERT INTO ref_d (id) VALUES (1)",
-        "INSERT INTO ref_d VALUES (1, 2)",
-        "INSERT INTO ref_d (id, seq, at) VALUES (1, 2, DEFAULT)",
-        "UPDATE ref_d SET at = DEFAULT",
+        "INSERT INTO ref_d (id) VALUES (11)",
+        "INSERT INTO ref_d VALUES (12, 2)",
+        "INSERT INTO ref_d (id, seq, at) VALUES (13, 2, DEFAULT)",
     ] {
-        assert_eq!(sqlstate_of(&pgs, w).await, "0A000", "{w}");
+        exec(&pgs, w).await;
     }
+    let placements = placements_rows("ref_d").await;
+    assert!(
+        placements
+            .iter()
+            .all(|p| p.len() == 3 && *p == placements[0]),
+        "volatile defaults: {placements:?}"
+    );
+    exec(&pgs, "DELETE FROM ref_d WHERE id > 10").await;
     for w in [
         "INSERT INTO ref_d (id, at) VALUES (1, '2024-01-01 00:00:00+00')",
         "INSERT INTO ref_d VALUES (2, 3, '2024-01-01 00:00:00+00')",

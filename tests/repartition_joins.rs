@@ -107,6 +107,38 @@ const REPARTITION: &[&str] = &[
      ON p.p_size = l.l_qty WHERE p.p_partkey < 11000",
 ];
 
+/// Table references inside subqueries moved (TPC-H Q17, Q2, Q16, Q18, Q20, Q21,
+/// Q22's shapes), after which the whole statement, subqueries included, runs as a
+/// co-located join.
+const IN_SUBQUERIES: &[&str] = &[
+    // Q17: lineitem outside and in the correlated subquery, both on l_partkey: one move.
+    "SELECT sum(l_qty), count(*) FROM rj_lineitem, rj_part WHERE p_partkey = l_partkey \
+     AND p_size < 20 AND l_qty < (SELECT 0.5 * avg(l_qty) FROM rj_lineitem WHERE l_partkey = p_partkey)",
+    // Q22's NOT EXISTS: orders re-hashed on o_custkey into customer's layout.
+    "SELECT c_nation, count(*) FROM rj_customer WHERE NOT EXISTS \
+     (SELECT * FROM rj_orders WHERE o_custkey = c_custkey AND o_orderkey % 50 <> 0) GROUP BY c_nation",
+    // Q21's EXISTS / NOT EXISTS co-located by order key, customer broadcast.
+    "SELECT c_name, count(*) FROM rj_customer, rj_orders o, rj_lineitem l1 \
+     WHERE c_custkey = o.o_custkey AND o.o_orderkey = l1.l_orderkey AND c_nation = 4 \
+     AND EXISTS (SELECT * FROM rj_lineitem l2 WHERE l2.l_orderkey = l1.l_orderkey AND l2.l_partkey <> l1.l_partkey) \
+     AND NOT EXISTS (SELECT * FROM rj_lineitem l3 WHERE l3.l_orderkey = l1.l_orderkey AND l3.l_qty > 45) \
+     GROUP BY c_name",
+    // Q18: an IN subquery co-located with orders, customer moved.
+    "SELECT c_name, o_orderkey, sum(l_qty) FROM rj_customer, rj_orders, rj_lineitem \
+     WHERE o_orderkey IN (SELECT l_orderkey FROM rj_lineitem GROUP BY l_orderkey HAVING sum(l_qty) > 90) \
+     AND c_custkey = o_custkey AND o_orderkey = l_orderkey GROUP BY c_name, o_orderkey",
+    // Q16: NOT IN over a small filtered table (broadcast).
+    "SELECT l_qty, count(DISTINCT l_partkey) FROM rj_lineitem \
+     WHERE l_partkey NOT IN (SELECT p_partkey FROM rj_part WHERE p_size = 7) AND l_orderkey < 5000 GROUP BY l_qty",
+    // Q20: an IN link on a non-distribution column, a correlated scalar subquery inside.
+    "SELECT c_name FROM rj_customer WHERE c_custkey IN (SELECT o_custkey FROM rj_orders \
+     WHERE o_total > (SELECT 0.001 * sum(l_qty) FROM rj_lineitem WHERE l_orderkey = o_orderkey))",
+    // Q2: a correlated scalar subquery joining a table that moves (part) itself.
+    "SELECT o_orderkey, o_total FROM rj_orders, rj_part WHERE o_custkey = p_partkey AND p_size = 5 \
+     AND o_total = (SELECT max(o2.o_total) FROM rj_orders o2, rj_part p2 \
+     WHERE o2.o_custkey = p2.p_partkey AND p2.p_partkey = rj_part.p_partkey)",
+];
+
 /// One test: both parts use the same tables.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repartition_joins() {
@@ -116,8 +148,24 @@ async fn repartition_joins() {
 }
 
 async fn answers_and_strategies(shard: &Client, plain: &Client) {
-    for sql in BROADCAST.iter().chain(REPARTITION) {
+    for sql in BROADCAST.iter().chain(REPARTITION).chain(IN_SUBQUERIES) {
         same(&shard, &plain, sql).await;
+    }
+    // The subqueries' tables move, nothing is pulled into the coordinator node.
+    let e = explain(&shard, IN_SUBQUERIES[0]).await;
+    assert_eq!(e.matches("Repartition rj_lineitem on l_partkey").count(), 1, "{e}");
+    let e = explain(&shard, IN_SUBQUERIES[1]).await;
+    assert!(e.contains("Repartition rj_orders on o_custkey"), "{e}");
+    let e = explain(&shard, IN_SUBQUERIES[2]).await;
+    assert!(e.contains("Broadcast rj_customer"), "{e}");
+    let e = explain(&shard, IN_SUBQUERIES[4]).await;
+    assert!(e.contains("Broadcast rj_part"), "{e}");
+    // Every subplan is a move (recursive planning's would pull the tables).
+    for sql in IN_SUBQUERIES {
+        let e = explain(&shard, sql).await;
+        let moves = e.matches("Broadcast rj_").count() + e.matches("Repartition rj_").count();
+        assert_eq!(e.matches("Distributed Subplan").count(), moves, "{sql}\n{e}");
+        assert!(moves > 0, "{sql}\n{e}");
     }
     // EXPLAIN names the strategy and the rows each moved table brings.
     let e = explain(&shard, BROADCAST[0]).await;
@@ -158,6 +206,9 @@ async fn answers_and_strategies(shard: &Client, plain: &Client) {
     same(&shard, &plain, REPARTITION[1]).await;
     same(&shard, &plain, REPARTITION[2]).await;
     same(&shard, &plain, BROADCAST[2]).await;
+    for i in [0, 5, 6] {
+        same(&shard, &plain, IN_SUBQUERIES[i]).await;
+    }
     // Off: recursive planning pulls the tables through the coordinator node.
     shard
         .batch_execute("SET citus.enable_repartition_joins = off")

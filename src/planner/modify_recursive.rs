@@ -274,6 +274,7 @@ fn on_workers(
             tag: verb.to_string(),
             functions,
             defaults: super::router::default_use(node, default_keyword),
+            evaluate_once: None,
         }));
     }
     let Some(col) = table.dist_column.as_ref() else {

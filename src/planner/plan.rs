@@ -64,6 +64,10 @@ pub enum Plan {
         /// Which columns may get their default: the executor refuses the write when
         /// one of them has a default that is not immutable, for the same reason.
         defaults: DefaultUse,
+        /// An INSERT's plan through the coordinator, which computes the rows once and
+        /// copies them to every placement: what the executor runs instead of refusing
+        /// when a function or default is not immutable.
+        evaluate_once: Option<Arc<insert_select::InsertViaCoordinatorPlan>>,
     },
     /// A role statement: the coordinator node, then the roles it changes made equal
     /// on every worker (`commands::roles`).

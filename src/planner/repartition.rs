@@ -67,6 +67,13 @@ pub struct JoinRel {
     /// Its own top-level WHERE conjuncts (only this reference's columns, no parameter,
     /// function call or subquery), applied where its rows are read when it moves.
     pub own_conjuncts: Vec<protobuf::Node>,
+    /// Other references of the same table under the same name that one move serves
+    /// with it (`merged_references`): renamed with it.
+    pub also: Vec<RelRef>,
+    /// Its columns that a correlated subquery compares with each row of the query
+    /// around it (`l_partkey` of TPC-H Q17's inner `lineitem`): a moved table is
+    /// probed by them once per outer row, so they are worth an index there.
+    pub probed: Vec<String>,
 }
 
 impl JoinRel {
@@ -127,8 +134,9 @@ pub struct Decision {
     pub outer_plan: Plan,
 }
 
+mod levels;
 mod statement;
-use statement::{conjuncts, equality, from_item, needed_columns, only_reads};
+use statement::needed_columns;
 
 static NEXT_MOVED: AtomicU64 = AtomicU64::new(1);
 
@@ -156,46 +164,16 @@ pub fn plan_repartition(
     {
         return None;
     }
-    let mut nullable = vec![false; refs.len()];
-    let mut on_equalities = Vec::new();
-    let mut covered = Vec::new();
-    for item in &s.from_clause {
-        covered.extend(from_item(item, refs, &mut nullable, &mut on_equalities)?);
-    }
+    // The statement and the subqueries in it, every reference covered once.
+    let shape = levels::shape(s, refs)?;
+    let mut covered = shape.covered.clone();
     covered.sort_unstable();
     covered.dedup();
-    if covered.len() != refs.len() {
+    if covered.len() != refs.len() || shape.covered.len() != refs.len() {
         return None;
     }
-    let mut where_conjuncts = Vec::new();
-    if let Some(w) = s.where_clause.as_deref() {
-        conjuncts(w, &mut where_conjuncts);
-    }
-    let mut equalities = on_equalities;
-    equalities.extend(where_conjuncts.iter().filter_map(|c| equality(c, refs)));
     let needed = needed_columns(stmt.node.as_ref()?, refs);
-    let rels: Vec<JoinRel> = refs
-        .iter()
-        .enumerate()
-        .map(|(i, (r, t))| JoinRel {
-            rel: r.clone(),
-            table: t.clone(),
-            needed: t
-                .columns
-                .iter()
-                .filter(|c| needed[i].contains(*c))
-                .cloned()
-                .collect(),
-            own_conjuncts: match nullable[i] {
-                true => Vec::new(),
-                false => where_conjuncts
-                    .iter()
-                    .filter(|c| only_reads(c, i, refs))
-                    .cloned()
-                    .collect(),
-            },
-        })
-        .collect();
+    let (rels, equalities) = merged_references(refs, &shape, &needed);
     let plan = RepartitionPlan {
         stmt: stmt.clone(),
         rels,
@@ -221,6 +199,112 @@ pub fn plan_repartition(
         .iter()
         .any(|est| decide(&plan, est, &any_type, catalog, is_utility_function).is_some());
     plans.then(|| Plan::Repartition(Arc::new(plan)))
+}
+
+/// One `JoinRel` per reference, except that references of the same table under the
+/// same name (a table read by the statement and by a correlated subquery of it, as
+/// `lineitem` in TPC-H Q17) joined by the same equalities to the same other
+/// references are one: whatever the strategy does with one it does with the other, so
+/// one move serves both (its columns the union, its filter the conjuncts both have).
+/// The equalities re-indexed accordingly.
+fn merged_references(
+    refs: &[(RelRef, Arc<DistTable>)],
+    shape: &levels::Shape,
+    needed: &[Vec<String>],
+) -> (Vec<JoinRel>, Vec<ColumnEquality>) {
+    // Each reference's equalities to others: (own column, other reference, its column).
+    let signature = |i: usize| -> Vec<(String, usize, String)> {
+        let mut sig: Vec<(String, usize, String)> = shape
+            .equalities
+            .iter()
+            .filter_map(|e| match (e.a.0 == i, e.b.0 == i) {
+                (true, _) => Some((e.a.1.clone(), e.b.0, e.b.1.clone())),
+                (_, true) => Some((e.b.1.clone(), e.a.0, e.a.1.clone())),
+                _ => None,
+            })
+            .collect();
+        sig.sort();
+        sig.dedup();
+        sig
+    };
+    // `group[i]`: the index of the merged reference reference `i` belongs to.
+    let mut group: Vec<usize> = Vec::with_capacity(refs.len());
+    let mut firsts: Vec<usize> = Vec::new();
+    for i in 0..refs.len() {
+        let same = firsts.iter().position(|&f| {
+            refs[f].1.relid == refs[i].1.relid
+                && qualifier(&refs[f].0) == qualifier(&refs[i].0)
+                && signature(f) == signature(i)
+                && !signature(i).iter().any(|(_, o, _)| *o == f)
+        });
+        match same {
+            Some(g) => group.push(g),
+            None => {
+                group.push(firsts.len());
+                firsts.push(i);
+            }
+        }
+    }
+    let text_of = |c: &protobuf::Node| -> Option<String> {
+        let probe = protobuf::SelectStmt {
+            where_clause: Some(Box::new(c.clone())),
+            ..Default::default()
+        };
+        deparse_node(&N::SelectStmt(Box::new(probe))).ok()
+    };
+    let rels: Vec<JoinRel> = firsts
+        .iter()
+        .enumerate()
+        .map(|(g, &f)| {
+            let members: Vec<usize> = (0..refs.len()).filter(|i| group[*i] == g).collect();
+            let (r, t) = &refs[f];
+            let own_conjuncts = shape.own[f]
+                .iter()
+                .filter(|c| {
+                    let text = text_of(*c);
+                    text.is_some()
+                        && members[1..]
+                            .iter()
+                            .all(|m| shape.own[*m].iter().any(|o| text_of(o) == text))
+                })
+                .cloned()
+                .collect();
+            JoinRel {
+                rel: r.clone(),
+                table: t.clone(),
+                needed: t
+                    .columns
+                    .iter()
+                    .filter(|c| members.iter().any(|m| needed[*m].contains(*c)))
+                    .cloned()
+                    .collect(),
+                own_conjuncts,
+                also: members[1..].iter().map(|m| refs[*m].0.clone()).collect(),
+                probed: t
+                    .columns
+                    .iter()
+                    .filter(|c| members.iter().any(|m| shape.probed[*m].contains(*c)))
+                    .cloned()
+                    .collect(),
+            }
+        })
+        .collect();
+    let mut equalities: Vec<ColumnEquality> = Vec::new();
+    for e in &shape.equalities {
+        let e = ColumnEquality {
+            a: (group[e.a.0], e.a.1.clone()),
+            b: (group[e.b.0], e.b.1.clone()),
+        };
+        if e.a.0 != e.b.0 && !equalities.contains(&e) {
+            equalities.push(e);
+        }
+    }
+    (rels, equalities)
+}
+
+/// The name the statement's columns qualify a reference with.
+fn qualifier(r: &RelRef) -> &str {
+    r.alias.as_deref().unwrap_or(&r.name)
 }
 
 /// The strategy for the estimated rows `est` (per reference) and the columns' types.
@@ -534,41 +618,33 @@ fn build(
     }
 }
 
-/// Renames the reference `rel` (found by its text position among the FROM items) to
-/// `table`, keeping the name the statement qualifies it with as its alias.
+/// Renames the reference `rel` (and the references merged with it, found by their
+/// text positions anywhere in the statement, subqueries included) to `table`, keeping
+/// the name the statement qualifies it with as its alias.
 fn rename(tree: &mut N, rel: &JoinRel, table: &DistTable) -> Option<()> {
-    fn visit(n: &mut protobuf::Node, at: i32, alias: &str, table: &DistTable) -> bool {
-        match n.node.as_mut() {
-            Some(N::RangeVar(rv)) if rv.location == at => {
+    let at: Vec<i32> = std::iter::once(&rel.rel)
+        .chain(&rel.also)
+        .map(|r| r.location as i32)
+        .collect();
+    let alias = rel.alias().to_string();
+    let mut renamed = 0;
+    crate::sql::walk::statement(tree, false, &mut |n, _| {
+        if let Some(N::RangeVar(rv)) = n.node.as_mut() {
+            if at.contains(&rv.location) {
                 rv.schemaname = table.schema.clone();
                 rv.relname = table.name.clone();
                 if rv.alias.is_none() {
                     rv.alias = Some(protobuf::Alias {
-                        aliasname: alias.to_string(),
+                        aliasname: alias.clone(),
                         colnames: Vec::new(),
                     });
                 }
-                true
+                renamed += 1;
             }
-            Some(N::JoinExpr(j)) => {
-                j.larg
-                    .as_deref_mut()
-                    .is_some_and(|l| visit(l, at, alias, table))
-                    || j.rarg
-                        .as_deref_mut()
-                        .is_some_and(|r| visit(r, at, alias, table))
-            }
-            _ => false,
         }
-    }
-    let N::SelectStmt(s) = tree else {
-        return None;
-    };
-    let at = rel.rel.location as i32;
-    s.from_clause
-        .iter_mut()
-        .any(|item| visit(item, at, rel.alias(), table))
-        .then_some(())
+        false
+    });
+    (renamed == at.len()).then_some(())
 }
 
 /// `COPY (<source_select>) TO STDOUT` for one shard of a moved reference.

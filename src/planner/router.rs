@@ -366,12 +366,22 @@ fn plan_reference(node: &N, text: &str, rel: &RelRef, table: Arc<DistTable>) -> 
         }
     };
     let (functions, default_keyword) = crate::sql::parse::calls_and_defaults(node);
+    let evaluate_once = match node {
+        N::InsertStmt(i) => {
+            match super::insert_select::plan_via_coordinator(i, text, table.clone(), false)? {
+                Plan::InsertViaCoordinator(p) => Some(p),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
     Ok(Plan::ReferenceWrite {
         table,
         template,
         tag: tag.to_string(),
         functions,
         defaults: default_use(node, default_keyword),
+        evaluate_once,
     })
 }
 

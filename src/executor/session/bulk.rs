@@ -14,7 +14,7 @@ use crate::catalog::DistTable;
 use crate::planner::copy::{CopyInPlan, CopyOutPlan, CopyOutSource};
 use crate::planner::distvalue::{hash_param, input_is_exact, param_is_invalid};
 use crate::planner::insert::{eval_int, InsertRowsPlan, RowKey};
-use crate::planner::insert_select::InsertSelectPlan;
+use crate::planner::insert_select::{InsertSelectPlan, InsertViaCoordinatorPlan};
 use crate::planner::template::ShardSqlTemplate;
 use crate::planner::DefaultUse;
 use crate::sharding::hash::{self, oid};
@@ -1184,26 +1184,43 @@ impl Session {
         table: &DistTable,
         template: &ShardSqlTemplate,
         tag: &str,
-        functions: &[String],
-        defaults: &DefaultUse,
+        (functions, defaults, evaluate_once): (
+            &[String],
+            &DefaultUse,
+            Option<&InsertViaCoordinatorPlan>,
+        ),
         params: &BoundParams<'_>,
         formats: &[i16],
         describe: bool,
         sink: &mut ResultSink,
     ) -> PgResult<()> {
         let kinds = self.function_kinds(functions).await?;
-        if let Some((name, _)) = functions
+        let non_immutable = functions
             .iter()
             .zip(&kinds)
-            .find(|(_, k)| !k.is_some_and(|k| k.immutable))
-        {
+            .find(|(_, k)| !k.is_some_and(|k| k.immutable));
+        let volatile_default = match non_immutable {
+            Some(_) => None,
+            None => self.volatile_default(table, defaults).await?,
+        };
+        if let (Some(plan), true) = (
+            evaluate_once,
+            non_immutable.is_some() || volatile_default.is_some(),
+        ) {
+            // The rows computed once on the coordinator node, then copied to every
+            // placement: the same values everywhere.
+            return self
+                .insert_via_coordinator(plan, params, formats, describe, sink)
+                .await;
+        }
+        if let Some((name, _)) = non_immutable {
             return Err(PgError::not_supported(format!(
                 "pgshard does not support calling the non-immutable function {name}() in a write \
                  to the reference table \"{}\": each placement would compute its own value",
                 table.name
             )));
         }
-        if let Some((column, name)) = self.volatile_default(table, defaults).await? {
+        if let Some((column, name)) = volatile_default {
             return Err(PgError::not_supported(format!(
                 "pgshard does not support a write to the reference table \"{}\" that fills \
                  column \"{column}\" with its default, which calls the non-immutable function \

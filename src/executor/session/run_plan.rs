@@ -163,9 +163,17 @@ impl Session {
                 tag,
                 functions,
                 defaults,
+                evaluate_once,
             } => {
                 self.reference_write(
-                    table, template, tag, functions, defaults, params, formats, describe, sink,
+                    table,
+                    template,
+                    tag,
+                    (functions, defaults, evaluate_once.as_deref()),
+                    params,
+                    formats,
+                    describe,
+                    sink,
                 )
                 .await
             }

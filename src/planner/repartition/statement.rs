@@ -11,12 +11,14 @@ use std::sync::Arc;
 use super::ColumnEquality;
 
 /// The references a FROM item covers; marks those on the nullable side of outer
-/// joins and collects the ON equalities between its two sides.
+/// joins, collects the USING equalities between its two sides and its ON clauses
+/// (`ons`: their equalities are read with the level's scope, `on_equalities`).
 pub(super) fn from_item(
     n: &protobuf::Node,
     refs: &[(RelRef, Arc<DistTable>)],
     nullable: &mut [bool],
     equalities: &mut Vec<ColumnEquality>,
+    ons: &mut Vec<JoinOn>,
 ) -> Option<Vec<usize>> {
     match n.node.as_ref()? {
         N::RangeVar(rv) => {
@@ -29,8 +31,8 @@ pub(super) fn from_item(
                 .map(|i| vec![i])
         }
         N::JoinExpr(j) if !j.is_natural => {
-            let left = from_item(j.larg.as_deref()?, refs, nullable, equalities)?;
-            let right = from_item(j.rarg.as_deref()?, refs, nullable, equalities)?;
+            let left = from_item(j.larg.as_deref()?, refs, nullable, equalities, ons)?;
+            let right = from_item(j.rarg.as_deref()?, refs, nullable, equalities, ons)?;
             let (null_left, null_right) =
                 match JoinType::try_from(j.jointype).unwrap_or(JoinType::Undefined) {
                     JoinType::JoinInner => (false, false),
@@ -45,12 +47,7 @@ pub(super) fn from_item(
                 }
             }
             if let Some(q) = j.quals.as_deref() {
-                let mut on = Vec::new();
-                conjuncts(q, &mut on);
-                equalities.extend(on.iter().filter_map(|c| equality(c, refs)).filter(|e| {
-                    (left.contains(&e.a.0) && right.contains(&e.b.0))
-                        || (left.contains(&e.b.0) && right.contains(&e.a.0))
-                }));
+                ons.push((left.clone(), right.clone(), q.clone()));
             }
             for u in &j.using_clause {
                 let Some(N::String(col)) = u.node.as_ref() else {
@@ -77,6 +74,32 @@ pub(super) fn from_item(
     }
 }
 
+/// An ON clause and the references of its two sides (its equalities are read once the
+/// query level's references, its scope, are known).
+pub(super) type JoinOn = (Vec<usize>, Vec<usize>, protobuf::Node);
+
+/// The equalities of the ON clauses `ons` between their two sides.
+pub(super) fn on_equalities(
+    ons: &[JoinOn],
+    refs: &[(RelRef, Arc<DistTable>)],
+    scope: &[&[usize]],
+) -> Vec<ColumnEquality> {
+    let mut out = Vec::new();
+    for (left, right, q) in ons {
+        let mut on = Vec::new();
+        conjuncts(q, &mut on);
+        out.extend(
+            on.iter()
+                .filter_map(|c| equality(c, refs, scope))
+                .filter(|e| {
+                    (left.contains(&e.a.0) && right.contains(&e.b.0))
+                        || (left.contains(&e.b.0) && right.contains(&e.a.0))
+                }),
+        );
+    }
+    out
+}
+
 /// `AND`ed conditions, flattened.
 pub(super) fn conjuncts(n: &protobuf::Node, out: &mut Vec<protobuf::Node>) {
     match n.node.as_ref() {
@@ -100,47 +123,56 @@ fn column_fields(cr: &protobuf::ColumnRef) -> Option<Vec<&str>> {
         .collect()
 }
 
-/// Which reference and column a column reference names, when that is certain.
-fn resolve_column(
+/// Which reference and column a column reference names, when that is certain,
+/// resolved as PostgreSQL scopes names: `scope` holds the references of each query
+/// level, innermost first; a name found on a level once is that level's, found twice
+/// it is ambiguous (None).
+pub(super) fn resolve_column(
     cr: &protobuf::ColumnRef,
     refs: &[(RelRef, Arc<DistTable>)],
+    scope: &[&[usize]],
 ) -> Option<(usize, String)> {
     let fields = column_fields(cr)?;
     let names_rel = |i: usize, q: &str| match &refs[i].0.alias {
         Some(a) => a == q,
         None => refs[i].0.name == q,
     };
-    let (rel, col) = match fields.as_slice() {
-        [col] => {
-            let having: Vec<usize> = (0..refs.len())
+    let col = *fields.last()?;
+    for level in scope {
+        let hits: Vec<usize> = match fields.as_slice() {
+            [col] => level
+                .iter()
+                .copied()
                 .filter(|i| refs[*i].1.columns.iter().any(|c| c == col))
-                .collect();
-            match having.as_slice() {
-                [i] => (*i, *col),
-                _ => return None,
+                .collect(),
+            [.., q, _] => level
+                .iter()
+                .copied()
+                .filter(|i| names_rel(*i, q))
+                .collect(),
+            _ => return None,
+        };
+        match hits.as_slice() {
+            [] => continue,
+            [i] => {
+                return refs[*i]
+                    .1
+                    .columns
+                    .iter()
+                    .any(|c| c == col)
+                    .then(|| (*i, col.to_string()))
             }
+            _ => return None,
         }
-        [.., q, col] => {
-            let found: Vec<usize> = (0..refs.len()).filter(|i| names_rel(*i, q)).collect();
-            match found.as_slice() {
-                [i] => (*i, *col),
-                _ => return None,
-            }
-        }
-        _ => return None,
-    };
-    refs[rel]
-        .1
-        .columns
-        .iter()
-        .any(|c| c == col)
-        .then(|| (rel, col.to_string()))
+    }
+    None
 }
 
 /// `x = y` between columns of two references.
 pub(super) fn equality(
     c: &protobuf::Node,
     refs: &[(RelRef, Arc<DistTable>)],
+    scope: &[&[usize]],
 ) -> Option<ColumnEquality> {
     let Some(N::AExpr(e)) = c.node.as_ref() else {
         return None;
@@ -151,7 +183,7 @@ pub(super) fn equality(
         return None;
     }
     let side = |n: Option<&protobuf::Node>| match n?.node.as_ref()? {
-        N::ColumnRef(cr) => resolve_column(cr, refs),
+        N::ColumnRef(cr) => resolve_column(cr, refs, scope),
         _ => None,
     };
     let a = side(e.lexpr.as_deref())?;
@@ -161,14 +193,19 @@ pub(super) fn equality(
 
 /// Whether a conjunct reads only reference `i`'s columns and nothing evaluated
 /// differently on a worker (parameters, functions, subqueries).
-pub(super) fn only_reads(c: &protobuf::Node, i: usize, refs: &[(RelRef, Arc<DistTable>)]) -> bool {
+pub(super) fn only_reads(
+    c: &protobuf::Node,
+    i: usize,
+    refs: &[(RelRef, Arc<DistTable>)],
+    scope: &[&[usize]],
+) -> bool {
     let mut reads_it = false;
     let Some(node) = c.node.as_ref() else {
         return false;
     };
     for (n, _, _, _) in node.nodes() {
         match n {
-            pg_query::NodeRef::ColumnRef(cr) => match resolve_column(cr, refs) {
+            pg_query::NodeRef::ColumnRef(cr) => match resolve_column(cr, refs, scope) {
                 Some((r, _)) if r == i => reads_it = true,
                 _ => return false,
             },
