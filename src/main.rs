@@ -52,6 +52,13 @@ enum ClusterAction {
         /// crashes may lose its last ones (as one PostgreSQL would).
         #[arg(long)]
         async_commit: bool,
+        /// Streaming-replication standbys of every node (coordinator node and workers):
+        /// one synchronous, the others potential (`FIRST 1 (s1, s2, ...)`).
+        #[arg(long, default_value_t = 0)]
+        standbys: usize,
+        /// `synchronous_commit` of the primaries [default with standbys: on].
+        #[arg(long, value_enum)]
+        sync: Option<pgshard::cluster::standby::SyncCommit>,
     },
     /// Stop every part of the local cluster.
     Down {
@@ -98,6 +105,8 @@ fn main() -> anyhow::Result<()> {
                         listen_host,
                         fast,
                         async_commit,
+                        standbys,
+                        sync,
                     } => {
                         let opts = pgshard::cluster::ClusterOptions {
                             dir,
@@ -107,6 +116,8 @@ fn main() -> anyhow::Result<()> {
                             pgshard_exe: std::env::current_exe()?,
                             fast,
                             async_commit,
+                            standbys,
+                            sync,
                         };
                         pgshard::cluster::cluster_up(&opts).await?;
                         Ok(())

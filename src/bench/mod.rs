@@ -42,6 +42,7 @@ mod setup;
 mod sysbench;
 pub mod tpch;
 mod w2;
+mod w5;
 
 use queries::*;
 use runs::*;
@@ -50,7 +51,7 @@ use setup::*;
 use crate::cluster::node::{self, Node, Settings};
 use crate::cluster::{cluster_down, cluster_up, ClusterInfo, ClusterOptions};
 use anyhow::{anyhow, bail, Context, Result};
-use pgbench::Env;
+use pgbench::{Env, StdoutToStderr};
 use report::{
     QueryFigures, QueryLoad, QueryRun, Reference, Run, ServerCpu, Status, Target, WorkloadResult,
 };
@@ -67,8 +68,8 @@ pub struct BenchArgs {
     /// w1-tpcb-simple, w1-tpcb-vs-own-2pc, w1-tpcb-1pc, w2-9shards-2pc, w2-9shards-1pc,
     /// w2-2shards-2pc, w2-2shards-1pc, w2-1shard, w2-1row, w3-sysbench-insert, w4-count,
     /// w4-groupby, w4-copy, w4q-cte-groups, w4q-from-limit, w4q-union, w4q-cte-join,
-    /// w4q-in-subquery, tpch-q01 ... tpch-q22; a prefix (w1, w2, ..., tpch) selects a
-    /// group. TPC-H runs only when named.
+    /// w4q-in-subquery, tpch-q01 ... tpch-q22, w5-none-login ... w5-sync-on-logout; a
+    /// prefix (w1, w2, ..., tpch, w5) selects a group. TPC-H and W5 run only when named.
     pub workloads: Vec<String>,
     /// pgbench scale factor (100,000 accounts each) [default: 10; --quick: 1]; for
     /// TPC-H its scale factor, fractions allowed [default: 1; --quick: 0.01].
@@ -156,6 +157,8 @@ enum Script {
         spread: w2::Spread,
         protocol: Option<&'static str>,
     },
+    /// W5's login or logout script, in one of its standby configurations (w5.rs).
+    W5(w5::Variant),
 }
 
 /// How the two targets' answers to a query must agree.
@@ -512,7 +515,7 @@ struct Options {
 impl Options {
     fn resolve(a: BenchArgs) -> Result<Options> {
         let mut workloads = Vec::new();
-        let all = || WORKLOADS.iter().chain(tpch::WORKLOADS.iter());
+        let all = || WORKLOADS.iter().chain(tpch::WORKLOADS.iter()).chain(w5::WORKLOADS);
         for name in &a.workloads {
             let chosen: Vec<&'static Workload> = all()
                 .filter(|w| w.name == name || w.name.starts_with(&format!("{name}-")))
@@ -621,6 +624,7 @@ impl Progress {
 #[derive(Default)]
 struct Started {
     plain: Option<Node>,
+    plain_standbys: Vec<Node>,
     cluster: bool,
 }
 
@@ -667,7 +671,9 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
     remove_previous(opts, progress).await?;
     fs::create_dir_all(opts.runs_dir())?;
 
-    let base = free_ports(opts.port, opts.workers as u16 + 3)?;
+    let w5 = opts.workloads.iter().any(|w| w.name.starts_with("w5-"));
+    let extra = if w5 { w5::extra_ports(opts.workers) } else { 0 };
+    let base = free_ports(opts.port, opts.workers as u16 + 3 + extra)?;
     let plain_port = base;
     let cluster_port = base + 1;
     progress.say(format!(
@@ -709,6 +715,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         fast: false,
         // The reference measurements' setting, on both sides.
         async_commit: true,
+        ..ClusterOptions::default()
     };
     let (plain_res, cluster_res) = {
         let _quiet = StdoutToStderr::new();
@@ -853,6 +860,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
     let mut tpch_load: Option<tpch::TpchLoad> = None;
     let mut w2_setup: Option<W2Setup> = None;
     let mut w3_setup: Option<Option<(Status, String)>> = None;
+    let mut w5_setup: Option<w5::W5Setup> = None;
     let total = opts.workloads.len();
     for (i, w) in opts.workloads.iter().enumerate() {
         progress.say(format!("workload {}/{total}: {}", i + 1, w.name));
@@ -918,8 +926,20 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
                     }
                     w2_setup = Some(setup);
                 }
-                (script_text, not_run) =
+                if let Script::W5(variant) = script {
+                    if w5_setup.is_none() {
+                        started.plain_standbys = w5::plain_standbys(&plain_node, base, opts.workers);
+                        let s = w5::setup(opts, progress, targets, &plain_node, started.plain_standbys.clone());
+                        w5_setup = Some(s.await?);
+                    }
+                    let setup = w5_setup.as_ref().expect("set up above");
+                    setup.apply(variant, progress).await?;
+                    not_run = setup.error.clone();
+                }
+                let why;
+                (script_text, why) =
                     write_script(opts, w, script, w2_setup.as_ref(), &pgshard_target.client).await;
+                not_run = not_run.or(why);
             }
             Kind::Sysbench => {
                 if w3_setup.is_none() {
@@ -1130,6 +1150,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
             "TPC-H (workloads tpch-qNN, kind query; load.tpch, tpch): tpchgen's rows at options.tpch_scale by COPY into both targets (through pgshard lineitem/orders co-located by order key, part/partsupp by part key, customer and supplier by their keys, nation and region reference tables), primary keys and an index on l_partkey on both, then vacuum analyze; per query and target one warm-up execution then 3 timed ones (1 when the warm-up took over 10 s), statement_timeout 300 s (a timeout fails the query), answers compared row by row in order; tpch.geometric_mean_ratio: geometric mean of plain time / pgshard time over the queries both answered",
             "w4-copy (kind copy): W4's rows exported from the plain server to a CSV file, then per run truncate test_copy + one psql \\copy test_copy from FILE timed by its wall clock (times_ms has the one COPY), row count checked; rows_per_s = rows / median time",
             "options.client_role: the measured clients (pgbench, sysbench, psql, W4's queries) log in as this LOGIN role made by the bench with only the workloads' privileges (null: as the superuser postgres); loading, setup and the vacuum/truncate before each run stay with postgres; options.client_tls: every connection to both targets uses sslmode=require (the plain server then has ssl = on with a self-signed certificate); clients: what a client connection of each target saw (current_user, TLS in psql's \\conninfo)",
+            "W5 (workloads w5-*, seed 002): the login / logout scripts (-M extended) on user_info (scale x 100,000 users, distributed by userid through pgshard, the record tables co-located); 2 standbys per primary on both targets (plain server, coordinator node, workers), put before each workload in its configuration: none (stopped), async (synchronous_standby_names empty), sync-MODE (FIRST 1 (s1, s2), synchronous_commit = MODE); none and async with synchronous_commit = off; server CPU counts the primaries only",
             "pgbench_cpu_s: getrusage(RUSAGE_CHILDREN) around the run; machine_irq_s: interrupt + softirq time (/proc/stat), mostly loopback TCP; other_cpu_fraction: machine busy time not spent by the target, pgshard, pgbench or interrupts, over all CPU time of the run",
         ],
         "clients": clients,
@@ -1478,6 +1499,10 @@ async fn stop_everything(opts: &Options, started: &Started) -> Result<()> {
             errors.push(format!("cluster down: {e:#}"));
         }
     }
+    let standbys = started.plain_standbys.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || w5::stop_standbys(&standbys)).await? {
+        errors.push(format!("stopping the plain PostgreSQL's standbys: {e:#}"));
+    }
     if let Some(n) = &started.plain {
         let n = n.clone();
         match tokio::task::spawn_blocking(move || n.stop()).await {
@@ -1505,36 +1530,5 @@ async fn stop_everything(opts: &Options, started: &Started) -> Result<()> {
         Ok(())
     } else {
         bail!("{}", errors.join("; "))
-    }
-}
-
-/// While alive, whatever the process prints on stdout goes to stderr: `cluster_up` and
-/// `cluster_down` report progress with println!, and stdout is for the table.
-struct StdoutToStderr {
-    saved: i32,
-}
-
-impl StdoutToStderr {
-    fn new() -> Self {
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-        let saved = unsafe { libc::dup(1) };
-        if saved >= 0 {
-            unsafe { libc::dup2(2, 1) };
-        }
-        StdoutToStderr { saved }
-    }
-}
-
-impl Drop for StdoutToStderr {
-    fn drop(&mut self) {
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-        if self.saved >= 0 {
-            unsafe {
-                libc::dup2(self.saved, 1);
-                libc::close(self.saved);
-            }
-        }
     }
 }

@@ -240,6 +240,37 @@ pub fn percentiles_of(mut us: Vec<f64>) -> Percentiles {
     }
 }
 
+/// While alive, whatever the process prints on stdout goes to stderr: `cluster_up` and
+/// `cluster_down` report progress with println!, and stdout is for the table.
+pub struct StdoutToStderr {
+    saved: i32,
+}
+
+impl StdoutToStderr {
+    pub fn new() -> Self {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        let saved = unsafe { libc::dup(1) };
+        if saved >= 0 {
+            unsafe { libc::dup2(2, 1) };
+        }
+        StdoutToStderr { saved }
+    }
+}
+
+impl Drop for StdoutToStderr {
+    fn drop(&mut self) {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        if self.saved >= 0 {
+            unsafe {
+                libc::dup2(self.saved, 1);
+                libc::close(self.saved);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -108,6 +108,7 @@ pub(super) async fn write_script(
             "PREPARE TRANSACTION 'pgbench_client_:client_id';\n\
              COMMIT PREPARED 'pgbench_client_:client_id';\n",
         ),
+        Script::W5(variant) => super::w5::script(variant, opts.scale),
         Script::W2 { spread, protocol } => {
             let setup = w2_setup.expect("W2 set up before its scripts");
             if let Some(e) = &setup.error {

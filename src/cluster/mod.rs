@@ -12,11 +12,16 @@
 //! pgshard.pid       pid of the detached `pgshard serve`
 //! coordinator/      data directory of the coordinator node
 //! worker1/ ...      data directories of the workers
+//! worker1_s1/ ...   data directories of their standbys (`--standbys N`, replication.rs)
 //! sockets/ logs/
 //! ```
 
 pub mod certificate;
 pub mod node;
+mod replication;
+pub mod standby;
+
+pub use replication::set_replication_mode;
 
 use anyhow::{bail, Context, Result};
 use node::{Node, Settings};
@@ -43,6 +48,11 @@ pub struct ClusterOptions {
     pub fast: bool,
     /// `synchronous_commit = off` on every node (the reference benchmarks' setting).
     pub async_commit: bool,
+    /// Streaming-replication standbys of every node (at least; `up` removes none).
+    pub standbys: usize,
+    /// `synchronous_commit` of the primaries when given (kept for later runs); with
+    /// standbys and never given: `on`.
+    pub sync: Option<standby::SyncCommit>,
 }
 
 impl Default for ClusterOptions {
@@ -55,6 +65,8 @@ impl Default for ClusterOptions {
             pgshard_exe: std::env::current_exe().unwrap_or_else(|_| "pgshard".into()),
             fast: false,
             async_commit: false,
+            standbys: 0,
+            sync: None,
         }
     }
 }
@@ -70,6 +82,8 @@ pub struct ClusterInfo {
     pub database: String,
     pub coordinator_port: u16,
     pub worker_ports: Vec<u16>,
+    /// Ports of each node's standbys: the coordinator node's first, then each worker's.
+    pub standby_ports: Vec<Vec<u16>>,
     /// The host pgshard reaches the nodes by (`pg_dist_node.nodename`): a socket
     /// directory for a loopback-only cluster, else the TCP host.
     pub node_host: String,
@@ -123,6 +137,12 @@ struct Layout {
     worker_ports: Vec<u16>,
     password: String,
     socket_dir: PathBuf,
+    /// Ports of each node's standbys (coordinator node first, then the workers).
+    #[serde(default)]
+    standby_ports: Vec<Vec<u16>>,
+    /// `synchronous_commit` of the primaries, as given with `--sync`.
+    #[serde(default)]
+    synchronous_commit: Option<String>,
 }
 
 /// A cluster directory and its layout.
@@ -234,6 +254,7 @@ impl Cluster {
             database: DATABASE.into(),
             coordinator_port: self.layout.coordinator_port,
             worker_ports: self.layout.worker_ports.clone(),
+            standby_ports: self.layout.standby_ports.clone(),
             node_host: self.node_host(),
             socket_dir: self.layout.socket_dir.clone(),
             env_file: self.env_file(),
@@ -355,6 +376,8 @@ fn up_local(opts: &ClusterOptions) -> Result<Cluster> {
                 worker_ports: vec![],
                 password: node::random_password(),
                 socket_dir,
+                standby_ports: vec![],
+                synchronous_commit: None,
             },
         }
     };
@@ -363,9 +386,12 @@ fn up_local(opts: &ClusterOptions) -> Result<Cluster> {
         println!("note: the cluster has {have} workers; `up` never removes any");
     }
     while cluster.layout.worker_ports.len() < opts.workers {
-        let l = &cluster.layout;
-        let next = l.worker_ports.last().copied().unwrap_or(l.coordinator_port) + 1;
+        let next = cluster.next_port();
         cluster.layout.worker_ports.push(next);
+    }
+    cluster.allocate_standby_ports(opts.standbys);
+    if let Some(sync) = opts.sync {
+        cluster.layout.synchronous_commit = Some(sync.as_str().into());
     }
     cluster.save()?;
 
@@ -393,6 +419,7 @@ fn up_local(opts: &ClusterOptions) -> Result<Cluster> {
     }
 
     start_nodes(&cluster)?;
+    replication::ensure_standbys(&cluster, settings)?;
     if certificate::ensure(&dir, &cluster.layout.listen_host, &cluster.connect_host())? {
         println!(
             "made a self-signed TLS certificate for pgshard: {}",
@@ -421,7 +448,11 @@ fn start_nodes(cluster: &Cluster) -> Result<()> {
 
 /// Runs `f` on every node at once (pg_ctl waits are the slow part); the first error wins.
 fn on_each_node(cluster: &Cluster, f: impl Fn(&Node) -> Result<()> + Sync) -> Result<()> {
-    let nodes = cluster.nodes();
+    on_each_server(cluster.nodes(), f)
+}
+
+/// Runs `f` on each of `nodes` at once; the first error wins.
+fn on_each_server(nodes: Vec<Node>, f: impl Fn(&Node) -> Result<()> + Sync) -> Result<()> {
     std::thread::scope(|s| {
         let handles: Vec<_> = nodes.iter().map(|n| s.spawn(|| f(n))).collect();
         let results: Vec<Result<()>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
@@ -587,6 +618,7 @@ async fn register_workers(cluster: &Cluster) -> Result<()> {
                 w.name, w.port
             );
         }
+        replication::register_standbys(cluster, &client).await?;
         anyhow::Ok(())
     };
     match tokio::time::timeout(Duration::from_secs(60), work).await {
@@ -611,7 +643,9 @@ fn down_local(cluster: &Cluster) -> Result<()> {
         None => println!("pgshard was not running"),
     }
     let _ = fs::remove_file(cluster.pid_file());
-    on_each_node(cluster, |n| {
+    let mut servers = cluster.nodes();
+    servers.extend(cluster.standby_nodes());
+    on_each_server(servers, |n| {
         if n.stop()? {
             println!("stopped {}", n.name);
         } else {
@@ -644,7 +678,7 @@ fn status_local(cluster: &Cluster) -> Result<String> {
         up,
         &cluster.pgshard_log(),
     ));
-    for n in cluster.nodes() {
+    for (n, standbys) in cluster.groups() {
         let pid = n.running_pid();
         out.push_str(&status_line(
             &n.name,
@@ -653,6 +687,7 @@ fn status_local(cluster: &Cluster) -> Result<String> {
             pid.is_some(),
             &n.data_dir,
         ));
+        out.push_str(&replication::status_lines(cluster, &n, &standbys));
     }
     out.push_str(&format!("connection: {}\n", cluster.env_file().display()));
     Ok(out)

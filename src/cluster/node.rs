@@ -225,7 +225,7 @@ impl Node {
     }
 
     /// An empty, server-owned `<data_dir>.tmp`; leftovers of an interrupted run go first.
-    fn staging_dir(&self) -> Result<PathBuf> {
+    pub(crate) fn staging_dir(&self) -> Result<PathBuf> {
         let tmp = self.data_dir.with_extension("tmp");
         if tmp.exists() {
             fs::remove_dir_all(&tmp)?;
@@ -234,7 +234,7 @@ impl Node {
         Ok(tmp)
     }
 
-    fn finish_create(&self, tmp: &Path, settings: Settings) -> Result<()> {
+    pub(crate) fn finish_create(&self, tmp: &Path, settings: Settings) -> Result<()> {
         self.configure(tmp, settings)?;
         fs::rename(tmp, &self.data_dir)
             .with_context(|| format!("renaming {} into place", tmp.display()))?;
@@ -412,7 +412,7 @@ impl Node {
     }
 
     /// A PostgreSQL program run as the server account, from a directory it can read.
-    fn pg_command(&self, program: &str) -> Result<Command> {
+    pub(crate) fn pg_command(&self, program: &str) -> Result<Command> {
         let mut cmd = Command::new(bin_dir()?.join(program));
         cmd.current_dir("/")
             .env_remove("PGDATA")
@@ -437,7 +437,7 @@ fn hba_addresses(listen_host: &str) -> Vec<String> {
     }
 }
 
-fn write_server_file(path: &Path, text: &str) -> Result<()> {
+pub(crate) fn write_server_file(path: &Path, text: &str) -> Result<()> {
     fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     give_to_server(path)
 }

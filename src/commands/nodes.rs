@@ -7,6 +7,12 @@
 //! every role and membership of the coordinator node onto it (`roles`). Like Citus,
 //! adding an existing node returns its id, and a new node gets no shards of tables
 //! distributed before (no automatic rebalance).
+//!
+//! A standby is added as in Citus with `noderole => 'secondary'` and the group id of its
+//! primary (0 for the coordinator node's): it gets no roles or objects (it replays its
+//! primary's) and no shards, and nothing that routes reads it: the catalog snapshot,
+//! `create_distributed_table`, the placement views and `citus_get_active_worker_nodes`
+//! take primaries only.
 
 use super::{begin_catalog_change, db_err, type_oid, Args, UtilityResult};
 use crate::backend::control;
@@ -67,11 +73,21 @@ pub(crate) async fn add_node(
     let group = args.int(2, Some(-1))?.unwrap_or(-1);
     let role = args.get(3).unwrap_or("primary");
     let cluster = args.get(4).unwrap_or("default");
-    if role != "primary" {
-        return Err(PgError::not_supported(format!(
-            "pgshard supports only primary nodes (noderole '{role}')"
-        )));
-    }
+    let secondary = match role {
+        "primary" => false,
+        "secondary" => true,
+        "unavailable" => {
+            return Err(PgError::not_supported(
+                "pgshard supports only primary and secondary nodes (noderole 'unavailable')",
+            ))
+        }
+        _ => {
+            return Err(PgError::new(
+                sqlstate::INVALID_TEXT_REPRESENTATION,
+                format!("invalid input value for enum noderole: \"{role}\""),
+            ))
+        }
+    };
     if cluster != "default" {
         return Err(PgError::not_supported(
             "pgshard supports only the default node cluster",
@@ -87,6 +103,13 @@ pub(crate) async fn add_node(
             )
         })?;
     let port_i32 = i32::from(port);
+    if secondary && group == -1 {
+        return Err(PgError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("cannot add secondary node {host}:{port} without the group id of its primary"),
+        )
+        .with_hint("Pass groupid => the groupid of its primary in pg_dist_node (0 for the coordinator node)."));
+    }
 
     let coord = begin_catalog_change(cache).await?;
     let existing = coord
@@ -104,11 +127,30 @@ pub(crate) async fn add_node(
             Some(id.to_string()),
         ));
     }
+    if secondary && group != 0 {
+        let primaries: i64 = coord
+            .query_one(
+                "SELECT count(*) FROM pg_catalog.pg_dist_node WHERE groupid = $1 AND noderole = 'primary'",
+                &[&group],
+            )
+            .await
+            .map_err(db_err("cannot read pg_dist_node"))?
+            .get(0);
+        if primaries == 0 {
+            return Err(PgError::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!("cannot add secondary node {host}:{port}: group {group} has no primary node"),
+            ));
+        }
+    }
     check_node(cache, &host, port).await?;
-    // Before any shard reaches it: shards are owned by and granted to these roles.
-    super::roles::copy_all_roles(cache.config(), &coord, &host, port).await?;
+    // Before any shard reaches a primary: shards are owned by and granted to these
+    // roles. A secondary replays its primary's (and is read-only).
+    if !secondary {
+        super::roles::copy_all_roles(cache.config(), &coord, &host, port).await?;
+    }
     // And the objects distributed tables depend on (types, collations, functions...).
-    if group != 0 {
+    if group != 0 && !secondary {
         let deps = super::dependencies::recorded(&coord).await?;
         if !deps.is_empty() {
             let at = format!("{host}:{port}");
@@ -128,11 +170,11 @@ pub(crate) async fn add_node(
     }
     let row = coord
         .query_one(
-            "INSERT INTO pg_catalog.pg_dist_node (groupid, nodename, nodeport, hasmetadata, metadatasynced) \
+            "INSERT INTO pg_catalog.pg_dist_node (groupid, nodename, nodeport, hasmetadata, metadatasynced, noderole) \
              VALUES (CASE WHEN $3 = -1 THEN nextval('pg_catalog.pg_dist_groupid_seq')::int ELSE $3 END, \
-                     $1, $2, $3 = 0, $3 = 0) \
+                     $1, $2, $3 = 0, $3 = 0, $4) \
              RETURNING nodeid",
-            &[&host, &port_i32, &group],
+            &[&host, &port_i32, &group, &role],
         )
         .await
         .map_err(db_err("cannot add the node to pg_dist_node"))?;
@@ -150,7 +192,8 @@ pub(crate) async fn add_node(
     ))
 }
 
-/// `citus_remove_node(nodename, nodeport)`: refused while the node holds placements.
+/// `citus_remove_node(nodename, nodeport)`: refused while a primary holds placements
+/// (a secondary holds none of its own).
 pub(crate) async fn remove_node(
     cache: &CatalogCache,
     args: &Args<'_>,
@@ -161,7 +204,8 @@ pub(crate) async fn remove_node(
     let row = coord
         .query_opt(
             "SELECT n.nodeid, n.groupid, \
-                    (SELECT count(*) FROM pg_catalog.pg_dist_placement p WHERE p.groupid = n.groupid) \
+                    (SELECT count(*) FROM pg_catalog.pg_dist_placement p \
+                     WHERE p.groupid = n.groupid AND n.noderole = 'primary') \
              FROM pg_catalog.pg_dist_node n WHERE n.nodename = $1 AND n.nodeport = $2",
             &[&host, &port],
         )
