@@ -128,6 +128,7 @@ pub struct Decision {
 mod statement;
 use statement::{conjuncts, equality, from_item, needed_columns, only_reads};
 
+mod implied;
 mod strategy;
 pub use strategy::decide;
 
@@ -233,7 +234,8 @@ pub fn source_copy(plan: &RepartitionPlan, m: &Move, shard_id: i64) -> PgResult<
 }
 
 /// `SELECT <columns>[, <hash of the column>] FROM <shard> AS <alias> WHERE <own
-/// conjuncts>`: a moved reference's rows on one shard (the hash last).
+/// conjuncts and implied filters (`implied.rs`)>`: a moved reference's rows on one
+/// shard (the hash last).
 pub fn source_select(
     plan: &RepartitionPlan,
     rel: usize,
@@ -265,15 +267,17 @@ pub fn source_select(
         .remove(0)
         .node
         .ok_or_else(|| PgError::internal("empty move query"))?;
+    let mut filters = r.own_conjuncts.clone();
+    filters.extend(implied::implied_conjuncts(plan, rel));
     if let N::SelectStmt(s) = &mut node {
-        s.where_clause = match r.own_conjuncts.len() {
+        s.where_clause = match filters.len() {
             0 => None,
-            1 => Some(Box::new(r.own_conjuncts[0].clone())),
+            1 => Some(Box::new(filters[0].clone())),
             _ => Some(Box::new(protobuf::Node {
                 node: Some(N::BoolExpr(Box::new(protobuf::BoolExpr {
                     xpr: None,
                     boolop: BoolExprType::AndExpr as i32,
-                    args: r.own_conjuncts.clone(),
+                    args: filters,
                     location: -1,
                 }))),
             })),
@@ -283,7 +287,7 @@ pub fn source_select(
 }
 
 /// What the row estimate of reference `rel` explains: its needed columns on its
-/// first shard, its own conjuncts applied (times its shard count).
+/// first shard, its own conjuncts and implied filters applied (times its shard count).
 pub fn estimate_query(plan: &RepartitionPlan, rel: usize) -> PgResult<Option<String>> {
     let r = &plan.rels[rel];
     match r.table.shards.first() {
