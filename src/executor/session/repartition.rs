@@ -11,6 +11,7 @@
 //! `citus.enable_repartition_joins = off`, or no strategy: recursive planning's plan.
 
 use super::subplans::Run;
+use super::tasks::{Describe, NodeTasks};
 use super::via_coordinator::read_answer;
 use super::*;
 use crate::planner::repartition::{
@@ -78,6 +79,7 @@ impl Session {
         for m in &decision.moves {
             self.run_move(plan, m, &types, made).await?;
         }
+        self.analyze_moved(made).await?;
         self.plan_into(
             &decision.outer_plan,
             &decision.outer,
@@ -190,6 +192,42 @@ impl Session {
             est[i] = rows * r.table.shards.len() as f64;
         }
         Ok(est)
+    }
+
+    /// `ANALYZE` of the moved tables, each node's in one statement, all nodes at once:
+    /// tables made in the transaction have no statistics, and PostgreSQL's default
+    /// guesses (a few thousand rows) made it join millions of rows by nested loops.
+    async fn analyze_moved(&mut self, made: &[(NodeAddr, String)]) -> PgResult<()> {
+        let mut tasks: Vec<NodeTasks> = Vec::new();
+        for (addr, table) in made {
+            match tasks.iter_mut().find(|t| t.addr == *addr) {
+                Some(t) => t.sql[0].push_str(&format!(", {table}")),
+                None => tasks.push(NodeTasks {
+                    addr: addr.clone(),
+                    sql: vec![format!("ANALYZE {table}")],
+                }),
+            }
+        }
+        if tasks.is_empty() {
+            return Ok(());
+        }
+        let params = BoundParams {
+            types: &[],
+            bind: None,
+        };
+        let mut ignored = ResultSink::default();
+        let mut on_reply = |_: Frame, _: &mut ResultSink| -> PgResult<()> { Ok(()) };
+        self.run_tasks(
+            &tasks,
+            false,
+            &params,
+            &[],
+            Describe::None,
+            &mut ignored,
+            &mut on_reply,
+        )
+        .await
+        .map(drop)
     }
 
     /// One moved reference: its destination tables made, its rows copied there.
