@@ -71,24 +71,36 @@ impl Session {
         sink: &mut ResultSink,
         made: &mut Vec<(NodeAddr, String)>,
     ) -> PgResult<()> {
+        let started = std::time::Instant::now();
         let Some((decision, types)) = self.repartition_strategy(plan).await? else {
             return self
                 .plan_into(&plan.fallback, &plan.stmt, params, formats, describe, sink)
                 .await;
         };
+        let decided = started.elapsed();
         for m in &decision.moves {
             self.run_move(plan, m, &types, made).await?;
         }
+        let moved = started.elapsed();
         self.analyze_moved(made).await?;
-        self.plan_into(
-            &decision.outer_plan,
-            &decision.outer,
-            params,
-            formats,
-            describe,
-            sink,
-        )
-        .await
+        let analyzed = started.elapsed();
+        let joined = self
+            .plan_into(
+                &decision.outer_plan,
+                &decision.outer,
+                params,
+                formats,
+                describe,
+                sink,
+            )
+            .await;
+        tracing::debug!(
+            "repartition join: strategy {decided:?}, moves {:?}, analyze {:?}, join {:?}",
+            moved - decided,
+            analyzed - moved,
+            started.elapsed() - analyzed
+        );
+        joined
     }
 
     /// The run-time strategy and the columns' types it was decided with (None: the
