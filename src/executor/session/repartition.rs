@@ -3,8 +3,9 @@
 //! table reference's rows streamed shard → pgshard → destination nodes with COPY
 //! (`COPY (SELECT needed columns[, hash] FROM shard WHERE own conjuncts) TO STDOUT`,
 //! each row routed by its hash to its destination shard, `COPY ... FROM STDIN` there),
-//! never through the coordinator node, then the renamed statement as a co-located
-//! join. The moved tables are shipped results (`shipped_results.rs`): unlogged tables
+//! never through the coordinator node; then indexes on the broadcast tables' join
+//! columns and `ANALYZE` of every moved table; then the renamed statement as a
+//! co-located join. The moved tables are shipped results (`shipped_results.rs`): unlogged tables
 //! in `pgshard_intermediate`, made in the statement's transaction (pgshard's own block
 //! in autocommit), dropped when it succeeds, gone with its rollback otherwise (error,
 //! cancel, a client gone mid-query), never visible to another session.
