@@ -82,7 +82,11 @@ async fn create_table(table: &str) -> HashMap<i32, u16> {
 }
 
 fn ids_on(at: &HashMap<i32, u16>, port: u16) -> Vec<i32> {
-    let mut ids: Vec<i32> = at.iter().filter(|(_, p)| **p == port).map(|(i, _)| *i).collect();
+    let mut ids: Vec<i32> = at
+        .iter()
+        .filter(|(_, p)| **p == port)
+        .map(|(i, _)| *i)
+        .collect();
     ids.sort();
     ids
 }
@@ -154,8 +158,15 @@ async fn pipeline_is_answered_in_full(raw: &mut Raw, table: &str, ids: &[i32]) {
 async fn send_pipeline(raw: &mut Raw, table: &str, ids: &[i32], slow: bool) {
     let mut out = BytesMut::new();
     for (i, id) in ids.iter().enumerate() {
-        let sleep = if slow && i == 0 { " AND pg_sleep(1) IS NOT NULL" } else { "" };
-        write_batch(&mut out, &format!("SELECT id FROM {table} WHERE id = {id}{sleep}"));
+        let sleep = if slow && i == 0 {
+            " AND pg_sleep(1) IS NOT NULL"
+        } else {
+            ""
+        };
+        write_batch(
+            &mut out,
+            &format!("SELECT id FROM {table} WHERE id = {id}{sleep}"),
+        );
     }
     write_batch(&mut out, &format!("SELECT count(*) FROM {table}"));
     raw.send(&out).await;
@@ -172,8 +183,13 @@ async fn pipeline_answers(raw: &mut Raw, table: &str, ids: &[i32]) {
     let msgs = raw.until_ready().await;
     assert_eq!(tags(&msgs), "12TDCZ", "count(*): {msgs:?}");
     out.clear();
-    frontend::parse("", &format!("SELECT v FROM {table} WHERE id = $1"), [23u32], &mut out)
-        .unwrap();
+    frontend::parse(
+        "",
+        &format!("SELECT v FROM {table} WHERE id = $1"),
+        [23u32],
+        &mut out,
+    )
+    .unwrap();
     frontend::describe(b'S', "", &mut out).unwrap();
     frontend::sync(&mut out);
     raw.send(&out).await;
@@ -184,7 +200,9 @@ async fn pipeline_answers(raw: &mut Raw, table: &str, ids: &[i32]) {
 /// The whole table's sum, read on the workers themselves.
 async fn sum_on_workers(table: &str) -> i64 {
     let c = cluster().client().await;
-    let rows = simple_rows(&c, &format!("SELECT sum(v) FROM {table}")).await.unwrap();
+    let rows = simple_rows(&c, &format!("SELECT sum(v) FROM {table}"))
+        .await
+        .unwrap();
     rows[0][0].as_ref().unwrap().parse().unwrap()
 }
 
@@ -212,7 +230,9 @@ fn terminated_node_backends_fail_no_read_and_leave_no_reply_out() {
         pipeline_is_answered_in_full(&mut raw, table, &on_w1[..3]).await;
         let k = on_w1[0];
         blocked
-            .batch_execute(&format!("BEGIN; UPDATE {table} SET v = v + 1000 WHERE id = {k}"))
+            .batch_execute(&format!(
+                "BEGIN; UPDATE {table} SET v = v + 1000 WHERE id = {k}"
+            ))
             .await
             .unwrap();
 
@@ -248,7 +268,8 @@ fn terminated_node_backends_fail_no_read_and_leave_no_reply_out() {
             let c2 = c.clone();
             let running = tokio::spawn(async move {
                 let r = c2.query_one(&slow, &[&k]).await;
-                r.map(|r| r.get::<_, i32>(0)).map_err(|e| sqlstate_and_message(&e))
+                r.map(|r| r.get::<_, i32>(0))
+                    .map_err(|e| sqlstate_and_message(&e))
             });
             (c, running)
         };
@@ -266,12 +287,20 @@ fn terminated_node_backends_fail_no_read_and_leave_no_reply_out() {
             .expect_err("the block's connection is gone");
         let (code, message) = sqlstate_and_message(&e);
         assert!(code == "08006" || code == "57P01", "{code} {message}");
-        assert!(message.contains(&w1.to_string()), "names the node: {message}");
+        assert!(
+            message.contains(&w1.to_string()),
+            "names the node: {message}"
+        );
         let e = blocked.simple_query("SELECT 1").await.unwrap_err();
         assert_eq!(sqlstate_and_message(&e).0, "25P02");
         // Parse / Describe / Sync gets its error, not a lone ReadyForQuery.
-        let e = blocked.prepare(&format!("SELECT v FROM {table} WHERE id = $1")).await;
-        assert_eq!(e.map(|_| ()).map_err(|e| sqlstate_and_message(&e).0), Err("25P02".into()));
+        let e = blocked
+            .prepare(&format!("SELECT v FROM {table} WHERE id = $1"))
+            .await;
+        assert_eq!(
+            e.map(|_| ()).map_err(|e| sqlstate_and_message(&e).0),
+            Err("25P02".into())
+        );
         blocked.batch_execute("ROLLBACK").await.unwrap();
         let again = blocked
             .prepare(&format!("SELECT v FROM {table} WHERE id = $1"))
@@ -287,7 +316,11 @@ fn terminated_node_backends_fail_no_read_and_leave_no_reply_out() {
             let r = c
                 .simple_query(&format!("UPDATE {table} SET v = v + 1 WHERE id = {id}"))
                 .await;
-            assert!(r.is_ok(), "id {id}: {:?}", r.map_err(|e| sqlstate_and_message(&e)));
+            assert!(
+                r.is_ok(),
+                "id {id}: {:?}",
+                r.map_err(|e| sqlstate_and_message(&e))
+            );
         }
         let want: i64 = (1..=ROWS as i64).sum::<i64>() + on_w1.len() as i64;
         assert_eq!(sum_on_workers(table).await, want, "nothing committed lost");
@@ -353,7 +386,9 @@ fn clients_go_on_after_a_worker_restart() {
         // Every client is served again at once, pgshard untouched.
         for c in &clients {
             for id in 1..=ROWS {
-                let v = value(c, table, id).await.map_err(|e| sqlstate_and_message(&e));
+                let v = value(c, table, id)
+                    .await
+                    .map_err(|e| sqlstate_and_message(&e));
                 assert!(v.is_ok(), "id {id}: {v:?}");
             }
             let update = format!("UPDATE {table} SET v = v + 1 WHERE id = {}", on_w2[0]);
@@ -371,7 +406,10 @@ fn clients_go_on_after_a_worker_restart() {
         pipeline_is_answered_in_full(&mut raw, table, &on_w2[..3]).await;
         // Every acknowledged write is there; one that failed may or may not be.
         let base: i64 = (1..=ROWS as i64).sum();
-        let (acked, unknown) = (acked.load(Ordering::Relaxed), unknown.load(Ordering::Relaxed));
+        let (acked, unknown) = (
+            acked.load(Ordering::Relaxed),
+            unknown.load(Ordering::Relaxed),
+        );
         let sum = sum_on_workers(table).await - base;
         assert!(
             sum >= acked as i64 && sum <= (acked + unknown) as i64,
@@ -432,9 +470,8 @@ fn a_frozen_worker_fails_its_own_statements_only() {
             ),
         )
         .unwrap();
-        let connect = || {
-            common::connect(&cl.host, serve.port, &cl.user, &cl.password, &cl.database)
-        };
+        let connect =
+            || common::connect(&cl.host, serve.port, &cl.user, &cl.password, &cl.database);
         let (a, b) = (connect().await, connect().await);
         for id in 1..=ROWS {
             assert_eq!(value(&a, table, id).await.unwrap(), id);
@@ -449,7 +486,9 @@ fn a_frozen_worker_fails_its_own_statements_only() {
         let started = Instant::now();
         let k = on_w1[0];
         let stuck = tokio::spawn(async move {
-            let r = value(&b, table, k).await.map_err(|e| sqlstate_and_message(&e));
+            let r = value(&b, table, k)
+                .await
+                .map_err(|e| sqlstate_and_message(&e));
             (r, started.elapsed(), b)
         });
         // Clients of the other worker are served meanwhile, new ones too.
@@ -470,7 +509,10 @@ fn a_frozen_worker_fails_its_own_statements_only() {
             .unwrap();
         let (code, message) = r.expect_err("the frozen worker answers nothing");
         assert_eq!(code, "08006", "{message}");
-        assert!(message.contains(&w1.to_string()), "names the node: {message}");
+        assert!(
+            message.contains(&w1.to_string()),
+            "names the node: {message}"
+        );
         assert!(took >= timeout && took < timeout * 3, "{took:?}");
         // A statement of another session meanwhile fails within the timeout too.
         let t = Instant::now();

@@ -1,7 +1,8 @@
 //! Joins not on the distribution columns (broadcast and repartition) answer exactly as
 //! one PostgreSQL does: a small table broadcast, a large one repartitioned onto the
 //! other's shards, both re-hashed (dual), inner and LEFT joins, three tables, a
-//! parameter, a block seeing its own writes; EXPLAIN names the strategy; the rows
+//! parameter, a block seeing its own writes, ORs of ANDs filtering each side at its
+//! source (NULL keys, a nullable side left whole); EXPLAIN names the strategy; the rows
 //! never pass through the coordinator node (its intermediate results are bounded to
 //! 1 kB here); and the moved tables are gone from every worker after success, error,
 //! cancel and a client that disconnects mid-query. `citus.enable_repartition_joins =
@@ -139,6 +140,26 @@ const IN_SUBQUERIES: &[&str] = &[
      WHERE o2.o_custkey = p2.p_partkey AND p2.p_partkey = rj_part.p_partkey)",
 ];
 
+// ORs of ANDs: each reference's moved rows filtered by what every branch says of it
+// alone (`implied.rs`); NULL keys in one branch; a nullable side left unfiltered.
+const OR_OF_ANDS: &[&str] = &[
+    "SELECT count(*), sum(l.l_qty) FROM rj_lineitem l, rj_part p \
+     WHERE (p.p_partkey = l.l_partkey AND p.p_size = 3 AND l.l_qty < 10) \
+     OR (p.p_partkey = l.l_partkey AND p.p_size = 7 AND l.l_qty > 40)",
+    "SELECT o.o_orderkey, c.c_custkey, c.c_name FROM rj_orders o, rj_customer c \
+     WHERE (o.o_custkey IS NULL AND c.c_nation = 3 AND o.o_orderkey < 3000) \
+     OR (o.o_custkey = c.c_custkey AND c.c_nation = 4 AND o.o_total > 1000)",
+    // The first branch says nothing of orders alone: orders are not filtered.
+    "SELECT o.o_orderkey, c.c_name FROM rj_orders o JOIN rj_customer c ON true \
+     WHERE (o.o_custkey = c.c_custkey AND c.c_nation = 3) \
+     OR (o.o_custkey IS NULL AND c.c_custkey = 1 AND o.o_orderkey < 500)",
+    // Customer on the nullable side: filtering it would null-extend orders that the
+    // second branch then keeps.
+    "SELECT o.o_orderkey, c.c_name FROM rj_orders o LEFT JOIN rj_customer c \
+     ON o.o_custkey = c.c_custkey \
+     WHERE (c.c_nation = 3 AND o.o_orderkey < 100) OR (c.c_name IS NULL AND o.o_orderkey < 1000)",
+];
+
 /// One test: both parts use the same tables.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repartition_joins() {
@@ -148,12 +169,21 @@ async fn repartition_joins() {
 }
 
 async fn answers_and_strategies(shard: &Client, plain: &Client) {
-    for sql in BROADCAST.iter().chain(REPARTITION).chain(IN_SUBQUERIES) {
+    for sql in BROADCAST
+        .iter()
+        .chain(REPARTITION)
+        .chain(IN_SUBQUERIES)
+        .chain(OR_OF_ANDS)
+    {
         same(&shard, &plain, sql).await;
     }
     // The subqueries' tables move, nothing is pulled into the coordinator node.
     let e = explain(&shard, IN_SUBQUERIES[0]).await;
-    assert_eq!(e.matches("Repartition rj_lineitem on l_partkey").count(), 1, "{e}");
+    assert_eq!(
+        e.matches("Repartition rj_lineitem on l_partkey").count(),
+        1,
+        "{e}"
+    );
     let e = explain(&shard, IN_SUBQUERIES[1]).await;
     assert!(e.contains("Repartition rj_orders on o_custkey"), "{e}");
     let e = explain(&shard, IN_SUBQUERIES[2]).await;
@@ -164,9 +194,22 @@ async fn answers_and_strategies(shard: &Client, plain: &Client) {
     for sql in IN_SUBQUERIES {
         let e = explain(&shard, sql).await;
         let moves = e.matches("Broadcast rj_").count() + e.matches("Repartition rj_").count();
-        assert_eq!(e.matches("Distributed Subplan").count(), moves, "{sql}\n{e}");
+        assert_eq!(
+            e.matches("Distributed Subplan").count(),
+            moves,
+            "{sql}\n{e}"
+        );
         assert!(moves > 0, "{sql}\n{e}");
     }
+    // Part's implied filter (size 3 or 7: 600 of 12,000 rows) makes it small.
+    let e = explain(&shard, OR_OF_ANDS[0]).await;
+    let moved: f64 = e
+        .split("Broadcast rj_part (~")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("part not broadcast: {e}"));
+    assert!(moved < 3000.0, "{e}");
     // EXPLAIN names the strategy and the rows each moved table brings.
     let e = explain(&shard, BROADCAST[0]).await;
     assert!(e.contains("Broadcast rj_customer"), "{e}");

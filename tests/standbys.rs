@@ -80,7 +80,11 @@ async fn sync_states(info: &ClusterInfo, primary: &Node) -> Vec<(String, String)
 }
 
 /// Waits (up to 20 s) until every primary's streaming standbys are `expected`.
-async fn expect_sync_states(info: &ClusterInfo, groups: &[(Node, Vec<Node>)], expected: &[(&str, &str)]) {
+async fn expect_sync_states(
+    info: &ClusterInfo,
+    groups: &[(Node, Vec<Node>)],
+    expected: &[(&str, &str)],
+) {
     let expected: Vec<(String, String)> = expected
         .iter()
         .map(|(a, b)| (a.to_string(), b.to_string()))
@@ -120,7 +124,11 @@ async fn eventually(info: &ClusterInfo, port: u16, sql: &str, want: &str) {
 }
 
 fn stop(node: &Node) {
-    assert!(node.stop().expect("pg_ctl stop"), "{} was not running", node.name);
+    assert!(
+        node.stop().expect("pg_ctl stop"),
+        "{} was not running",
+        node.name
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,7 +140,16 @@ async fn standbys_replicate_and_synchronous_commits_wait_for_one() {
     let (d, port) = (dir.to_str().unwrap(), base.to_string());
     let standbys = STANDBYS.to_string();
     pgshard(&[
-        "cluster", "up", "--dir", d, "--workers", "2", "--port", &port, "--fast", "--standbys",
+        "cluster",
+        "up",
+        "--dir",
+        d,
+        "--workers",
+        "2",
+        "--port",
+        &port,
+        "--fast",
+        "--standbys",
         &standbys,
     ]);
     let info = cluster_info(&dir).expect("cluster info");
@@ -171,13 +188,18 @@ async fn standbys_replicate_and_synchronous_commits_wait_for_one() {
             .split(' ')
             .find_map(|n| {
                 let parts: Vec<&str> = n.split(':').collect();
-                (parts[1] == port.to_string() && parts[2] == "primary").then(|| parts[0].to_string())
+                (parts[1] == port.to_string() && parts[2] == "primary")
+                    .then(|| parts[0].to_string())
             })
             .unwrap_or_else(|| panic!("worker {port} not in {nodes}"))
     };
     let mut expected = Vec::new();
     for (i, (primary, standbys)) in groups.iter().enumerate() {
-        let group = if i == 0 { "0".to_string() } else { worker_group(primary.port) };
+        let group = if i == 0 {
+            "0".to_string()
+        } else {
+            worker_group(primary.port)
+        };
         if i > 0 {
             expected.push((primary.port, format!("{group}:{}:primary", primary.port)));
         }
@@ -207,9 +229,18 @@ async fn standbys_replicate_and_synchronous_commits_wait_for_one() {
     let id = scalar(&client, &again).await;
     assert!(id.parse::<i32>().is_ok(), "{id}");
     for (sql, code) in [
-        ("SELECT citus_add_node('127.0.0.1', 1, noderole => 'secondary')", "22023"),
-        ("SELECT citus_add_node('127.0.0.1', 1, groupid => 999, noderole => 'secondary')", "22023"),
-        ("SELECT citus_add_node('127.0.0.1', 1, noderole => 'tertiary')", "22P02"),
+        (
+            "SELECT citus_add_node('127.0.0.1', 1, noderole => 'secondary')",
+            "22023",
+        ),
+        (
+            "SELECT citus_add_node('127.0.0.1', 1, groupid => 999, noderole => 'secondary')",
+            "22023",
+        ),
+        (
+            "SELECT citus_add_node('127.0.0.1', 1, noderole => 'tertiary')",
+            "22P02",
+        ),
     ] {
         let e = client.simple_query(sql).await.expect_err(sql);
         assert_eq!(sqlstate_and_message(&e).0, code, "{sql}: {e:?}");
@@ -224,7 +255,10 @@ async fn standbys_replicate_and_synchronous_commits_wait_for_one() {
         "INSERT INTO logins (userid) SELECT g FROM generate_series(1, 100) g",
         "INSERT INTO local_log VALUES (1)",
     ] {
-        client.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        client
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
     let placed = scalar(
         &client,
@@ -311,10 +345,15 @@ async fn standbys_replicate_and_synchronous_commits_wait_for_one() {
     ] {
         tokio::time::timeout(Duration::from_secs(20), local.batch_execute(sql))
             .await
-            .unwrap_or_else(|_| panic!("{sql} waited for a standby under synchronous_commit = local"))
+            .unwrap_or_else(|_| {
+                panic!("{sql} waited for a standby under synchronous_commit = local")
+            })
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
-    assert!(!waiting.is_finished(), "the synchronous commit returned early");
+    assert!(
+        !waiting.is_finished(),
+        "the synchronous commit returned early"
+    );
 
     // A standby of the worker holding the key comes back: the waiting commit completes.
     let (_, worker_standbys) = groups
@@ -350,7 +389,11 @@ async fn standbys_replicate_and_synchronous_commits_wait_for_one() {
     pgshard(&["cluster", "down", "--dir", d]);
     for (_, standbys) in &groups {
         for sb in standbys {
-            assert!(sb.running_pid().is_none(), "{} still runs after down", sb.name);
+            assert!(
+                sb.running_pid().is_none(),
+                "{} still runs after down",
+                sb.name
+            );
         }
     }
     pgshard(&["cluster", "up", "--dir", d, "--port", &port, "--fast"]);

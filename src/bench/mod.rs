@@ -35,8 +35,8 @@ mod client;
 pub mod cpu;
 mod machine;
 mod pgbench;
-pub mod report;
 mod queries;
+pub mod report;
 mod runs;
 mod setup;
 mod sysbench;
@@ -515,7 +515,12 @@ struct Options {
 impl Options {
     fn resolve(a: BenchArgs) -> Result<Options> {
         let mut workloads = Vec::new();
-        let all = || WORKLOADS.iter().chain(tpch::WORKLOADS.iter()).chain(w5::WORKLOADS);
+        let all = || {
+            WORKLOADS
+                .iter()
+                .chain(tpch::WORKLOADS.iter())
+                .chain(w5::WORKLOADS)
+        };
         for name in &a.workloads {
             let chosen: Vec<&'static Workload> = all()
                 .filter(|w| w.name == name || w.name.starts_with(&format!("{name}-")))
@@ -928,8 +933,15 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
                 }
                 if let Script::W5(variant) = script {
                     if w5_setup.is_none() {
-                        started.plain_standbys = w5::plain_standbys(&plain_node, base, opts.workers);
-                        let s = w5::setup(opts, progress, targets, &plain_node, started.plain_standbys.clone());
+                        started.plain_standbys =
+                            w5::plain_standbys(&plain_node, base, opts.workers);
+                        let s = w5::setup(
+                            opts,
+                            progress,
+                            targets,
+                            &plain_node,
+                            started.plain_standbys.clone(),
+                        );
                         w5_setup = Some(s.await?);
                     }
                     let setup = w5_setup.as_ref().expect("set up above");
@@ -1224,7 +1236,6 @@ async fn grant_client(
         None => Ok(()),
     }
 }
-
 
 /// `CHECKPOINT` on every server of both targets.
 async fn checkpoint_all(cluster: &ClusterInfo, plain: &Env) -> Result<()> {

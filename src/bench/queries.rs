@@ -80,7 +80,11 @@ pub(super) async fn load_w4(
 }
 
 /// W4's load through pgshard: local table on the coordinator node, then distributed.
-pub(super) async fn load_w4_pgshard(env: &Env, insert: &str, load: &mut QueryLoad) -> Result<(), SqlError> {
+pub(super) async fn load_w4_pgshard(
+    env: &Env,
+    insert: &str,
+    load: &mut QueryLoad,
+) -> Result<(), SqlError> {
     let client = connect(env)
         .await
         .map_err(|e| SqlError::client(format!("{e:#}")))?;
@@ -147,7 +151,10 @@ pub(super) async fn shard_tables(env: &Env, table: &str) -> Result<String> {
 
 /// `vacuum analyze` of the shards of `table` (`table_<shardid>`) on every worker;
 /// returns their pages and all-visible pages summed over the workers.
-pub(super) async fn vacuum_shards(cluster: &ClusterInfo, table: &str) -> Result<Option<(u64, u64)>> {
+pub(super) async fn vacuum_shards(
+    cluster: &ClusterInfo,
+    table: &str,
+) -> Result<Option<(u64, u64)>> {
     let mut total = Some((0, 0));
     for env in node_envs(cluster).into_iter().skip(1) {
         let shards = shard_tables(&env, table).await?;

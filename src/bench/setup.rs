@@ -12,7 +12,10 @@ pub(super) struct W2Setup {
     pub(super) error: Option<(Status, String)>,
 }
 
-pub(super) async fn setup_w2(progress: &Progress, [plain, pgshard]: [&TargetCtx; 2]) -> Result<W2Setup> {
+pub(super) async fn setup_w2(
+    progress: &Progress,
+    [plain, pgshard]: [&TargetCtx; 2],
+) -> Result<W2Setup> {
     progress.say(format!(
         "W2: table w2 (id int) on both targets, distributed by id through pgshard \
          ({SHARD_COUNT} shards)"

@@ -257,7 +257,8 @@ pub(super) async fn setup(
         "W5: {STANDBYS} standbys of the plain PostgreSQL and of every node of the cluster"
     ));
     {
-        let (primary, standbys, pw) = (plain_node.clone(), plain_standbys.clone(), password.clone());
+        let (primary, standbys, pw) =
+            (plain_node.clone(), plain_standbys.clone(), password.clone());
         tokio::task::spawn_blocking(move || -> Result<()> {
             let settings = Settings {
                 fast: false,
@@ -314,7 +315,9 @@ pub(super) async fn setup(
             .await
             .map_err(|e| SqlError::client(format!("{e:#}")))?;
         for s in &sql {
-            simple(&client, s, LOAD_TIMEOUT).await.map_err(|e| e.during(s))?;
+            simple(&client, s, LOAD_TIMEOUT)
+                .await
+                .map_err(|e| e.during(s))?;
         }
         Ok::<_, SqlError>(())
     };

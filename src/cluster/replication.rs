@@ -23,7 +23,12 @@ impl Cluster {
             .into_iter()
             .enumerate()
             .map(|(i, primary)| {
-                let ports = self.layout.standby_ports.get(i).cloned().unwrap_or_default();
+                let ports = self
+                    .layout
+                    .standby_ports
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_default();
                 let standbys = ports
                     .iter()
                     .enumerate()
@@ -91,12 +96,22 @@ pub(super) fn ensure_standbys(cluster: &Cluster, settings: Settings) -> Result<(
                 s.spawn(move || -> Result<()> {
                     for (i, sb) in standbys.iter().enumerate() {
                         if !sb.exists() {
-                            println!("creating {} (pg_basebackup of the {}) ...", sb.name, primary.name);
-                            sb.create_standby(primary, &standby::standby_name(i + 1), password, settings)?;
+                            println!(
+                                "creating {} (pg_basebackup of the {}) ...",
+                                sb.name, primary.name
+                            );
+                            sb.create_standby(
+                                primary,
+                                &standby::standby_name(i + 1),
+                                password,
+                                settings,
+                            )?;
                         }
                         let addr = format!("{}:{}", sb.listen_host, sb.port);
                         match sb.running_pid() {
-                            Some(pid) => println!("{} already running on {addr} (pid {pid})", sb.name),
+                            Some(pid) => {
+                                println!("{} already running on {addr} (pid {pid})", sb.name)
+                            }
                             None => println!("started {} on {addr} (pid {})", sb.name, sb.start()?),
                         }
                     }
@@ -203,16 +218,18 @@ pub(super) async fn register_standbys(
         let group = if i == 0 {
             0
         } else {
-            match listed
-                .iter()
-                .find(|(_, h, p)| *p == primary.port && (*h == node_host || *h == cluster.connect_host()))
-            {
+            match listed.iter().find(|(_, h, p)| {
+                *p == primary.port && (*h == node_host || *h == cluster.connect_host())
+            }) {
                 Some((g, _, _)) => *g,
                 None => anyhow::bail!("the {} is not in pg_dist_node", primary.name),
             }
         };
         for sb in standbys {
-            if listed.iter().any(|(_, h, p)| *h == node_host && *p == sb.port) {
+            if listed
+                .iter()
+                .any(|(_, h, p)| *h == node_host && *p == sb.port)
+            {
                 continue;
             }
             let sql = format!(
@@ -224,7 +241,10 @@ pub(super) async fn register_standbys(
                 .simple_query(&sql)
                 .await
                 .with_context(|| format!("{sql} failed"))?;
-            println!("registered {} ({node_host}:{}) as a secondary", sb.name, sb.port);
+            println!(
+                "registered {} ({node_host}:{}) as a secondary",
+                sb.name, sb.port
+            );
         }
     }
     Ok(())

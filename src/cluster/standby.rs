@@ -90,7 +90,9 @@ pub fn standby_node(primary: &Node, i: usize, port: u16) -> Node {
         listen_host: primary.listen_host.clone(),
         port,
         socket_dir: primary.socket_dir.clone(),
-        log_file: primary.log_file.with_file_name(format!("{log_stem}_{name}.log")),
+        log_file: primary
+            .log_file
+            .with_file_name(format!("{log_stem}_{name}.log")),
     }
 }
 
@@ -222,7 +224,11 @@ pub fn apply_mode(
 ) -> Result<()> {
     let names: Vec<String> = (1..=standbys.len()).map(standby_name).collect();
     primary.write_replication(&Replication {
-        synchronous_standbys: if mode.synchronous { names.clone() } else { vec![] },
+        synchronous_standbys: if mode.synchronous {
+            names.clone()
+        } else {
+            vec![]
+        },
         synchronous_commit: Some(mode.synchronous_commit),
     })?;
     for sb in standbys {

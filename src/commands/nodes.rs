@@ -139,7 +139,9 @@ pub(crate) async fn add_node(
         if primaries == 0 {
             return Err(PgError::new(
                 sqlstate::INVALID_PARAMETER_VALUE,
-                format!("cannot add secondary node {host}:{port}: group {group} has no primary node"),
+                format!(
+                    "cannot add secondary node {host}:{port}: group {group} has no primary node"
+                ),
             ));
         }
     }

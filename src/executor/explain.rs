@@ -262,6 +262,9 @@ impl Session {
                     self.make_destinations(m, &types, &mut made).await?;
                 }
             }
+            if e.analyze {
+                self.index_and_analyze_moved(r, &d.moves, &made).await?;
+            }
             let outer = self
                 .explain_plan(e, &d.outer_plan, &d.outer, params, plan_ids)
                 .await?;

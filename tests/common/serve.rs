@@ -19,7 +19,10 @@ pub struct Serve {
 impl Serve {
     /// Starts pgshard with the cluster's config changed by `edit`; Err(its log) when
     /// it exits instead of listening.
-    pub fn start(name: &str, edit: impl FnOnce(&mut pgshard::config::Config)) -> Result<Serve, String> {
+    pub fn start(
+        name: &str,
+        edit: impl FnOnce(&mut pgshard::config::Config),
+    ) -> Result<Serve, String> {
         Serve::start_with_toml(name, edit, "")
     }
 
@@ -77,4 +80,3 @@ impl Drop for Serve {
         let _ = self.child.wait();
     }
 }
-

@@ -145,11 +145,7 @@ pub(super) fn resolve_column(
                 .copied()
                 .filter(|i| refs[*i].1.columns.iter().any(|c| c == col))
                 .collect(),
-            [.., q, _] => level
-                .iter()
-                .copied()
-                .filter(|i| names_rel(*i, q))
-                .collect(),
+            [.., q, _] => level.iter().copied().filter(|i| names_rel(*i, q)).collect(),
             _ => return None,
         };
         match hits.as_slice() {

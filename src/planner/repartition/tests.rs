@@ -106,7 +106,11 @@ fn references_inside_subqueries_move() {
     assert_eq!(d.moves.len(), 1);
     assert_eq!(d.moves[0].rel, 1);
     assert!(matches!(&d.moves[0].kind, MoveKind::Repartition { column, .. } if column == "v"));
-    assert!(d.outer.text.contains("pgshard_intermediate"), "{}", d.outer.text);
+    assert!(
+        d.outer.text.contains("pgshard_intermediate"),
+        "{}",
+        d.outer.text
+    );
     // The same table read outside and inside under one name, joined alike: one move
     // serves both references (TPC-H Q17's shape).
     let sql = "SELECT sum(a.k) FROM a, c WHERE c.k = a.v \
@@ -116,7 +120,12 @@ fn references_inside_subqueries_move() {
     assert_eq!(p.rels[0].also.len(), 1);
     let d = decided(sql, &[1e6, 1e6]);
     assert_eq!(d.moves.len(), 1);
-    assert_eq!(d.outer.text.matches("pgshard_intermediate").count(), 2, "{}", d.outer.text);
+    assert_eq!(
+        d.outer.text.matches("pgshard_intermediate").count(),
+        2,
+        "{}",
+        d.outer.text
+    );
     // NOT IN over a small filtered table: broadcast.
     let sql = "SELECT a.v FROM a WHERE a.v NOT IN (SELECT c.v FROM c WHERE c.c_only > 3)";
     let d = decided(sql, &[1e6, 10.0]);
