@@ -222,39 +222,49 @@ impl Session {
         made: &[(NodeAddr, String)],
     ) -> PgResult<()> {
         let mut tasks: Vec<NodeTasks> = Vec::new();
-        for m in moves.iter().filter(|m| m.kind == MoveKind::Broadcast) {
-            let Some(shard) = m.table.shards.first() else {
-                continue;
-            };
-            let table = format!(
-                "{}.{}",
-                quote_ident(&m.table.schema),
-                quote_ident(&m.table.shard_name(shard.shard_id))
-            );
-            let mut columns: Vec<&str> = plan
-                .equalities
+        for m in moves {
+            // A broadcast table is read whole by every shard's task: its join columns
+            // are looked up. Any moved table is probed per outer row by the columns a
+            // correlated subquery compares (`JoinRel::probed`, TPC-H Q17 / Q20).
+            let mut columns: Vec<&str> = plan.rels[m.rel]
+                .probed
                 .iter()
-                .flat_map(|e| [&e.a, &e.b])
-                .filter(|(rel, c)| *rel == m.rel && m.table.columns.contains(c))
-                .map(|(_, c)| c.as_str())
+                .map(String::as_str)
                 .collect();
+            if m.kind == MoveKind::Broadcast {
+                columns.extend(
+                    plan.equalities
+                        .iter()
+                        .flat_map(|e| [&e.a, &e.b])
+                        .filter(|(rel, _)| *rel == m.rel)
+                        .map(|(_, c)| c.as_str()),
+                );
+            }
+            columns.retain(|c| m.table.columns.iter().any(|t| t == c));
             columns.sort_unstable();
             columns.dedup();
-            for addr in made.iter().filter(|(_, t)| *t == table).map(|(a, _)| a) {
-                let at = match tasks.iter().position(|t| t.addr == *addr) {
-                    Some(i) => i,
-                    None => {
-                        tasks.push(NodeTasks {
-                            addr: addr.clone(),
-                            sql: Vec::new(),
-                        });
-                        tasks.len() - 1
+            for shard in &m.table.shards {
+                let table = format!(
+                    "{}.{}",
+                    quote_ident(&m.table.schema),
+                    quote_ident(&m.table.shard_name(shard.shard_id))
+                );
+                for addr in made.iter().filter(|(_, t)| *t == table).map(|(a, _)| a) {
+                    let at = match tasks.iter().position(|t| t.addr == *addr) {
+                        Some(i) => i,
+                        None => {
+                            tasks.push(NodeTasks {
+                                addr: addr.clone(),
+                                sql: Vec::new(),
+                            });
+                            tasks.len() - 1
+                        }
+                    };
+                    for c in &columns {
+                        tasks[at]
+                            .sql
+                            .push(format!("CREATE INDEX ON {table} ({})", quote_ident(c)));
                     }
-                };
-                for c in &columns {
-                    tasks[at]
-                        .sql
-                        .push(format!("CREATE INDEX ON {table} ({})", quote_ident(c)));
                 }
             }
         }
