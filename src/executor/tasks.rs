@@ -17,6 +17,23 @@ pub(super) struct NodeTasks {
     pub sql: Vec<String>,
 }
 
+impl NodeTasks {
+    /// The statements for `addr` in `tasks`, added empty when it has none yet.
+    pub(super) fn of<'a>(tasks: &'a mut Vec<NodeTasks>, addr: &NodeAddr) -> &'a mut Vec<String> {
+        let at = match tasks.iter().position(|t| t.addr == *addr) {
+            Some(i) => i,
+            None => {
+                tasks.push(NodeTasks {
+                    addr: addr.clone(),
+                    sql: Vec::new(),
+                });
+                tasks.len() - 1
+            }
+        };
+        &mut tasks[at].sql
+    }
+}
+
 /// How the batch describes its results: a RowDescription for the first task only
 /// (the columns of every task are the same) or for none.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -55,6 +72,31 @@ impl Session {
             .await?;
         sink.complete(&format!("{verb} {total}"));
         Ok(())
+    }
+
+    /// Runs pgshard's own statements `tasks` (no parameters, nothing returned: DDL,
+    /// ANALYZE, DROP of intermediate tables) as writes of the session's transaction.
+    pub(super) async fn run_tasks_quietly(&mut self, tasks: &[NodeTasks]) -> PgResult<()> {
+        if tasks.is_empty() {
+            return Ok(());
+        }
+        let params = BoundParams {
+            types: &[],
+            bind: None,
+        };
+        let mut ignored = ResultSink::default();
+        let mut on_reply = |_: Frame, _: &mut ResultSink| -> PgResult<()> { Ok(()) };
+        self.run_tasks(
+            tasks,
+            false,
+            &params,
+            &[],
+            Describe::None,
+            &mut ignored,
+            &mut on_reply,
+        )
+        .await
+        .map(drop)
     }
 
     /// Runs `tasks` (`write`: they modify data: the nodes join the transaction as

@@ -12,7 +12,7 @@
 //! `citus.enable_repartition_joins = off`, or no strategy: recursive planning's plan.
 
 use super::subplans::Run;
-use super::tasks::{Describe, NodeTasks};
+use super::tasks::NodeTasks;
 use super::via_coordinator::read_answer;
 use super::*;
 use crate::planner::repartition::{
@@ -226,11 +226,8 @@ impl Session {
             // A broadcast table is read whole by every shard's task: its join columns
             // are looked up. Any moved table is probed per outer row by the columns a
             // correlated subquery compares (`JoinRel::probed`, TPC-H Q17 / Q20).
-            let mut columns: Vec<&str> = plan.rels[m.rel]
-                .probed
-                .iter()
-                .map(String::as_str)
-                .collect();
+            let mut columns: Vec<&str> =
+                plan.rels[m.rel].probed.iter().map(String::as_str).collect();
             if m.kind == MoveKind::Broadcast {
                 columns.extend(
                     plan.equalities
@@ -250,60 +247,21 @@ impl Session {
                     quote_ident(&m.table.shard_name(shard.shard_id))
                 );
                 for addr in made.iter().filter(|(_, t)| *t == table).map(|(a, _)| a) {
-                    let at = match tasks.iter().position(|t| t.addr == *addr) {
-                        Some(i) => i,
-                        None => {
-                            tasks.push(NodeTasks {
-                                addr: addr.clone(),
-                                sql: Vec::new(),
-                            });
-                            tasks.len() - 1
-                        }
-                    };
+                    let sql = NodeTasks::of(&mut tasks, addr);
                     for c in &columns {
-                        tasks[at]
-                            .sql
-                            .push(format!("CREATE INDEX ON {table} ({})", quote_ident(c)));
+                        sql.push(format!("CREATE INDEX ON {table} ({})", quote_ident(c)));
                     }
                 }
             }
         }
         for (addr, table) in made {
-            let at = match tasks.iter().position(|t| t.addr == *addr) {
-                Some(i) => i,
-                None => {
-                    tasks.push(NodeTasks {
-                        addr: addr.clone(),
-                        sql: Vec::new(),
-                    });
-                    tasks.len() - 1
-                }
-            };
-            match tasks[at].sql.last_mut() {
+            let sql = NodeTasks::of(&mut tasks, addr);
+            match sql.last_mut() {
                 Some(last) if last.starts_with("ANALYZE ") => last.push_str(&format!(", {table}")),
-                _ => tasks[at].sql.push(format!("ANALYZE {table}")),
+                _ => sql.push(format!("ANALYZE {table}")),
             }
         }
-        if tasks.is_empty() {
-            return Ok(());
-        }
-        let params = BoundParams {
-            types: &[],
-            bind: None,
-        };
-        let mut ignored = ResultSink::default();
-        let mut on_reply = |_: Frame, _: &mut ResultSink| -> PgResult<()> { Ok(()) };
-        self.run_tasks(
-            &tasks,
-            false,
-            &params,
-            &[],
-            Describe::None,
-            &mut ignored,
-            &mut on_reply,
-        )
-        .await
-        .map(drop)
+        self.run_tasks_quietly(&tasks).await
     }
 
     /// One moved reference: its destination tables made, its rows copied there.

@@ -18,7 +18,7 @@
 //! their session's own and never committed).
 
 use super::subplans::Run;
-use super::tasks::{Describe, NodeTasks};
+use super::tasks::NodeTasks;
 use super::*;
 use crate::planner::modify_recursive::{ModifyRecursivePlan, SHIPPED_SCHEMA};
 use std::collections::HashSet;
@@ -211,26 +211,7 @@ impl Session {
                 }),
             }
         }
-        if tasks.is_empty() {
-            return Ok(());
-        }
-        let params = BoundParams {
-            types: &[],
-            bind: None,
-        };
-        let mut ignored = ResultSink::default();
-        let mut on_reply = |_: Frame, _: &mut ResultSink| -> PgResult<()> { Ok(()) };
-        self.run_tasks(
-            &tasks,
-            false,
-            &params,
-            &[],
-            Describe::None,
-            &mut ignored,
-            &mut on_reply,
-        )
-        .await
-        .map(drop)
+        self.run_tasks_quietly(&tasks).await
     }
 }
 

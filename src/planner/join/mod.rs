@@ -11,6 +11,7 @@
 
 mod combine;
 mod sublinks;
+pub(super) use sublinks::outermost_sublinks;
 mod tree;
 
 use super::distvalue::{find_equality, ValueSource};

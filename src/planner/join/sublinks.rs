@@ -26,7 +26,7 @@ use pg_query::protobuf::{self, SubLinkType};
 use std::sync::Arc;
 
 /// The subqueries found in `roots` (not inside one another).
-fn outermost_sublinks(roots: &[protobuf::Node]) -> Vec<protobuf::SubLink> {
+pub(in crate::planner) fn outermost_sublinks(roots: &[protobuf::Node]) -> Vec<protobuf::SubLink> {
     let mut out = Vec::new();
     for r in roots {
         let mut r = r.clone();

@@ -16,6 +16,7 @@
 use super::statement::{conjuncts, equality, from_item, on_equalities, only_reads, resolve_column};
 use super::ColumnEquality;
 use crate::catalog::DistTable;
+use crate::planner::join::outermost_sublinks;
 use crate::sql::parse::RelRef;
 use pg_query::protobuf::{self, node::Node as N, SubLinkType};
 use std::sync::Arc;
@@ -171,20 +172,4 @@ fn in_link(
     inner_scope.extend_from_slice(scope);
     let b = resolve_column(inner_col, refs, &inner_scope)?;
     (a.0 != b.0).then_some(ColumnEquality { a, b })
-}
-
-/// The subqueries found in `roots` (not inside one another).
-fn outermost_sublinks(roots: &[protobuf::Node]) -> Vec<protobuf::SubLink> {
-    let mut out = Vec::new();
-    for r in roots {
-        let mut r = r.clone();
-        crate::sql::walk::expression(&mut r, false, &mut |n, _| match n.node.as_ref() {
-            Some(N::SubLink(s)) => {
-                out.push((**s).clone());
-                true
-            }
-            _ => false,
-        });
-    }
-    out
 }
