@@ -164,6 +164,8 @@ pub struct BackendConn {
     unflushed: bool,
     /// The server closed its side: nothing more to read.
     read_closed: bool,
+    /// Notices a silence of `node_timeout_ms` (`receive`); made at the first wait.
+    silence: Option<super::silence::SilenceTimer>,
 }
 
 /// How much a write waiting on the server reads ahead of the caller: while the server
@@ -226,6 +228,7 @@ impl BackendConn {
             unforwarded_notifications: Vec::new(),
             unflushed: false,
             read_closed: false,
+            silence: None,
         };
         let mut params = vec![
             ("user", creds.login_user()),
@@ -481,10 +484,22 @@ impl BackendConn {
         let Some(limit) = super::health::settings().unresponsive else {
             return self.receive_unlimited().await;
         };
+        let mut since = std::time::Instant::now();
         loop {
-            if let Ok(r) = tokio::time::timeout(limit, self.receive_unlimited()).await {
+            let mut timer = self
+                .silence
+                .take()
+                .unwrap_or_else(|| super::silence::SilenceTimer::new(limit));
+            let received = tokio::select! {
+                biased;
+                r = self.receive_unlimited() => Some(r),
+                _ = timer.elapsed(since) => None,
+            };
+            self.silence = Some(timer);
+            if let Some(r) = received {
                 return r;
             }
+            since = std::time::Instant::now();
             if !super::health::answers(&self.addr).await {
                 self.broken = true;
                 return Err(super::health::unresponsive_error(&self.addr));

@@ -265,6 +265,8 @@ async fn read_loop(
 ) {
     let mut frames = Vec::new();
     let limit = super::health::settings().unresponsive;
+    let mut silence = limit.map(super::silence::SilenceTimer::new);
+    let mut last_read = Instant::now();
     loop {
         loop {
             match decode_frame(&mut rbuf, usize::MAX >> 1) {
@@ -285,11 +287,11 @@ async fn read_loop(
         if rbuf.capacity() - rbuf.len() < 4096 {
             rbuf.reserve(16 * 1024);
         }
-        let read = match limit {
-            None => rd.read_buf(&mut rbuf).await,
-            Some(limit) => match tokio::time::timeout(limit, rd.read_buf(&mut rbuf)).await {
-                Ok(read) => read,
-                Err(_) => {
+        let read = match (limit, silence.as_mut()) {
+            (Some(limit), Some(timer)) => tokio::select! {
+                biased;
+                read = rd.read_buf(&mut rbuf) => read,
+                _ = timer.elapsed(last_read) => {
                     // Silent for `node_timeout_ms`: unresponsive if a batch waits on it
                     // and the node answers no new connection either (`health`).
                     if mux.oldest_wait().is_some_and(|w| w >= limit)
@@ -297,10 +299,13 @@ async fn read_loop(
                     {
                         return mux.fail(super::health::unresponsive_error(&mux.addr));
                     }
+                    last_read = Instant::now();
                     continue;
                 }
             },
+            _ => rd.read_buf(&mut rbuf).await,
         };
+        last_read = Instant::now();
         match read {
             Ok(n) if n > 0 => {}
             Ok(_) => return mux.fail(lost(&mux.addr, "closed unexpectedly")),
