@@ -13,7 +13,7 @@
 mod common;
 
 use bytes::BytesMut;
-use common::raw::{raw_targets, Msg, Raw};
+use common::raw::{raw_targets, write_unnamed_statement, Msg, Raw};
 use common::{cluster, plain_postgres};
 use postgres_protocol::message::frontend;
 use std::time::Duration;
@@ -220,7 +220,7 @@ impl Raw {
     async fn batch(&mut self, statements: &[&str]) -> Vec<String> {
         let mut out = BytesMut::new();
         for sql in statements {
-            write_statement(&mut out, sql);
+            write_unnamed_statement(&mut out, sql);
         }
         frontend::sync(&mut out);
         self.send(&out).await;
@@ -229,23 +229,6 @@ impl Raw {
 }
 
 /// Parse / Bind / Describe / Execute of `sql` (unnamed, no parameters).
-fn write_statement(out: &mut BytesMut, sql: &str) {
-    frontend::parse("", sql, std::iter::empty(), out).unwrap();
-    frontend::bind(
-        "",
-        "",
-        [0i16; 0],
-        std::iter::empty::<()>(),
-        |_, _| Ok(postgres_protocol::IsNull::No),
-        [0i16; 0],
-        out,
-    )
-    .map_err(|_| "bind")
-    .unwrap();
-    frontend::describe(b'P', "", out).unwrap();
-    frontend::execute("", 0, out).unwrap();
-}
-
 fn comparable((tag, body): &Msg) -> String {
     match tag {
         b'E' => {
@@ -422,15 +405,15 @@ async fn a_flushed_pipeline_with_an_error_answers_as_postgresql() {
     let mut seen = vec![];
     for mut r in raw_targets().await {
         r.send_built(|b| {
-            write_statement(b, "select 1");
-            write_statement(b, "select 1/(3-n) from generate_series(1,5) n");
-            write_statement(b, "select 2");
+            write_unnamed_statement(b, "select 1");
+            write_unnamed_statement(b, "select 1/(3-n) from generate_series(1,5) n");
+            write_unnamed_statement(b, "select 2");
             frontend::flush(b);
         })
         .await;
         let mut o = vec![r.drain_for(Duration::from_millis(1500)).await];
         r.send_built(|b| {
-            write_statement(b, "select 3");
+            write_unnamed_statement(b, "select 3");
             frontend::sync(b);
         })
         .await;

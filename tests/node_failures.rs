@@ -16,7 +16,7 @@
 mod common;
 
 use bytes::BytesMut;
-use common::raw::{Msg, Raw};
+use common::raw::{write_unnamed_statement, Msg, Raw};
 use common::serve::Serve;
 use common::{cluster, simple_rows, sqlstate_and_message};
 use pgshard::cluster::node::Node;
@@ -116,20 +116,7 @@ async fn value(c: &Client, table: &str, id: i32) -> Result<i32, tokio_postgres::
 
 /// Parse / Bind / Describe / Execute / Sync of `sql` (unnamed, no parameters).
 fn write_batch(out: &mut BytesMut, sql: &str) {
-    frontend::parse("", sql, std::iter::empty(), out).unwrap();
-    frontend::bind(
-        "",
-        "",
-        [0i16; 0],
-        std::iter::empty::<()>(),
-        |_, _| Ok(postgres_protocol::IsNull::No),
-        [0i16; 0],
-        out,
-    )
-    .map_err(|_| "bind")
-    .unwrap();
-    frontend::describe(b'P', "", out).unwrap();
-    frontend::execute("", 0, out).unwrap();
+    write_unnamed_statement(out, sql);
     frontend::sync(out);
 }
 

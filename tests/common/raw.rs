@@ -131,3 +131,22 @@ pub async fn raw_targets() -> [Raw; 2] {
         Raw::login(&p.host, p.port, &p.user, &p.password, &p.database).await,
     ]
 }
+
+/// Appends Parse / Bind / Describe / Execute of `sql` as the unnamed statement and
+/// portal, no parameters, text results (no Sync: the caller ends the batch).
+pub fn write_unnamed_statement(out: &mut BytesMut, sql: &str) {
+    frontend::parse("", sql, std::iter::empty(), out).unwrap();
+    frontend::bind(
+        "",
+        "",
+        [0i16; 0],
+        std::iter::empty::<()>(),
+        |_, _| Ok(postgres_protocol::IsNull::No),
+        [0i16; 0],
+        out,
+    )
+    .map_err(|_| "bind")
+    .unwrap();
+    frontend::describe(b'P', "", out).unwrap();
+    frontend::execute("", 0, out).unwrap();
+}
