@@ -50,10 +50,12 @@ use tokio::io::AsyncWriteExt;
 mod backends;
 /// A Bind's parameters, the distribution value routed from them.
 mod bound;
-/// COPY into/out of distributed tables and multi-row INSERTs across shards.
+/// Multi-row INSERTs and co-located INSERT ... SELECT across shards.
 mod bulk;
 /// A client's query text into statements: string settings, PostgreSQL's parse errors.
 mod client_text;
+/// COPY into and out of distributed tables.
+mod copy;
 /// CREATE TABLE AS / SELECT INTO reading distributed tables.
 mod create_as;
 /// DECLARE CURSOR over distributed tables.
@@ -75,6 +77,8 @@ mod maintenance;
 mod modifying_cte;
 /// Routed reads through the thread's pipelined connection to a node.
 mod pipelined;
+/// Writes on reference tables: every placement, node by node.
+mod reference_write;
 /// Broadcast and repartition joins: table rows moved to the workers, then the join.
 mod repartition;
 /// Each plan kind to the code that runs it.

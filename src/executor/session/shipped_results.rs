@@ -140,7 +140,9 @@ impl Session {
                     .map(|(addr, _)| addr)
                     .collect()
             }
-            Plan::ReferenceWrite { table, .. } => bulk::reference_nodes(&catalog, table)?,
+            Plan::ReferenceWrite { table, .. } => {
+                reference_write::reference_nodes(&catalog, table)?
+            }
             _ => Vec::new(),
         })
     }

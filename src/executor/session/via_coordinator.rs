@@ -17,9 +17,8 @@
 //! (`InsertIntoLocalPlan`): the SELECT through pgshard, then the client's INSERT on the
 //! coordinator node over the rows as typed VALUES.
 
-use super::bulk::{
-    copy_state, encoding_is_ascii_safe, encoding_is_utf8, null_key_error, CopyState,
-};
+use super::bulk::null_key_error;
+use super::copy::{copy_state, encoding_is_ascii_safe, encoding_is_utf8, CopyState};
 use super::via_coordinator_rows::InsertRows;
 use super::*;
 use crate::backend::BackendConn;
