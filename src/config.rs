@@ -105,6 +105,10 @@ pub struct Config {
     /// (`backend::health`). 0: never (a statement waits on a silent node for good).
     #[serde(default = "default_node_timeout")]
     pub node_timeout_ms: u64,
+    /// `host:port` of the Prometheus metrics endpoint (`GET /metrics`, `metrics`);
+    /// None: no endpoint.
+    #[serde(default)]
+    pub metrics_listen: Option<String>,
     /// Most milliseconds opening a node connection may take (connect, startup,
     /// authentication).
     #[serde(default = "default_node_connect_timeout")]

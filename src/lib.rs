@@ -15,6 +15,7 @@ pub mod config;
 pub mod error;
 pub mod executor;
 pub mod frontend;
+pub mod metrics;
 pub mod planner;
 pub mod sharding;
 pub mod sql;

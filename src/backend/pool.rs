@@ -316,6 +316,25 @@ impl Pools {
     pub fn credentials(&self) -> &Credentials {
         &self.creds
     }
+
+    /// Per node: its pooled connections in use and idle now, over every runtime and
+    /// role (sessions' own pools' idle connections are not counted), by node name.
+    pub fn usage(&self) -> Vec<(NodeAddr, usize, usize)> {
+        let mut by_node: std::collections::BTreeMap<String, (NodeAddr, usize, usize)> =
+            Default::default();
+        for ((addr, _), slots) in self.slots.lock().unwrap().iter() {
+            let e = by_node
+                .entry(addr.to_string())
+                .or_insert_with(|| (addr.clone(), 0, 0));
+            e.1 += self.share_size.max(1) - slots.available_permits().min(self.share_size.max(1));
+        }
+        for ((addr, _, _), pool) in self.pools.lock().unwrap().iter() {
+            if let Some(e) = by_node.get_mut(&addr.to_string()) {
+                e.2 += pool.idle_count();
+            }
+        }
+        by_node.into_values().collect()
+    }
 }
 
 #[cfg(test)]

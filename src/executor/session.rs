@@ -270,6 +270,9 @@ pub struct Session {
     client_ends_at: Option<usize>,
     /// PostgreSQL's statement timer between the messages of a batch (`timeout.rs`).
     batch_clock: timeout::BatchClock,
+    /// When the client's current round trip (a query, or extended-protocol messages up
+    /// to Sync) began: the latency metric.
+    round_trip_started: Option<std::time::Instant>,
     /// The session's distributed transaction: the node connections it holds and
     /// its block (`transaction::distributed`).
     tx: DistributedTransaction,
@@ -355,6 +358,7 @@ impl Session {
             pipelined: cancel.pipelined,
             cursor_tables: 0,
             batch_clock: timeout::BatchClock::default(),
+            round_trip_started: None,
             shapes: ShapeCache::default(),
             names: names::NameCache::default(),
             own_pools: Mutex::new(None),
@@ -396,6 +400,9 @@ impl Session {
 
     /// Handles one client message. Returns false on Terminate.
     pub async fn handle(&mut self, frame: Frame) -> PgResult<bool> {
+        if self.round_trip_started.is_none() && matches!(frame.tag, b'Q' | b'P' | b'B') {
+            self.round_trip_started = Some(std::time::Instant::now());
+        }
         match frame.tag {
             b'P' | b'B' | b'D' | b'E' | b'C'
                 if !self.skipping && self.timed_out_between_messages() =>
@@ -408,9 +415,10 @@ impl Session {
                 self.stop_batch_clock();
                 match msg::decode_query(&frame.body) {
                     Ok(sql) => self.simple_query(&sql).await?,
-                    Err(e) => msg::write_error(&mut self.out, &e),
+                    Err(e) => self.write_client_error(&e),
                 }
                 self.write_ready_for_query();
+                self.round_trip_ended();
             }
             b'B' if !self.skipping => {
                 // A routed read arriving whole may go through a pipelined connection.
@@ -419,6 +427,8 @@ impl Session {
                         // The whole batch, Sync included, went through.
                         None => {
                             self.stop_batch_clock();
+                            crate::metrics::statement(crate::metrics::StatementKind::Router);
+                            self.round_trip_ended();
                             return Ok(true);
                         }
                         Some(bind) => self.bind_message(bind).await,
@@ -442,6 +452,7 @@ impl Session {
                 self.stop_batch_clock();
                 self.sync_message().await;
                 self.write_ready_for_query();
+                self.round_trip_ended();
             }
             b'H' => {
                 if let Err(e) = self.drain_all().await {
@@ -465,6 +476,13 @@ impl Session {
             self.flush_client().await?;
         }
         Ok(true)
+    }
+
+    /// The client's round trip ended (its ReadyForQuery is written).
+    fn round_trip_ended(&mut self) {
+        if let Some(started) = self.round_trip_started.take() {
+            crate::metrics::round_trip(started);
+        }
     }
 
     async fn extended_message(&mut self, frame: &Frame) -> PgResult<()> {

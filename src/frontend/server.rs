@@ -125,6 +125,11 @@ async fn start(cfg: Config) -> anyhow::Result<Arc<Shared>> {
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     start_transaction_services(&shared).await;
+    if let Some(addr) = &cfg.metrics_listen {
+        crate::metrics::endpoint::start(addr, &shared)
+            .await
+            .map_err(|e| anyhow::anyhow!("metrics_listen {addr}: {e}"))?;
+    }
     Ok(shared)
 }
 
@@ -381,6 +386,7 @@ async fn fatal(wr: &mut ClientWrite, e: PgError) -> PgResult<()> {
 }
 
 async fn handle_client(shared: Arc<Shared>, stream: ClientStream) -> PgResult<()> {
+    let _counted = crate::metrics::client_connected();
     // --- TLS and authentication (frontend::tls, frontend::hba) ---
     let peer = stream
         .peer_ip()

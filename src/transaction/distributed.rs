@@ -102,7 +102,11 @@ pub async fn end(
     }
     let writers = held.iter().filter(|h| h.wrote).count();
     if writers > 1 && !one_phase {
-        return two_phase(held, services, end_messages).await;
+        let r = two_phase(held, services, end_messages).await;
+        if r.is_ok() {
+            crate::metrics::committed(crate::metrics::CommitProtocol::TwoPhase);
+        }
+        return r;
     }
     let mut result = Ok(());
     for wrote in [false, true] {
@@ -117,6 +121,9 @@ pub async fn end(
                 result = result.and(Err(e));
             }
         }
+    }
+    if result.is_ok() && writers > 0 {
+        crate::metrics::committed(crate::metrics::CommitProtocol::OnePhase);
     }
     result
 }

@@ -294,6 +294,7 @@ pub async fn recover(cache: &CatalogCache) -> Result<i64, PgError> {
             .await
             .map_err(|e| PgError::from_client_error("cannot clean up pg_dist_transaction", &e))?;
     }
+    crate::metrics::recovered(resolved.max(0) as u64);
     Ok(resolved)
 }
 

@@ -359,6 +359,7 @@ impl Session {
     /// written after it reaches the client (`flush_client`), as nothing follows a
     /// FATAL of PostgreSQL's.
     pub(crate) fn write_client_error(&mut self, e: &PgError) {
+        crate::metrics::error(&e.code);
         msg::write_error(&mut self.out, e);
         if e.is_fatal() && self.client_ends_at.is_none() {
             self.client_ends_at = Some(self.out.len());

@@ -397,6 +397,7 @@ impl Session {
                 format!("portal \"{name}\" does not exist"),
             ));
         };
+        crate::metrics::statement(crate::metrics::StatementKind::of(&portal.stmt.plan));
         match &mut portal.target {
             PortalTarget::Backend(addr) => {
                 let addr = addr.clone();
@@ -500,7 +501,7 @@ impl Session {
         if self.tx.state != TxnState::Failed {
             for stmt in &follow {
                 if let Err(e) = self.follow_set_config(stmt).await {
-                    msg::write_error(&mut self.out, &e);
+                    self.write_client_error(&e);
                     break;
                 }
             }

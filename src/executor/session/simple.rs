@@ -15,6 +15,10 @@ impl Session {
         if let Some(sc) = &scanned {
             let version = (catalog.version, self.names_epoch(&catalog));
             if let Some(fast) = self.shapes.lookup(version, sc, sql) {
+                crate::metrics::statement(match fast {
+                    FastPlan::Local { .. } => crate::metrics::StatementKind::Local,
+                    FastPlan::Router { .. } => crate::metrics::StatementKind::Router,
+                });
                 let r = match fast {
                     FastPlan::Local { write } => {
                         let coord = self.shared.coordinator.clone();
@@ -82,12 +86,15 @@ impl Session {
                 client_text::write_warning(&mut self.out, w);
             }
         }
+        for plan in &plans {
+            crate::metrics::statement(crate::metrics::StatementKind::of(plan));
+        }
         let mut stateful = false;
         for (stmt, plan) in stmts.iter().zip(&plans) {
             match self.isolate_if_stateful(stmt, plan).await {
                 Ok(s) => stateful |= s,
                 Err(e) => {
-                    msg::write_error(&mut self.out, &e);
+                    self.write_client_error(&e);
                     self.fail();
                     self.batch_error = false;
                     return Ok(());
