@@ -471,6 +471,12 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_lists_every_setting() {
+        let readme = include_str!("../../README.md");
+        assert!(readme.contains(&markdown_table()), "README's table differs:\n{}", markdown_table());
+    }
+
+    #[test]
     fn every_default_is_a_valid_value_and_names_are_sorted() {
         for s in SETTINGS {
             assert_eq!(s.check(s.default).unwrap(), s.default, "{}", s.name);

@@ -129,6 +129,23 @@ impl Session {
         }
     }
 
+    /// The current value of a setting pgshard acts on, in its shown form (None for the
+    /// others: the coordinator node holds them).
+    fn acted_on_value(&self, name: &str) -> Option<String> {
+        let on_off = |b: bool| if b { "on" } else { "off" }.to_string();
+        Some(match name {
+            "citus.shard_count" => self.citus.shard_count.to_string(),
+            "citus.shard_replication_factor" => self.citus.shard_replication_factor.to_string(),
+            "citus.multi_shard_commit_protocol" => self.commit_protocol.clone(),
+            "citus.explain_all_tasks" => on_off(self.explain_all_tasks),
+            "citus.enable_repartition_joins" => on_off(self.enable_repartition_joins),
+            "citus.max_intermediate_result_size" => cs::find(name)?
+                .check(&self.max_intermediate_kb.to_string())
+                .ok()?,
+            _ => return None,
+        })
+    }
+
     /// The typed copies back to the session's starting values (RESET ALL, DISCARD ALL).
     pub(super) fn reset_citus_to_startup(&mut self) {
         let t = Typed::from_values(&self.citus_start);
@@ -153,6 +170,16 @@ impl Session {
         let setting = cs::find(name).ok_or_else(|| cs::unknown_for_set(name))?;
         cs::settable_in_session(setting)?;
         let shown = value.map(|v| setting.check(v)).transpose()?;
+        if shown.is_some()
+            && self.citus_local.is_none()
+            && shown == self.acted_on_value(setting.name)
+        {
+            // The value it has already, with no SET LOCAL of the block in the way (a
+            // script's SET before each transaction): nothing changes, on any node,
+            // whatever the block does next.
+            sink.complete("SET");
+            return Ok(());
+        }
         let text = match (&shown, local) {
             (Some(v), _) => format!(
                 "SET {}{} TO {}",
