@@ -153,6 +153,10 @@ pub struct CitusDefaults {
     pub shard_replication_factor: u32,
     #[serde(default = "default_commit_protocol")]
     pub multi_shard_commit_protocol: String,
+    /// Defaults of any other `citus.*` setting (`citus_settings::SETTINGS`), by name
+    /// with or without the `citus.` prefix, as the setting's value is written in SET.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub settings: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for CitusDefaults {
@@ -161,6 +165,7 @@ impl Default for CitusDefaults {
             shard_count: default_shard_count(),
             shard_replication_factor: default_replication_factor(),
             multi_shard_commit_protocol: default_commit_protocol(),
+            settings: Default::default(),
         }
     }
 }

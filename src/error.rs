@@ -51,6 +51,8 @@ pub mod sqlstate {
     pub const DATATYPE_MISMATCH: &str = "42804";
     pub const NONSTANDARD_USE_OF_ESCAPE_CHARACTER: &str = "22P06";
     pub const UNDEFINED_OBJECT: &str = "42704";
+    pub const INVALID_NAME: &str = "42602";
+    pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
     pub const INVALID_SCHEMA_NAME: &str = "3F000";
     pub const INVALID_CATALOG_NAME: &str = "3D000";
 }

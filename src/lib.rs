@@ -9,6 +9,7 @@
 pub mod backend;
 pub mod bench;
 pub mod catalog;
+pub mod citus_settings;
 pub mod cluster;
 pub mod commands;
 pub mod config;

@@ -58,6 +58,15 @@ async fn connect_stream(addr: &NodeAddr) -> std::io::Result<NodeStream> {
     }
 }
 
+/// The last result of a simple query string (`BackendConn::simple_last_result`).
+#[derive(Debug, Clone, Default)]
+pub struct LastResult {
+    /// Its column count; None for a command that returns no rows.
+    pub columns: Option<usize>,
+    pub rows: Vec<Vec<Option<String>>>,
+    pub tag: String,
+}
+
 /// Who a node connection logs in as, and how: pgshard's own role with its password
 /// (catalog work, recovery, deadlock detection), or a client's role with the keys of
 /// the client's own SCRAM login (`scram_keys`), so that the node checks every
@@ -658,6 +667,48 @@ impl BackendConn {
                     first_err = Some(PgError::from_server_fields(f.body))
                 }
                 b'Z' => return first_err.map_or(Ok(rows), Err),
+                b'S' => self.keep_unforwarded(),
+                b'A' => self.keep_notification(f),
+                _ => {}
+            }
+        }
+    }
+
+    /// Runs a simple query as libpq's `PQexec` sees it: the last result of the string
+    /// (its column count, None for a command without rows; its rows; its command
+    /// tag), or the first error once the connection is ready again.
+    pub async fn simple_last_result(&mut self, sql: &str) -> PgResult<LastResult> {
+        messages::write_query(&mut self.wbuf, sql);
+        self.flush().await?;
+        let mut last = LastResult::default();
+        let mut fresh = true;
+        let mut first_err = None;
+        loop {
+            let f = self.read().await?;
+            if fresh && matches!(f.tag, b'T' | b'C' | b'I') {
+                last = LastResult::default();
+                fresh = false;
+            }
+            match f.tag {
+                b'T' => {
+                    last.columns = Some(u16::from_be_bytes([f.body[0], f.body[1]]) as usize)
+                }
+                b'D' => last.rows.push(
+                    messages::decode_data_row(&f.body)?
+                        .into_iter()
+                        .map(|v| v.map(|b| String::from_utf8_lossy(&b).into_owned()))
+                        .collect(),
+                ),
+                b'C' | b'I' => {
+                    last.tag = String::from_utf8_lossy(f.body.strip_suffix(&[0]).unwrap_or(&f.body))
+                        .into_owned();
+                    fresh = true;
+                }
+                b'E' if self.broken => return Err(PgError::from_server_fields(f.body)),
+                b'E' if first_err.is_none() => {
+                    first_err = Some(PgError::from_server_fields(f.body))
+                }
+                b'Z' => return first_err.map_or(Ok(last), Err),
                 b'S' => self.keep_unforwarded(),
                 b'A' => self.keep_notification(f),
                 _ => {}

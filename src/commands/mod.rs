@@ -14,6 +14,8 @@
 //!   `maintain_shards` for the executor
 //! - `recover_prepared_transactions`: `crate::transaction::recovery`
 //! - `citus_cleanup_orphaned_resources`: `shards::drop_orphaned_shards`
+//! - `citus_version`: `crate::citus_settings::catalog`; `run_command_on_*` run by the
+//!   session as the client's role (`executor::session::run_command`)
 //! - `twopc`: two-phase commit of control-plane work anchored in the coordinator node
 //! - `roles`: roles made equal on every node; `privileges`: the privilege checks of
 //!   these functions, shards' owner/ACL/policies, GRANT propagation
@@ -50,6 +52,7 @@ pub mod type_oid {
     pub const INT8: u32 = 20;
     pub const TEXT: u32 = 25;
     pub const VOID: u32 = 2278;
+    pub const BOOL: u32 = 16;
 }
 
 /// A function's result set, in text format.
@@ -183,6 +186,15 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
     ),
     ("recover_prepared_transactions", &[]),
     ("citus_cleanup_orphaned_resources", &[]),
+    ("citus_version", &[]),
+    // Run by the session as the client's role (`executor::session::run_command`).
+    ("run_command_on_workers", &["command", "parallel"]),
+    (
+        "run_command_on_all_nodes",
+        &["command", "parallel", "give_warning_for_connection_errors"],
+    ),
+    ("run_command_on_shards", &["table_name", "command", "parallel"]),
+    ("run_command_on_placements", &["table_name", "command", "parallel"]),
 ];
 
 fn normalize(name: &str) -> String {
@@ -210,6 +222,7 @@ pub fn utility_reads_only(name: &str) -> bool {
             | "citus_relation_size"
             | "citus_table_size"
             | "citus_total_relation_size"
+            | "citus_version"
     )
 }
 
@@ -240,7 +253,44 @@ pub fn result_columns(name: &str) -> Vec<(String, u32)> {
         | "citus_table_size"
         | "citus_total_relation_size" => col(type_oid::INT8),
         "recover_prepared_transactions" | "citus_cleanup_orphaned_resources" => col(type_oid::INT4),
+        "citus_version" => col(type_oid::TEXT),
+        "run_command_on_workers"
+        | "run_command_on_all_nodes"
+        | "run_command_on_shards"
+        | "run_command_on_placements" => {
+            run_command_columns(&name)
+        }
         _ => col(type_oid::VOID),
+    }
+}
+
+/// The result columns of `run_command_on_*`, as Citus declares them.
+pub fn run_command_columns(name: &str) -> Vec<(String, u32)> {
+    let c = |n: &str, t: u32| (n.to_string(), t);
+    match name {
+        "run_command_on_all_nodes" => vec![
+            c("nodeid", type_oid::INT4),
+            c("success", type_oid::BOOL),
+            c("result", type_oid::TEXT),
+        ],
+        "run_command_on_shards" => vec![
+            c("shardid", type_oid::INT8),
+            c("success", type_oid::BOOL),
+            c("result", type_oid::TEXT),
+        ],
+        "run_command_on_placements" => vec![
+            c("nodename", type_oid::TEXT),
+            c("nodeport", type_oid::INT4),
+            c("shardid", type_oid::INT8),
+            c("success", type_oid::BOOL),
+            c("result", type_oid::TEXT),
+        ],
+        _ => vec![
+            c("nodename", type_oid::TEXT),
+            c("nodeport", type_oid::INT4),
+            c("success", type_oid::BOOL),
+            c("result", type_oid::TEXT),
+        ],
     }
 }
 
@@ -310,7 +360,12 @@ pub async fn call_utility(
                 Some(n.to_string()),
             ))
         }
-        _ => unreachable!("checked by is_utility_function"),
+        "citus_version" => Ok(UtilityResult::scalar(
+            &name,
+            type_oid::TEXT,
+            Some(crate::citus_settings::catalog::citus_version()),
+        )),
+        _ => Err(PgError::internal(format!("{name}() is run by the session"))),
     }
 }
 

@@ -85,6 +85,11 @@ mod repartition;
 mod run_plan;
 /// Session commands: transaction control, settings, DISCARD, DEALLOCATE.
 mod session_commands;
+/// A session's `citus.*` settings: starting values, SET, ALTER SYSTEM / ROLE /
+/// DATABASE, typed copies.
+pub mod citus_settings;
+/// Citus's `run_command_on_*`: a command on every node or shard, as the client's role.
+pub mod run_command;
 /// SET / SET LOCAL / SET TRANSACTION and `citus.*` values across the nodes of a session.
 mod settings;
 /// UPDATE / DELETE over intermediate results shipped to the workers.
@@ -113,9 +118,6 @@ mod prepared;
 mod timeout;
 /// Views over distributed tables: which names may be such views, their definitions.
 mod views;
-/// Citus's default `citus.max_intermediate_result_size`: 1 GB.
-const DEFAULT_MAX_INTERMEDIATE_KB: i64 = 1024 * 1024;
-
 /// Flush results to the client once this much is buffered.
 const CLIENT_FLUSH_AT: usize = 64 * 1024;
 
@@ -214,8 +216,12 @@ pub struct Session {
     /// How many of `settings` come from the startup packet (its parameters and
     /// `options`): what RESET ALL keeps, as PostgreSQL resets to them.
     startup_settings: usize,
-    /// `citus.*` settings given in the startup packet's `options`.
-    startup_citus: Vec<(String, String)>,
+    /// The `citus.*` values the session started with (`SETTINGS` order): what RESET
+    /// returns the typed copies to.
+    citus_start: Vec<String>,
+    /// The block ran an ALTER ... SET of a `citus.*` setting: sessions starting after
+    /// its commit read the stored values again.
+    citus_stored_in_block: bool,
     /// The variables the startup packet set (lower case), `options` included.
     startup_variables: Vec<String>,
     settings_fp: u64,
@@ -313,7 +319,7 @@ impl Session {
         if !startup.iter().any(|(k, _)| k == "application_name") {
             settings.push("SET application_name TO ''".to_string());
         }
-        let cfg = shared.cfg.clone();
+        let typed = citus_settings::Typed::from_values(&identity.citus_start);
         Session {
             shared,
             creds: identity.creds,
@@ -325,7 +331,8 @@ impl Session {
             out: BytesMut::with_capacity(16 * 1024),
             settings_fp: fingerprint(&settings),
             startup_settings: settings.len(),
-            startup_citus: Vec::new(),
+            citus_start: identity.citus_start,
+            citus_stored_in_block: false,
             startup_variables: startup
                 .iter()
                 .map(|(k, _)| k.to_ascii_lowercase())
@@ -333,14 +340,11 @@ impl Session {
                 .chain(std::iter::once("application_name".to_string()))
                 .collect(),
             settings,
-            citus: CitusSettings {
-                shard_count: cfg.citus.shard_count,
-                shard_replication_factor: cfg.citus.shard_replication_factor,
-            },
-            commit_protocol: cfg.citus.multi_shard_commit_protocol.clone(),
-            explain_all_tasks: false,
-            max_intermediate_kb: DEFAULT_MAX_INTERMEDIATE_KB,
-            enable_repartition_joins: true,
+            citus: typed.citus,
+            commit_protocol: typed.commit_protocol,
+            explain_all_tasks: typed.explain_all_tasks,
+            max_intermediate_kb: typed.max_intermediate_kb,
+            enable_repartition_joins: typed.enable_repartition_joins,
             savepoints: Vec::new(),
             local_settings: Vec::new(),
             tx: DistributedTransaction::default(),
@@ -550,9 +554,9 @@ impl Session {
     ) -> PgResult<Vec<(String, String)>> {
         let mut from_options = Vec::new();
         for (name, value) in options {
-            if name.starts_with("citus.") {
-                self.set_citus(name, Some(value))?;
-                self.startup_citus.push((name.clone(), value.clone()));
+            if crate::citus_settings::is_citus_name(name) {
+                // Checked and given to the client's own backend by `open_home`.
+                continue;
             } else {
                 self.startup_variables.push(name.to_ascii_lowercase());
                 from_options.push(format!(
@@ -736,25 +740,6 @@ fn reported_parameter(name: &str) -> Option<&'static str> {
         "TimeZone",
     ];
     REPORTED.into_iter().find(|r| r.eq_ignore_ascii_case(name))
-}
-
-/// A size setting in kB: `-1`, `512`, `64kB`, `10MB`, `1GB`.
-fn parse_kb(v: &str) -> Option<i64> {
-    let v = v.trim();
-    let digits_end = v
-        .char_indices()
-        .find(|(i, c)| !(c.is_ascii_digit() || (*i == 0 && *c == '-')))
-        .map_or(v.len(), |(i, _)| i);
-    let n: i64 = v[..digits_end].parse().ok()?;
-    let unit = v[digits_end..].trim();
-    let kb = match unit {
-        "" | "kB" => n,
-        "MB" => n.checked_mul(1024)?,
-        "GB" => n.checked_mul(1024 * 1024)?,
-        "TB" => n.checked_mul(1024 * 1024 * 1024)?,
-        _ => return None,
-    };
-    (kb >= -1).then_some(kb)
 }
 
 /// A node's error, with the node named (a lost connection already names it).

@@ -44,6 +44,8 @@ pub struct Shared {
     pub decisions: crate::transaction::decision::Target,
     /// TLS for clients (`ssl = true`), from the config's certificate and key.
     pub client_tls: Option<crate::frontend::tls::TlsAcceptor>,
+    /// Where sessions' `citus.*` settings start (`citus_settings::defaults`).
+    pub citus_defaults: crate::citus_settings::defaults::Defaults,
 }
 
 /// What the functions of one name are, over all their overloads.
@@ -90,7 +92,9 @@ impl Shared {
             host: cfg.coordinator.host.clone(),
             port: cfg.coordinator.port,
         };
-        let conn = pools.node(&coordinator).acquire().await?;
+        let citus_defaults = crate::citus_settings::defaults::Defaults::new(&cfg)?;
+        let mut conn = pools.node(&coordinator).acquire().await?;
+        citus_defaults.load(&mut conn).await?;
         let server_params = conn
             .parameters
             .iter()
@@ -118,6 +122,7 @@ impl Shared {
             next_transaction: std::sync::atomic::AtomicU64::new(1),
             decisions,
             client_tls,
+            citus_defaults,
         }))
     }
 }

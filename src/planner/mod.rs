@@ -49,7 +49,7 @@ use std::sync::Arc;
 
 pub use distvalue::ValueSource;
 pub use multishard::{AggKind, MultiShardPlan, MultiShardShape};
-pub use plan::{DefaultUse, Plan, CITUS_SETTINGS};
+pub use plan::{DefaultUse, Plan};
 pub use router::{InsertRow, RouterPlan};
 pub use session_command::{
     begin_with_modes, transaction_modes, SessionCommand, SettingScope, TxnCommand,

@@ -114,17 +114,6 @@ impl Plan {
     }
 }
 
-/// Names of the Citus settings pgshard itself owns.
-pub const CITUS_SETTINGS: &[&str] = &[
-    "citus.shard_count",
-    "citus.shard_replication_factor",
-    "citus.multi_shard_commit_protocol",
-    "citus.explain_all_tasks",
-    "citus.max_adaptive_executor_pool_size",
-    "citus.max_intermediate_result_size",
-    "citus.enable_repartition_joins",
-];
-
 /// Which columns of the table a write may fill with their defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DefaultUse {

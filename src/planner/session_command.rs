@@ -33,8 +33,18 @@ pub enum SessionCommand {
         /// SET LOCAL: until the end of the transaction block.
         local: bool,
     },
-    ShowCitus {
+    /// `ALTER SYSTEM`, `ALTER DATABASE ... SET` or `ALTER ROLE ... SET` of a
+    /// `citus.*` setting (value None: RESET): the value checked by pgshard, the
+    /// statement run on the coordinator node, then sessions start with it
+    /// (`citus_settings::defaults`).
+    StoreCitus {
         name: String,
+        value: Option<String>,
+    },
+    /// `CREATE EXTENSION [IF NOT EXISTS] citus` / `ALTER EXTENSION citus UPDATE`:
+    /// pgshard is the extension, always there; the command tag answers.
+    CitusExtension {
+        tag: &'static str,
     },
 }
 
@@ -63,35 +73,81 @@ pub fn session_command(node: Option<&N>, text: &str) -> PgResult<Option<SessionC
     };
     Ok(Some(match node {
         N::TransactionStmt(t) => SessionCommand::Transaction(txn_command(t, text)),
-        N::VariableSetStmt(v) if v.name.starts_with("citus.") => {
-            let value = match VariableSetKind::try_from(v.kind) {
-                Ok(VariableSetKind::VarSetValue) => {
-                    Some(const_text(v.args.first()).ok_or_else(|| {
-                        PgError::new(
-                            crate::error::sqlstate::INVALID_PARAMETER_VALUE,
-                            format!("invalid value for {}", v.name),
-                        )
-                    })?)
-                }
-                _ => None,
-            };
+        N::VariableSetStmt(v) if crate::citus_settings::is_citus_name(&v.name) => {
             SessionCommand::SetCitus {
                 name: v.name.clone(),
-                value,
+                value: citus_value(v)?,
                 local: v.is_local,
             }
         }
+        N::AlterSystemStmt(a) => match citus_set(a.setstmt.as_ref())? {
+            Some(c) => c,
+            None => return Ok(None),
+        },
+        N::AlterDatabaseSetStmt(a) => match citus_set(a.setstmt.as_ref())? {
+            Some(c) => c,
+            None => return Ok(None),
+        },
+        N::AlterRoleSetStmt(a) => match citus_set(a.setstmt.as_ref())? {
+            Some(c) => c,
+            None => return Ok(None),
+        },
         N::VariableSetStmt(v) => SessionCommand::Setting(setting_scope(v)),
+        N::CreateExtensionStmt(c) if c.extname == "citus" => SessionCommand::CitusExtension {
+            tag: "CREATE EXTENSION",
+        },
+        N::AlterExtensionStmt(a) if a.extname == "citus" => SessionCommand::CitusExtension {
+            tag: "ALTER EXTENSION",
+        },
+        N::DropStmt(d)
+            if d.remove_type == protobuf::ObjectType::ObjectExtension as i32
+                && d.objects.iter().any(|o| {
+                    matches!(&o.node, Some(N::String(s)) if s.sval == "citus")
+                }) =>
+        {
+            return Err(PgError::not_supported(
+                "pgshard cannot drop extension \"citus\": pgshard itself provides it",
+            )
+            .with_hint("Distributed tables go back to local tables with undistribute_table()."));
+        }
         N::DiscardStmt(d) if d.target == protobuf::DiscardMode::DiscardAll as i32 => {
             SessionCommand::DiscardAll
         }
         N::DeallocateStmt(d) => SessionCommand::Deallocate {
             name: (!d.isall).then(|| d.name.clone()),
         },
-        N::VariableShowStmt(v) if v.name.starts_with("citus.") => SessionCommand::ShowCitus {
-            name: v.name.clone(),
-        },
         _ => return Ok(None),
+    }))
+}
+
+/// The value a `SET citus.x` gives (None: RESET / DEFAULT). A list is one string, as
+/// PostgreSQL joins a list for a placeholder.
+fn citus_value(v: &protobuf::VariableSetStmt) -> PgResult<Option<String>> {
+    Ok(match VariableSetKind::try_from(v.kind) {
+        Ok(VariableSetKind::VarSetValue) => {
+            let mut parts = Vec::new();
+            for a in &v.args {
+                parts.push(const_text(Some(a)).ok_or_else(|| {
+                    PgError::new(
+                        crate::error::sqlstate::INVALID_PARAMETER_VALUE,
+                        format!("invalid value for parameter \"{}\"", v.name),
+                    )
+                })?);
+            }
+            Some(parts.join(", "))
+        }
+        _ => None,
+    })
+}
+
+/// `ALTER SYSTEM / DATABASE / ROLE`'s SET or RESET of a `citus.*` setting.
+fn citus_set(set: Option<&protobuf::VariableSetStmt>) -> PgResult<Option<SessionCommand>> {
+    let Some(v) = set.filter(|v| crate::citus_settings::is_citus_name(&v.name)) else {
+        return Ok(None);
+    };
+    Ok(Some(SessionCommand::StoreCitus {
+        name: v.name.clone(),
+        value: citus_value(v)?,
     }))
 }
 

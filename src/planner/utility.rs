@@ -30,7 +30,7 @@ pub struct InlineCall {
 
 /// Every Citus function pgshard runs itself has one of these in its name: a statement
 /// whose text has none calls none of them (a cheap test before walking its tree).
-pub const UTILITY_NAME_HINTS: [&str; 7] = [
+pub const UTILITY_NAME_HINTS: [&str; 8] = [
     "citus_",
     "master_",
     "distribut",
@@ -38,6 +38,7 @@ pub const UTILITY_NAME_HINTS: [&str; 7] = [
     "undistribute",
     "reference",
     "recover_prepared",
+    "run_command_on",
 ];
 
 /// `SELECT citus_function(args)` with nothing else in the statement.

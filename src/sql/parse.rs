@@ -34,6 +34,10 @@ pub enum StringForm {
     /// It needs the session's string settings and pgshard could not rewrite it: only
     /// the coordinator node may read it, as written.
     SessionOnly,
+    /// pgshard extended it to show Citus's settings and extension in `pg_settings`,
+    /// `SHOW ALL` and `pg_extension` (`citus_settings::catalog`): `text` is what runs,
+    /// on the coordinator node too.
+    CitusViews,
 }
 
 impl Statement {

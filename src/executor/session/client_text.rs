@@ -53,7 +53,7 @@ impl Session {
             StringSettings::default()
         };
         let own = match parse::parse_with(sql, settings) {
-            Ok(stmts) => return Ok(stmts),
+            Ok(stmts) => return Ok(citus_settings::with_citus_views(stmts)),
             Err(e) => e,
         };
         match self.parse_on_coordinator(sql).await {

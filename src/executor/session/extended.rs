@@ -62,9 +62,6 @@ impl Session {
             }
         }
         let fields = match plan {
-            Plan::Session(SessionCommand::ShowCitus { name }) => {
-                Some(vec![FieldDesc::computed(name, 25, -1, 0)])
-            }
             Plan::Utility { name, .. } => Some(
                 commands::result_columns(name)
                     .iter()
@@ -114,6 +111,12 @@ impl Session {
             ));
         }
         let stmt = stmts.remove(0);
+        // A statement pgshard extended (Citus's rows in pg_settings) runs as extended.
+        let sql = if stmt.form == crate::sql::parse::StringForm::CitusViews {
+            stmt.text.clone()
+        } else {
+            sql
+        };
         let catalog = self.shared.catalog.snapshot();
         let plan = self.plan_statement(&stmt, &catalog).await?;
         let names_epoch = self.names_epoch(&catalog);

@@ -30,6 +30,8 @@ pub struct ClientIdentity {
     pub home: Arc<NodePool>,
     /// The followed reported settings as the client's backend reported them at login.
     pub reported: HashMap<String, String>,
+    /// The `citus.*` values the session starts with (`citus_settings::SETTINGS` order).
+    pub citus_start: Vec<String>,
 }
 
 /// What the client's login reports: its BackendKeyData and the ParameterStatus
@@ -54,8 +56,12 @@ pub async fn open_home(
     let options = crate::frontend::startup_options::join(
         option_settings
             .iter()
-            .filter(|(name, _)| !name.starts_with("citus.")),
+            .filter(|(name, _)| !crate::citus_settings::is_citus_name(name)),
     );
+    // Every `citus.*` setting is a placeholder on the client's own backend, starting
+    // with the session's value: SHOW, current_setting and RESET answer there.
+    let citus_start =
+        super::citus_settings::session_start_values(shared, &creds, option_settings).await?;
     let mut parameters: Vec<(&str, &str)> = startup
         .iter()
         .filter(|(k, _)| !matches!(k.as_str(), "user" | "database" | "options" | "replication"))
@@ -67,6 +73,9 @@ pub async fn open_home(
     }
     if !options.is_empty() {
         parameters.push(("options", &options));
+    }
+    for (setting, value) in crate::citus_settings::SETTINGS.iter().zip(&citus_start) {
+        parameters.push((setting.name, value));
     }
     let conn = BackendConn::connect_with_parameters(&shared.coordinator, &creds, &parameters)
         .await
@@ -96,6 +105,7 @@ pub async fn open_home(
                 .filter(|(k, _)| FOLLOWED_REPORTS.contains(&k.as_str()))
                 .cloned()
                 .collect(),
+            citus_start,
         },
         home,
     ))

@@ -14,7 +14,7 @@ impl Session {
         sink: &mut ResultSink,
     ) -> PgResult<()> {
         match plan {
-            Plan::Session(c) => self.session_command(c, stmt, describe, sink).await,
+            Plan::Session(c) => self.session_command(c, stmt, sink).await,
             Plan::Unsupported(e) => Err(e.clone()),
             Plan::Utility { name, args } => self.utility(name, args, params, describe, sink).await,
             Plan::UtilityInline { calls } => {
@@ -245,10 +245,15 @@ impl Session {
         describe: bool,
         sink: &mut ResultSink,
     ) -> PgResult<()> {
-        if self.tx.string_block && !commands::utility_reads_only(name) {
+        let own = run_command::is_run_command(name);
+        if self.tx.string_block && !commands::utility_reads_only(name) && !own {
             return Err(implicit::refused_in_string(&format!("{name}()")));
         }
-        if self.tx.state != TxnState::Idle && !self.tx.string_block {
+        if self.tx.state != TxnState::Idle
+            && !self.tx.string_block
+            && !commands::utility_reads_only(name)
+            && !own
+        {
             return Err(PgError::not_supported(format!(
                 "{name}() cannot run inside a transaction block in pgshard yet"
             )));
@@ -285,6 +290,40 @@ impl Session {
                 relids[i] = self.regclass(v).await?;
             }
         }
+        let result = if own {
+            // As the client's role, on its own node connections.
+            self.run_command_on(name, &values, &relids).await
+        } else {
+            self.call_utility_task(name, values, relids).await
+        };
+        let result = result?;
+        if describe {
+            let fields: Vec<FieldDesc> = result
+                .columns
+                .iter()
+                .map(|(n, t)| FieldDesc::computed(n, *t, -1, 0))
+                .collect();
+            sink.row_description(&fields);
+        }
+        for row in &result.rows {
+            let vals: Vec<Option<&[u8]>> = row
+                .iter()
+                .map(|v| v.as_deref().map(str::as_bytes))
+                .collect();
+            sink.data_row(&vals);
+        }
+        sink.complete(&format!("SELECT {}", result.rows.len()));
+        Ok(())
+    }
+
+    /// A utility call run by `commands` in a task of its own, its progress notices
+    /// passed to the client as they come.
+    async fn call_utility_task(
+        &mut self,
+        name: &str,
+        values: Vec<Option<String>>,
+        relids: Vec<Option<u32>>,
+    ) -> PgResult<commands::UtilityResult> {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let shared = self.shared.clone();
         let settings = self.citus;
@@ -310,24 +349,7 @@ impl Session {
         while let Ok(n) = rx.try_recv() {
             msg::write_notice(&mut self.out, &n);
         }
-        let result = result?;
-        if describe {
-            let fields: Vec<FieldDesc> = result
-                .columns
-                .iter()
-                .map(|(n, t)| FieldDesc::computed(n, *t, -1, 0))
-                .collect();
-            sink.row_description(&fields);
-        }
-        for row in &result.rows {
-            let vals: Vec<Option<&[u8]>> = row
-                .iter()
-                .map(|v| v.as_deref().map(str::as_bytes))
-                .collect();
-            sink.data_row(&vals);
-        }
-        sink.complete(&format!("SELECT {}", result.rows.len()));
-        Ok(())
+        result
     }
 
     // ---- transactions ----------------------------------------------------

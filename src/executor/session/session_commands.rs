@@ -1,5 +1,5 @@
-//! Session commands (`planner::SessionCommand`): transaction control, SET / RESET /
-//! SHOW, DISCARD ALL, DEALLOCATE. They change the client's session and its
+//! Session commands (`planner::SessionCommand`): transaction control, SET / RESET,
+//! `citus.*` settings (`session/citus_settings.rs`), DISCARD ALL, DEALLOCATE. They change the client's session and its
 //! distributed transaction, never plan anything, and answer as PostgreSQL does.
 
 use super::*;
@@ -10,7 +10,6 @@ impl Session {
         &mut self,
         cmd: &SessionCommand,
         stmt: &Statement,
-        describe: bool,
         sink: &mut ResultSink,
     ) -> PgResult<()> {
         match cmd {
@@ -33,122 +32,16 @@ impl Session {
             }
             SessionCommand::SetCitus { name, value, local } => {
                 self.set_citus_statement(name, value.as_deref(), *local, sink)
+                    .await
             }
-            SessionCommand::ShowCitus { name } => {
-                let v = self.show_citus(name)?;
-                if describe {
-                    sink.row_description(&[FieldDesc::computed(name, 25, -1, 0)]);
-                }
-                sink.data_row(&[Some(v.as_bytes())]);
-                sink.complete("SHOW");
+            SessionCommand::StoreCitus { name, value } => {
+                self.store_citus(stmt, name, value.as_deref(), sink).await
+            }
+            SessionCommand::CitusExtension { tag } => {
+                sink.complete(tag);
                 Ok(())
             }
         }
-    }
-
-    pub(super) fn set_citus(&mut self, name: &str, value: Option<&str>) -> PgResult<()> {
-        let cfg = self.shared.cfg.clone();
-        let bad = |v: &str| {
-            PgError::new(
-                sqlstate::INVALID_PARAMETER_VALUE,
-                format!("invalid value for parameter \"{name}\": \"{v}\""),
-            )
-        };
-        match name {
-            "citus.shard_count" => {
-                self.citus.shard_count = match value {
-                    None => cfg.citus.shard_count,
-                    Some(v) => v
-                        .trim()
-                        .parse::<u32>()
-                        .ok()
-                        .filter(|n| (1..=64000).contains(n))
-                        .ok_or_else(|| bad(v))?,
-                }
-            }
-            "citus.shard_replication_factor" => {
-                self.citus.shard_replication_factor = match value {
-                    None => cfg.citus.shard_replication_factor,
-                    Some(v) => v
-                        .trim()
-                        .parse::<u32>()
-                        .ok()
-                        .filter(|n| (1..=100).contains(n))
-                        .ok_or_else(|| bad(v))?,
-                }
-            }
-            "citus.multi_shard_commit_protocol" => {
-                self.commit_protocol = match value {
-                    None => cfg.citus.multi_shard_commit_protocol.clone(),
-                    Some(v) if v.eq_ignore_ascii_case("1pc") || v.eq_ignore_ascii_case("2pc") => {
-                        v.to_ascii_lowercase()
-                    }
-                    Some(v) => return Err(bad(v)),
-                }
-            }
-            "citus.explain_all_tasks" => {
-                self.explain_all_tasks = match value.map(|v| v.to_ascii_lowercase()) {
-                    None => false,
-                    Some(v) if ["on", "true", "1", "yes"].contains(&v.as_str()) => true,
-                    Some(v) if ["off", "false", "0", "no"].contains(&v.as_str()) => false,
-                    Some(v) => return Err(bad(&v)),
-                }
-            }
-            "citus.max_adaptive_executor_pool_size" => {}
-            "citus.enable_repartition_joins" => {
-                self.enable_repartition_joins = match value.map(|v| v.trim().to_ascii_lowercase()) {
-                    None => true,
-                    Some(v) if ["on", "true", "1", "yes"].contains(&v.as_str()) => true,
-                    Some(v) if ["off", "false", "0", "no"].contains(&v.as_str()) => false,
-                    Some(v) => return Err(bad(&v)),
-                }
-            }
-            "citus.max_intermediate_result_size" => {
-                self.max_intermediate_kb = match value {
-                    None => DEFAULT_MAX_INTERMEDIATE_KB,
-                    Some(v) => parse_kb(v).ok_or_else(|| bad(v))?,
-                }
-            }
-            _ => {
-                return Err(PgError::new(
-                    "42704",
-                    format!("unrecognized configuration parameter \"{name}\""),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    pub(super) fn show_citus(&self, name: &str) -> PgResult<String> {
-        Ok(match name {
-            "citus.shard_count" => self.citus.shard_count.to_string(),
-            "citus.shard_replication_factor" => self.citus.shard_replication_factor.to_string(),
-            "citus.multi_shard_commit_protocol" => self.commit_protocol.clone(),
-            "citus.explain_all_tasks" => {
-                if self.explain_all_tasks { "on" } else { "off" }.to_string()
-            }
-            "citus.max_adaptive_executor_pool_size" => {
-                self.shared.cfg.max_connections_per_node.to_string()
-            }
-            "citus.enable_repartition_joins" => if self.enable_repartition_joins {
-                "on"
-            } else {
-                "off"
-            }
-            .to_string(),
-            "citus.max_intermediate_result_size" => match self.max_intermediate_kb {
-                -1 => "-1".into(),
-                kb if kb % (1024 * 1024) == 0 => format!("{}GB", kb / (1024 * 1024)),
-                kb if kb % 1024 == 0 => format!("{}MB", kb / 1024),
-                kb => format!("{kb}kB"),
-            },
-            _ => {
-                return Err(PgError::new(
-                    "42704",
-                    format!("unrecognized configuration parameter \"{name}\""),
-                ))
-            }
-        })
     }
 
     pub(super) async fn transaction(

@@ -1,6 +1,6 @@
 //! The session's settings across nodes: `SET` / `RESET` / `SET LOCAL` /
-//! `SET TRANSACTION` and pgshard's own `citus.*` values, with PostgreSQL's
-//! transaction semantics.
+//! `SET TRANSACTION`, and the typed copies of `citus.*` values
+//! (`session/citus_settings.rs`), with PostgreSQL's transaction semantics.
 //!
 //! A session's `SET`s run on the coordinator node first (it checks them and reports
 //! ParameterStatus), then are replayed on every node connection the session uses.
@@ -40,7 +40,16 @@ pub(super) struct SettingsSnapshot {
 #[derive(Clone)]
 pub(super) struct CitusLocal {
     before: CitusValues,
-    session_sets: Vec<(String, Option<String>)>,
+    pub session_sets: Vec<(String, Option<String>)>,
+}
+
+impl CitusLocal {
+    pub fn new(before: CitusValues) -> CitusLocal {
+        CitusLocal {
+            before,
+            session_sets: Vec::new(),
+        }
+    }
 }
 
 /// An active savepoint and, if the block had changed settings before it, the
@@ -206,7 +215,7 @@ fn datestyle_words(text: &str) -> Option<Vec<String>> {
 }
 
 impl Session {
-    fn citus_values(&self) -> CitusValues {
+    pub(super) fn citus_values(&self) -> CitusValues {
         CitusValues {
             citus: self.citus,
             commit_protocol: self.commit_protocol.clone(),
@@ -303,6 +312,9 @@ impl Session {
     /// LOCALs; anything else restores the settings the block began with. Connections
     /// that saw a change are brought to the session's settings before their next use.
     pub(super) fn end_block_settings(&mut self, committed: bool, held: &mut [Held]) {
+        if std::mem::take(&mut self.citus_stored_in_block) && committed {
+            self.shared.citus_defaults.mark_stale();
+        }
         let Some(snapshot) = self.block_settings.take() else {
             return;
         };
@@ -316,7 +328,7 @@ impl Session {
                 self.restore_citus(before);
                 for (name, value) in session_sets {
                     // They were accepted once already.
-                    let _ = self.set_citus(&name, value.as_deref());
+                    self.set_citus(&name, value.as_deref());
                 }
             }
         } else {
@@ -392,17 +404,6 @@ impl Session {
         Ok(())
     }
 
-    /// `citus.*` settings back to the session's start: the configuration's values,
-    /// then those the startup packet's `options` gave.
-    fn reset_citus_to_startup(&mut self) {
-        for name in crate::planner::CITUS_SETTINGS {
-            let _ = self.set_citus(name, None);
-        }
-        for (name, value) in self.startup_citus.clone() {
-            let _ = self.set_citus(&name, Some(&value));
-        }
-    }
-
     /// A session-level SET / RESET (of `variable`; None: RESET ALL) that succeeded is
     /// replayed on every connection the session uses later. It overrides the block's
     /// SET LOCALs of the same variable (RESET ALL: all of them), as in PostgreSQL.
@@ -452,6 +453,7 @@ impl Session {
                 // the startup packet did not set is reset as the client did: the
                 // placeholder stays, empty, as in PostgreSQL.
                 let custom = v.contains('.')
+                    && !crate::citus_settings::is_citus_name(v)
                     && !self
                         .startup_variables
                         .iter()
@@ -462,41 +464,6 @@ impl Session {
             }
         }
         self.settings_fp = fingerprint(&self.settings);
-    }
-
-    /// `SET [LOCAL] citus.x` / `RESET citus.x`: pgshard's own settings.
-    pub(super) fn set_citus_statement(
-        &mut self,
-        name: &str,
-        value: Option<&str>,
-        local: bool,
-        sink: &mut ResultSink,
-    ) -> PgResult<()> {
-        let verb = if value.is_some() { "SET" } else { "RESET" };
-        if self.tx.state == TxnState::Idle {
-            if local {
-                sink.notice_warning("SET LOCAL can only be used in transaction blocks");
-            } else {
-                self.before_settings_change();
-                self.set_citus(name, value)?;
-            }
-            sink.complete(verb);
-            return Ok(());
-        }
-        self.before_settings_change();
-        let before = self.citus_values();
-        self.set_citus(name, value)?;
-        if local {
-            self.citus_local.get_or_insert(CitusLocal {
-                before,
-                session_sets: Vec::new(),
-            });
-        } else if let Some(l) = &mut self.citus_local {
-            l.session_sets
-                .push((name.to_string(), value.map(str::to_string)));
-        }
-        sink.complete(verb);
-        Ok(())
     }
 }
 
@@ -521,6 +488,10 @@ impl Session {
                 continue;
             };
             let variable = name.to_ascii_lowercase();
+            if crate::citus_settings::is_citus_name(&variable) {
+                self.before_settings_change();
+                self.follow_citus_set_config(&variable, &value, local)?;
+            }
             let quoted: Vec<String> = name.split('.').map(quote_ident).collect();
             let scope = if local { "LOCAL " } else { "" };
             let text = format!(

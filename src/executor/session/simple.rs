@@ -106,11 +106,15 @@ impl Session {
         let sets_config = stmts
             .iter()
             .any(|s| !isolation::set_config_calls(&s.text).is_empty());
+        // Statements pgshard extended run as extended, never as the client's string.
+        let extended = stmts
+            .iter()
+            .any(|s| s.form == crate::sql::parse::StringForm::CitusViews);
         if let (Some(sc), [stmt], [plan], false) = (
             scanned,
             stmts.as_slice(),
             plans.as_slice(),
-            stateful || sets_config,
+            stateful || sets_config || extended,
         ) {
             if let (Some(node), false) = (&stmt.node, planner::names::may_change_names(stmt)) {
                 // A routed statement whose functions are evaluated on the coordinator
@@ -126,6 +130,7 @@ impl Session {
             && plans.iter().all(|p| matches!(p, Plan::Local))
             && self.tx.state != TxnState::Failed
             && !sets_config
+            && !extended
         {
             // Only the coordinator node: the string goes there whole, keeping
             // PostgreSQL's own multi-statement semantics.
@@ -139,7 +144,7 @@ impl Session {
             self.finish_simple(r).await;
             return Ok(());
         }
-        if stmts.len() > 1 && self.tx.state == TxnState::Idle && self.tx.held.is_empty() {
+        if stmts.len() > 1 && self.tx.state == TxnState::Idle && self.tx.held.is_empty() && !extended {
             if let Some(begin) = implicit::local_with_transaction_control(&plans) {
                 let r = self.local_with_transaction_control(sql, begin).await;
                 for stmt in &stmts {
@@ -224,7 +229,7 @@ impl Session {
                     // (comments and `;` too): PostgreSQL keeps it whole as the
                     // statement's text (pg_prepared_statements, pg_cursors,
                     // pg_stat_activity).
-                    let text = if stmts.len() == 1 {
+                    let text = if stmts.len() == 1 && !extended {
                         sql
                     } else {
                         stmt.client_text()
