@@ -10,6 +10,9 @@
 //! joins with local tables or intermediate results) are pulled whole as intermediate
 //! results (`SELECT * FROM t`), after which the statement runs on the coordinator node.
 //! Always exact; the cost is the rows moved (bounded by `citus.max_intermediate_result_size`).
+//! An uncorrelated scalar or EXISTS subquery cut while the statement still reads
+//! distributed tables becomes a *value* instead (`values.rs`): run once, put in the
+//! statement as a typed constant, the statement planned again by the session.
 //! The executor's half is `executor::session::subplans`.
 
 use super::{Names, Plan};

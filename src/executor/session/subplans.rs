@@ -84,8 +84,7 @@ impl Session {
     /// The outer statement with its value subplans' results in place of their sublinks
     /// (`planner::recursive::values`), read from the intermediate results (PostgreSQL's
     /// own scalar-subquery semantics: NULL on no row, 21000 on two), and its new plan;
-    /// None when it has no value subplans. A set too large to inline leaves the
-    /// statement reading its tables (planned again as it is: the tables pulled).
+    /// None when it has no value subplans.
     pub(super) async fn outer_with_values(
         &mut self,
         plan: &RecursivePlan,
@@ -107,10 +106,7 @@ impl Session {
             let row = rows
                 .first()
                 .ok_or_else(|| PgError::internal("a subplan's value: no row"))?;
-            match values::Value::from_row(sub, kind, row)? {
-                Some(v) => found.push(v),
-                None => {}
-            }
+            found.push(values::Value::from_row(sub, row)?);
         }
         let stmt = values::substitute(&plan.outer, &found)?;
         let catalog = self.shared.catalog.snapshot();

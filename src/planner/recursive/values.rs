@@ -1,17 +1,17 @@
 //! Uncorrelated subqueries run once and passed to the shards as values (Citus's
 //! recursive planning of a subquery whose result the distributed query then reads):
-//! when recursive planning cut a scalar subquery (`x > (SELECT avg(..) FROM t)`), an
-//! `EXISTS (SELECT ...)` or an `x [NOT] IN / op ANY|ALL (SELECT ...)` into a subplan and
-//! the statement left still reads distributed tables, the subplan's result is put in the
-//! statement as a typed constant (`CAST('4.5' AS numeric)`, `true`, `x = ANY(CAST('{..}'
-//! AS int[]))`) instead of pulling those tables onto the coordinator node. The value is
-//! read from the subplan's intermediate result by PostgreSQL itself
-//! ([`value_query`]), so a scalar subquery of no rows is NULL and one of two rows fails
-//! with PostgreSQL's 21000, and a set's NULLs keep `IN` / `NOT IN` exact (`x = ANY(arr)`
-//! is `x IN (subquery)` row for row). The statement is then planned again with the
-//! values (`executor/session/subplans.rs`): a repartition, co-located or multi-shard
-//! plan computes the rest. A set of more than [`MAX_SET_VALUES`] values is not inlined:
-//! the statement runs with the intermediate result as a table (its tables pulled).
+//! when recursive planning cut a scalar subquery (`x > (SELECT avg(..) FROM t)`) or an
+//! `EXISTS (SELECT ...)` over hash-distributed tables into a subplan and the statement
+//! left still reads distributed tables, the subplan's result is put in the statement as
+//! a typed constant (`CAST('4.5' AS numeric)`, `true`) instead of each shard computing
+//! the subquery over broadcast tables, or the statement's tables being pulled onto the
+//! coordinator node. The value is read from the subplan's intermediate result by
+//! PostgreSQL itself ([`value_query`]), so a scalar subquery of no rows is NULL and one
+//! of two rows fails with PostgreSQL's 21000; an EXISTS subplan stops at its first row.
+//! The statement is then planned again with the values (`executor/session/subplans.rs`):
+//! a repartition, co-located or multi-shard plan computes the rest. Sets (`IN`, `ANY`)
+//! are not made values: their size is known only once they ran, and a large set in every
+//! shard's statement costs more than the broadcast or repartition that handles them.
 
 use super::{deparse_node, is_intermediate_result, SubPlan};
 use crate::error::{PgError, PgResult};
@@ -20,9 +20,6 @@ use crate::sql::quote::quote_literal;
 use crate::sql::walk;
 use pg_query::protobuf::{self, node::Node as N, SubLinkType};
 
-/// Sets of more values than this stay tables: each shard's statement would carry them.
-pub const MAX_SET_VALUES: i64 = 1000;
-
 /// How a subplan's result stands in the statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ValueKind {
@@ -30,8 +27,6 @@ pub enum ValueKind {
     Scalar,
     /// `EXISTS (SELECT ...)`: true or false.
     Exists,
-    /// `testexpr op ANY|ALL (SELECT one column ...)` (IN is `= ANY`): an array of its values.
-    Set,
 }
 
 /// What a sublink's subquery can be replaced by once it has run, if anything.
@@ -43,16 +38,6 @@ pub(super) fn value_kind(l: &protobuf::SubLink) -> Option<ValueKind> {
     match SubLinkType::try_from(l.sub_link_type).ok()? {
         SubLinkType::ExprSublink if single_column() => Some(ValueKind::Scalar),
         SubLinkType::ExistsSublink => Some(ValueKind::Exists),
-        SubLinkType::AnySublink | SubLinkType::AllSublink
-            if single_column()
-                && l.oper_name.len() <= 1
-                && !matches!(
-                    l.testexpr.as_deref().and_then(|t| t.node.as_ref()),
-                    Some(N::RowExpr(_)) | None
-                ) =>
-        {
-            Some(ValueKind::Set)
-        }
         _ => None,
     }
 }
@@ -100,8 +85,7 @@ fn integer(v: i32) -> protobuf::Node {
 }
 
 /// The query (on the connection holding the subplan's intermediate result) giving the
-/// value's type as `format_type` writes it, its text (NULL for NULL), for a set how
-/// many values it has, and the name PostgreSQL gives an output column that is just the
+/// value's type as `format_type` writes it, its text (NULL for NULL) and the name PostgreSQL gives an output column that is just the
 /// sublink (the subquery's column, `exists`).
 pub fn value_query(sub: &SubPlan, kind: &ValueKind) -> String {
     let table = &sub.table;
@@ -122,18 +106,13 @@ pub fn value_query(sub: &SubPlan, kind: &ValueKind) -> String {
          THEN pg_catalog.to_json(r.v) OPERATOR(pg_catalog.#>>) '{}' ELSE r.v::pg_catalog.text END";
     match kind {
         ValueKind::Scalar => {
-            format!("SELECT {type_of}, (SELECT {text} FROM {table} AS r(v)), 1, {name}")
+            format!("SELECT {type_of}, (SELECT {text} FROM {table} AS r(v)), {name}")
         }
         ValueKind::Exists => {
             format!(
-                "SELECT 'boolean', (EXISTS (SELECT FROM {table}))::pg_catalog.text, 1, 'exists'"
+                "SELECT 'boolean', (EXISTS (SELECT FROM {table}))::pg_catalog.text, 'exists'"
             )
         }
-        ValueKind::Set => format!(
-            "SELECT {type_of} || '[]', \
-             (SELECT pg_catalog.array_agg({text})::pg_catalog.text FROM {table} AS r(v)), \
-             (SELECT pg_catalog.count(*) FROM {table}), NULL"
-        ),
     }
 }
 
@@ -141,7 +120,6 @@ pub fn value_query(sub: &SubPlan, kind: &ValueKind) -> String {
 #[derive(Debug, Clone)]
 pub struct Value {
     pub table: String,
-    pub kind: ValueKind,
     /// The typed constant (`CAST('..' AS type)`).
     pub constant: protobuf::Node,
     /// The name of an output column that is just the sublink (empty: none).
@@ -149,31 +127,19 @@ pub struct Value {
 }
 
 impl Value {
-    /// From [`value_query`]'s row; None for a set too large to inline.
-    pub fn from_row(sub: &SubPlan, kind: &ValueKind, row: &[Option<String>]) -> PgResult<Option<Value>> {
-        let [type_name, text, count, column_name] = row else {
-            return Err(PgError::internal("a subplan's value: not four columns"));
+    /// From [`value_query`]'s row.
+    pub fn from_row(sub: &SubPlan, row: &[Option<String>]) -> PgResult<Value> {
+        let [type_name, text, column_name] = row else {
+            return Err(PgError::internal("a subplan's value: not three columns"));
         };
         let type_name = type_name
             .as_deref()
             .ok_or_else(|| PgError::internal(format!("no type for {}", sub.table)))?;
-        if *kind == ValueKind::Set
-            && count.as_deref().and_then(|c| c.parse::<i64>().ok()).unwrap_or(i64::MAX)
-                > MAX_SET_VALUES
-        {
-            return Ok(None);
-        }
-        // An empty set: `x IN ()` is false, `x op ALL ()` true, as over an empty array.
-        let text = match (kind, text.as_deref()) {
-            (ValueKind::Set, None) => Some("{}"),
-            (_, t) => t,
-        };
-        Ok(Some(Value {
+        Ok(Value {
             table: sub.table.clone(),
-            kind: kind.clone(),
-            constant: crate::planner::evaluate::typed_constant(text, type_name)?,
+            constant: crate::planner::evaluate::typed_constant(text.as_deref(), type_name)?,
             column_name: column_name.clone().unwrap_or_default(),
-        }))
+        })
     }
 }
 
@@ -216,34 +182,7 @@ pub(super) fn substitute_tree(root: &mut N, values: &[Value]) {
         let Some(v) = values.iter().find(|v| v.table == table) else {
             return false;
         };
-        let replacement = match v.kind {
-            ValueKind::Scalar | ValueKind::Exists => v.constant.clone(),
-            ValueKind::Set => {
-                let all = l.sub_link_type == SubLinkType::AllSublink as i32;
-                let name = if l.oper_name.is_empty() {
-                    vec![protobuf::Node {
-                        node: Some(N::String(protobuf::String { sval: "=".into() })),
-                    }]
-                } else {
-                    l.oper_name.clone()
-                };
-                protobuf::Node {
-                    node: Some(N::AExpr(Box::new(protobuf::AExpr {
-                        kind: if all {
-                            protobuf::AExprKind::AexprOpAll
-                        } else {
-                            protobuf::AExprKind::AexprOpAny
-                        } as i32,
-                        name,
-                        lexpr: l.testexpr.clone(),
-                        rexpr: Some(Box::new(v.constant.clone())),
-                        location: -1,
-                        ..Default::default()
-                    }))),
-                }
-            }
-        };
-        *n = replacement;
+        *n = v.constant.clone();
         true
     };
     walk::statement(root, false, &mut f);
@@ -268,9 +207,8 @@ pub fn substitute(outer: &Statement, values: &[Value]) -> PgResult<Statement> {
 pub(super) fn placeholders(subplans: &[(String, ValueKind)]) -> Vec<Value> {
     subplans
         .iter()
-        .map(|(table, kind)| Value {
+        .map(|(table, _)| Value {
             table: table.clone(),
-            kind: kind.clone(),
             constant: protobuf::Node {
                 node: Some(N::AConst(protobuf::AConst {
                     isnull: true,
