@@ -6,7 +6,9 @@
 //! never pass through the coordinator node (its intermediate results are bounded to
 //! 1 kB here); and the moved tables are gone from every worker after success, error,
 //! cancel and a client that disconnects mid-query. `citus.enable_repartition_joins =
-//! off` falls back to recursive planning.
+//! off` falls back to recursive planning. Uncorrelated scalar and EXISTS subqueries run
+//! once, their values in the statement (TPC-H Q11's and Q22's shapes): types, NULL on no
+//! row, 21000 on two, DateStyle, parameters, the output column's name.
 
 mod common;
 
@@ -165,6 +167,7 @@ const OR_OF_ANDS: &[&str] = &[
 async fn repartition_joins() {
     let (shard, plain) = setup().await;
     answers_and_strategies(&shard, &plain).await;
+    subqueries_run_once(&shard, &plain).await;
     moved_tables_are_cleaned_up(&shard, &plain).await;
 }
 
@@ -270,6 +273,85 @@ async fn answers_and_strategies(shard: &Client, plain: &Client) {
         .await
         .unwrap();
     assert_no_moved_tables().await;
+}
+
+/// Uncorrelated subqueries over distributed tables in a statement that otherwise runs
+/// on the shards: run once, their values passed to the shards' statements.
+const RUN_ONCE: &[&str] = &[
+    // Q11: HAVING against a scalar over the same join (part moves).
+    "SELECT l_partkey, sum(l_qty) AS value FROM rj_lineitem, rj_part WHERE l_partkey = p_partkey \
+     AND p_size < 10 GROUP BY l_partkey HAVING sum(l_qty) > (SELECT sum(l_qty) * 0.0003 \
+     FROM rj_lineitem, rj_part WHERE l_partkey = p_partkey AND p_size < 10)",
+    // Q22: inside a FROM subquery, next to a correlated NOT EXISTS.
+    "SELECT nation, count(*), sum(c_custkey) FROM (SELECT c_nation AS nation, c_custkey \
+     FROM rj_customer WHERE c_custkey > (SELECT avg(o_custkey) FROM rj_orders WHERE o_total > 500) \
+     AND NOT EXISTS (SELECT * FROM rj_orders WHERE o_custkey = c_custkey AND o_orderkey % 97 = 0)) s \
+     GROUP BY nation",
+    // An integer column against a numeric average (19.5): stays numeric.
+    "SELECT count(*) FROM rj_orders o JOIN rj_part p ON o.o_custkey = p.p_partkey \
+     WHERE o.o_custkey < (SELECT avg(p_size) FROM rj_part)",
+    // No row: NULL.
+    "SELECT count(*), max(o.o_total) FROM rj_orders o JOIN rj_part p ON o.o_custkey = p.p_partkey \
+     WHERE o.o_total > (SELECT o_total FROM rj_orders WHERE o_orderkey = -1) OR p.p_size = 3",
+    "SELECT (SELECT c_name FROM rj_customer WHERE c_custkey = -5) IS NULL, count(*) \
+     FROM rj_orders o JOIN rj_part p ON o.o_custkey = p.p_partkey",
+    // In the select list, and EXISTS true and false.
+    "SELECT (SELECT max(c_name) FROM rj_customer WHERE c_nation = 2), p.p_size, count(*) \
+     FROM rj_orders o JOIN rj_part p ON o.o_custkey = p.p_partkey GROUP BY p.p_size",
+    "SELECT count(*) FROM rj_orders o JOIN rj_part p ON o.o_custkey = p.p_partkey \
+     WHERE EXISTS (SELECT 1 FROM rj_lineitem WHERE l_qty = 49) AND p.p_size < 20",
+    "SELECT count(*) FROM rj_orders o JOIN rj_part p ON o.o_custkey = p.p_partkey \
+     WHERE NOT EXISTS (SELECT 1 FROM rj_lineitem WHERE l_qty > 1000) OR p.p_size = 1",
+    // A volatile function: evaluated once, as PostgreSQL's InitPlan is.
+    "SELECT count(*) FROM rj_orders o JOIN rj_part p ON o.o_custkey = p.p_partkey \
+     WHERE o.o_total > (SELECT random() * 0 + max(c_nation) * 20 FROM rj_customer)",
+    // One table, the subquery over another.
+    "SELECT count(*), sum(o_total) FROM rj_orders WHERE o_total > (SELECT avg(l_qty) * 20 FROM rj_lineitem)",
+    // A date, read back under any DateStyle (set below).
+    "SELECT count(*) FROM rj_orders o JOIN rj_part p ON o.o_custkey = p.p_partkey \
+     WHERE DATE '2020-01-30' > (SELECT DATE '2020-01-01' + max(c_nation) FROM rj_customer) + p.p_size",
+];
+
+async fn subqueries_run_once(shard: &Client, plain: &Client) {
+    for sql in RUN_ONCE {
+        same(shard, plain, sql).await;
+    }
+    // Computed once: a subplan, the shards' statements compare with its value.
+    for sql in [RUN_ONCE[0], RUN_ONCE[2], RUN_ONCE[6]] {
+        let e = explain(shard, sql).await;
+        assert!(!e.contains("InitPlan"), "{sql}\n{e}");
+        assert!(e.contains("Distributed Subplan"), "{sql}\n{e}");
+    }
+    let e = explain(shard, RUN_ONCE[0]).await;
+    assert!(!e.contains("Broadcast rj_lineitem"), "{e}");
+    // The output column keeps the subquery's name.
+    for c in [shard, plain] {
+        let row = c.query_one(RUN_ONCE[4], &[]).await.unwrap();
+        assert_eq!(row.columns()[0].name(), "?column?");
+        let rows = c.query(RUN_ONCE[5], &[]).await.unwrap();
+        assert_eq!(rows[0].columns()[0].name(), "max");
+    }
+    // More than one row: PostgreSQL's 21000.
+    let two = "SELECT count(*) FROM rj_orders o JOIN rj_part p ON o.o_custkey = p.p_partkey \
+               WHERE o.o_total > (SELECT c_nation FROM rj_customer WHERE c_custkey < 3)";
+    let e1 = rows(shard, two).await.unwrap_err();
+    let e2 = rows(plain, two).await.unwrap_err();
+    assert_eq!(sqlstate_and_message(&e1), sqlstate_and_message(&e2));
+    assert_eq!(sqlstate_and_message(&e1).0, "21000");
+    // A parameter inside the subquery and outside (extended protocol).
+    let sql = "SELECT count(*) FROM rj_orders o JOIN rj_part p ON o.o_custkey = p.p_partkey \
+               WHERE p.p_size < $2 AND o.o_total > (SELECT avg(o_total) FROM rj_orders WHERE o_custkey = $1)";
+    let a: i64 = shard.query_one(sql, &[&7i32, &20i32]).await.unwrap().get(0);
+    let b: i64 = plain.query_one(sql, &[&7i32, &20i32]).await.unwrap().get(0);
+    assert_eq!(a, b);
+    // Dates written as ISO whatever the session's DateStyle.
+    for c in [shard, plain] {
+        c.batch_execute("SET DateStyle = 'SQL, DMY'").await.unwrap();
+    }
+    same(shard, plain, RUN_ONCE[RUN_ONCE.len() - 1]).await;
+    for c in [shard, plain] {
+        c.batch_execute("RESET DateStyle").await.unwrap();
+    }
 }
 
 /// No table in pgshard_intermediate on any worker, and no worker transaction still

@@ -185,7 +185,9 @@ impl Session {
             let made_now = match explained {
                 Ok(block) => {
                     subplans.push(block);
-                    if e.analyze {
+                    // A value in the outer statement is computed (it reads only):
+                    // the outer statement is explained with it.
+                    if e.analyze || sub.value.is_some() {
                         self.intermediate_result(sub, params, &mut made)
                             .await
                             .map(drop)
@@ -201,10 +203,17 @@ impl Session {
             }
         }
         let outer = match outcome {
-            Ok(()) => {
-                self.explain_plan(e, &r.outer_plan, &r.outer, params, plan_ids)
-                    .await
-            }
+            Ok(()) => match self.outer_with_values(r).await {
+                Ok(None) => {
+                    self.explain_plan(e, &r.outer_plan, &r.outer, params, plan_ids)
+                        .await
+                }
+                Ok(Some((stmt, outer_plan))) => {
+                    self.explain_plan(e, &outer_plan, &stmt, params, plan_ids)
+                        .await
+                }
+                Err(err) => Err(err),
+            },
             Err(err) => Err(err),
         };
         self.drop_intermediate_results(&made).await;

@@ -153,6 +153,7 @@ fn result_step(sql: String, shape: &N, plan: Plan) -> PgResult<SubPlan> {
         },
         plan,
         create_sql,
+        value: None,
     })
 }
 

@@ -10,6 +10,9 @@
 //! joins with local tables or intermediate results) are pulled whole as intermediate
 //! results (`SELECT * FROM t`), after which the statement runs on the coordinator node.
 //! Always exact; the cost is the rows moved (bounded by `citus.max_intermediate_result_size`).
+//! An uncorrelated scalar or EXISTS subquery cut while the statement still reads
+//! distributed tables becomes a *value* instead (`values.rs`): run once, put in the
+//! statement as a typed constant, the statement planned again by the session.
 //! The executor's half is `executor::session::subplans`.
 
 use super::{Names, Plan};
@@ -22,6 +25,9 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+pub mod values;
+use values::ValueKind;
+
 /// A statement run in parts: its subplans first, in order, each filling its
 /// intermediate result, then the outer statement over them.
 #[derive(Debug, Clone)]
@@ -29,6 +35,8 @@ pub struct RecursivePlan {
     pub subplans: Vec<SubPlan>,
     /// The statement with every subplan's subtree replaced by its table.
     pub outer: Statement,
+    /// Its plan; when some subplans are values (`SubPlan::value`), the plan with NULLs
+    /// in their place (the session plans the statement again with the values).
     pub outer_plan: Plan,
 }
 
@@ -44,6 +52,9 @@ pub struct SubPlan {
     /// names, types, typmods and collations (the coordinator node plans the subtree
     /// over the shells without running it).
     pub create_sql: String,
+    /// Set when the outer statement gets this result as a value in place of its
+    /// sublink (`recursive/values.rs`) rather than reading it as a table.
+    pub value: Option<ValueKind>,
 }
 
 /// Names are unique per process: a subplan's own subplans use the same session.
@@ -83,6 +94,9 @@ pub fn plan_recursive(
         return None;
     }
     if !cx.subplans.is_empty() {
+        if let Some(plan) = cx.plan_with_values(&tree) {
+            return Some(plan);
+        }
         let outer = deparse_node(&tree).ok()?;
         match plan_text(&outer) {
             Ok(Plan::Unsupported(_)) | Err(_) => {}
@@ -124,6 +138,9 @@ pub(super) struct Cutter<'a> {
     /// A subplan could not be planned: the statement is not planned recursively.
     pub(super) failed: bool,
     outer_runs: OuterRuns,
+    /// Cut sublinks whose results could stand in the statement as values (their
+    /// tables), and whether they read hash-distributed tables.
+    value_candidates: Vec<(String, ValueKind, bool)>,
 }
 
 impl<'a> Cutter<'a> {
@@ -140,6 +157,7 @@ impl<'a> Cutter<'a> {
             subplans: Vec::new(),
             failed: false,
             outer_runs,
+            value_candidates: Vec::new(),
         }
     }
 
@@ -151,12 +169,58 @@ impl<'a> Cutter<'a> {
         }))
     }
 
+    /// The statement left after cutting, when it still reads distributed tables and
+    /// some cut sublink over hash-distributed tables can stand in it as a value
+    /// (`recursive/values.rs`): planned with NULLs in their place, those subplans
+    /// marked to be read as values; the session plans it again with the values.
+    fn plan_with_values(&mut self, tree: &N) -> Option<Plan> {
+        if self.outer_runs != OuterRuns::OnCoordinator
+            || !self.value_candidates.iter().any(|(_, _, hash)| *hash)
+            || !self.reads_distributed(tree)
+        {
+            return None;
+        }
+        let candidates: Vec<(String, ValueKind)> = self
+            .value_candidates
+            .iter()
+            .map(|(t, k, _)| (t.clone(), k.clone()))
+            .collect();
+        let mut placeholder = tree.clone();
+        values::substitute_tree(&mut placeholder, &values::placeholders(&candidates));
+        let planned = match (self.plan_text)(&deparse_node(&placeholder).ok()?) {
+            Ok(Plan::Unsupported(_)) | Err(_) => return None,
+            Ok(plan) => plan,
+        };
+        for sub in self.subplans.iter_mut() {
+            sub.value = candidates
+                .iter()
+                .find(|(t, _)| *t == sub.table)
+                .map(|(_, k)| k.clone());
+        }
+        let outer = deparse_node(tree).ok()?;
+        let subplans = std::mem::take(&mut self.subplans);
+        Some(Plan::Recursive(Arc::new(RecursivePlan {
+            subplans,
+            outer: statement_of(outer),
+            outer_plan: planned,
+        })))
+    }
+
     /// Whether a subtree names a distributed or reference table.
     fn reads_distributed(&self, node: &N) -> bool {
         full_relations(node).iter().any(|r| {
             self.names
                 .resolve(self.catalog, r.schema.as_deref(), &r.name)
                 .is_some()
+        })
+    }
+
+    /// Whether a subtree names a hash-distributed table.
+    fn reads_hash_distributed(&self, node: &N) -> bool {
+        full_relations(node).iter().any(|r| {
+            self.names
+                .resolve(self.catalog, r.schema.as_deref(), &r.name)
+                .is_some_and(|t| t.method != crate::catalog::PartitionMethod::Reference)
         })
     }
 
@@ -220,6 +284,7 @@ impl<'a> Cutter<'a> {
                     return None;
                 };
                 self.subplans.push(SubPlan {
+                    value: None,
                     create_sql,
                     table: table.clone(),
                     stmt: Statement {
@@ -342,14 +407,14 @@ impl<'a> Cutter<'a> {
     /// Subqueries in FROM (not LATERAL) and sublinks that read distributed tables and
     /// stand alone, outermost first.
     pub(super) fn cut_subqueries(&mut self, root: &mut N) {
-        let mut found: Vec<(usize, String)> = Vec::new();
+        let mut found: Vec<(usize, String, Option<(ValueKind, bool)>)> = Vec::new();
         let mut counter = 0usize;
         // First pass: which subqueries to cut (by visiting order), and their SQL.
         {
             let mut f = |n: &mut protobuf::Node, _: bool| -> bool {
-                let sub = match n.node.as_ref() {
-                    Some(N::RangeSubselect(r)) if !r.lateral => r.subquery.as_deref(),
-                    Some(N::SubLink(l)) => l.subselect.as_deref(),
+                let (sub, kind) = match n.node.as_ref() {
+                    Some(N::RangeSubselect(r)) if !r.lateral => (r.subquery.as_deref(), None),
+                    Some(N::SubLink(l)) => (l.subselect.as_deref(), values::value_kind(l)),
                     _ => return false,
                 };
                 counter += 1;
@@ -357,8 +422,10 @@ impl<'a> Cutter<'a> {
                     return false;
                 };
                 if self.must_cut(sub) && !correlated(sub, self.catalog, self.names) {
-                    if let Ok(sql) = deparse_node(sub) {
-                        found.push((counter, sql));
+                    let query = values::subplan_query(kind.as_ref(), sub);
+                    if let Ok(sql) = deparse_node(&query) {
+                        let kind = kind.map(|k| (k, self.reads_hash_distributed(sub)));
+                        found.push((counter, sql, kind));
                         return true;
                     }
                 }
@@ -367,9 +434,14 @@ impl<'a> Cutter<'a> {
             walk::statement(root, false, &mut f);
         }
         let mut tables = Vec::new();
-        for (at, sql) in found {
+        for (at, sql, kind) in found {
             match self.subplan(sql) {
-                Some(t) => tables.push((at, t)),
+                Some(t) => {
+                    if let Some((kind, hash)) = kind {
+                        self.value_candidates.push((t.clone(), kind, hash));
+                    }
+                    tables.push((at, t))
+                }
                 None => break,
             }
         }

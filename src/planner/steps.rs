@@ -252,6 +252,12 @@ pub(super) fn repartition(i: &PlanInput) -> PgResult<Step> {
         return Ok(Step::NotMine);
     }
     let fallback = match recursive(i)? {
+        // Uncorrelated subqueries over distributed tables run once, their values in
+        // the statement (planned again by the session, this step included), rather
+        // than each shard computing them over broadcast tables.
+        Step::Planned(Plan::Recursive(r)) if r.subplans.iter().any(|s| s.value.is_some()) => {
+            return Ok(Step::Planned(Plan::Recursive(r)));
+        }
         Step::Planned(p) => Some(p),
         _ => None,
     };

@@ -11,7 +11,7 @@
 
 use super::via_coordinator::read_answer;
 use super::*;
-use crate::planner::recursive::{RecursivePlan, SubPlan};
+use crate::planner::recursive::{values, RecursivePlan, SubPlan};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -57,20 +57,61 @@ impl Session {
                 }
             }
             if done.is_ok() {
-                done = self
-                    .plan_into(
-                        &plan.outer_plan,
-                        &plan.outer,
-                        params,
-                        formats,
-                        describe,
-                        sink,
-                    )
-                    .await;
+                done = match self.outer_with_values(plan).await {
+                    Ok(None) => {
+                        self.plan_into(
+                            &plan.outer_plan,
+                            &plan.outer,
+                            params,
+                            formats,
+                            describe,
+                            sink,
+                        )
+                        .await
+                    }
+                    Ok(Some((stmt, outer_plan))) => {
+                        self.plan_into(&outer_plan, &stmt, params, formats, describe, sink)
+                            .await
+                    }
+                    Err(e) => Err(e),
+                };
             }
             self.drop_intermediate_results(&made).await;
             done
         })
+    }
+
+    /// The outer statement with its value subplans' results in place of their sublinks
+    /// (`planner::recursive::values`), read from the intermediate results (PostgreSQL's
+    /// own scalar-subquery semantics: NULL on no row, 21000 on two), and its new plan;
+    /// None when it has no value subplans.
+    pub(super) async fn outer_with_values(
+        &mut self,
+        plan: &RecursivePlan,
+    ) -> PgResult<Option<(Statement, Plan)>> {
+        if plan.subplans.iter().all(|s| s.value.is_none()) {
+            return Ok(None);
+        }
+        let coord = self.shared.coordinator.clone();
+        let mut found = Vec::new();
+        for sub in &plan.subplans {
+            let Some(kind) = &sub.value else {
+                continue;
+            };
+            let idx = self.bulk_conn(&coord, false).await?;
+            let rows = self.tx.held[idx]
+                .conn
+                .simple_rows(&values::value_query(sub, kind))
+                .await?;
+            let row = rows
+                .first()
+                .ok_or_else(|| PgError::internal("a subplan's value: no row"))?;
+            found.push(values::Value::from_row(sub, row)?);
+        }
+        let stmt = values::substitute(&plan.outer, &found)?;
+        let catalog = self.shared.catalog.snapshot();
+        let outer_plan = self.plan_statement(&stmt, &catalog).await?;
+        Ok(Some((stmt, outer_plan)))
     }
 
     /// Drops the intermediate results `made` (in a failed block this fails too; its
