@@ -290,6 +290,20 @@ async fn start_transaction_services(shared: &Arc<Shared>) {
                 }
                 held
             },
+            {
+                let catalog = shared.catalog.clone();
+                move || {
+                    catalog
+                        .snapshot()
+                        .workers
+                        .iter()
+                        .map(|w| crate::backend::NodeAddr {
+                            host: w.host.clone(),
+                            port: w.port,
+                        })
+                        .collect()
+                }
+            },
         );
     }
 }
