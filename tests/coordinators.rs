@@ -266,6 +266,24 @@ async fn catalog_changes_through_one_process_are_seen_at_once_by_another() {
         .unwrap();
     assert_eq!(scalar(&a, "SELECT count(*) FROM cat").await, 2);
 
+    // Again and again: each table distributed through A is written through B's open
+    // session the moment A's statement returns.
+    for i in 0..10 {
+        let t = format!("cat_again_{i}");
+        a.batch_execute(&format!("CREATE TABLE {t} (id int PRIMARY KEY)"))
+            .await
+            .unwrap();
+        a.batch_execute(&format!("SELECT create_distributed_table('{t}', 'id')"))
+            .await
+            .unwrap();
+        b.batch_execute(&format!("INSERT INTO {t} SELECT generate_series(1, 10)"))
+            .await
+            .unwrap_or_else(|e| panic!("{t} through B at once: {e:?}"));
+        a.batch_execute(&format!("DROP TABLE {t}")).await.unwrap();
+        let gone = b.batch_execute(&format!("SELECT * FROM {t}")).await.unwrap_err();
+        assert_eq!(common::sqlstate_and_message(&gone).0, "42P01", "{t}");
+    }
+
     // A worker added (registered through the first process by `cluster up`): the next
     // table distributed through B (in a colocation group of its own) places shards on
     // it at once.
