@@ -59,6 +59,11 @@ enum ClusterAction {
         /// `synchronous_commit` of the primaries [default with standbys: on].
         #[arg(long, value_enum)]
         sync: Option<pgshard::cluster::standby::SyncCommit>,
+        /// pgshard processes on the one catalog, each listening on a port of its own
+        /// (the first on --port, the others on ports after the nodes'); each serves
+        /// every statement.
+        #[arg(long, default_value_t = 1)]
+        coordinators: usize,
     },
     /// Stop every part of the local cluster.
     Down {
@@ -107,6 +112,7 @@ fn main() -> anyhow::Result<()> {
                         async_commit,
                         standbys,
                         sync,
+                        coordinators,
                     } => {
                         let opts = pgshard::cluster::ClusterOptions {
                             dir,
@@ -118,6 +124,7 @@ fn main() -> anyhow::Result<()> {
                             async_commit,
                             standbys,
                             sync,
+                            coordinators,
                         };
                         pgshard::cluster::cluster_up(&opts).await?;
                         Ok(())

@@ -118,6 +118,11 @@ pub struct BenchArgs {
     /// serves TLS with a self-signed certificate); over TCP only.
     #[arg(long)]
     pub client_tls: bool,
+    /// pgshard processes on the cluster's one catalog (`cluster up --coordinators N`):
+    /// pgbench workloads run one pgbench per process's port at once, clients and
+    /// threads divided among them, and their throughput summed (runs.rs).
+    #[arg(long, default_value_t = 1)]
+    pub coordinators: usize,
 }
 
 /// What a workload runs.
@@ -510,6 +515,7 @@ struct Options {
     unix_sockets: bool,
     client_role: Option<client::ClientRole>,
     client_tls: bool,
+    coordinators: usize,
 }
 
 impl Options {
@@ -579,6 +585,7 @@ impl Options {
                 .map(client::ClientRole::new)
                 .transpose()?,
             client_tls: a.client_tls,
+            coordinators: a.coordinators.max(1),
         };
         if o.client_tls && o.unix_sockets {
             bail!("--client-tls is for TCP clients: PostgreSQL has no TLS on Unix sockets");
@@ -678,6 +685,8 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
 
     let w5 = opts.workloads.iter().any(|w| w.name.starts_with("w5-"));
     let extra = if w5 { w5::extra_ports(opts.workers) } else { 0 };
+    // The cluster's other pgshard processes listen after its nodes.
+    let extra = extra + opts.coordinators as u16 - 1;
     let base = free_ports(opts.port, opts.workers as u16 + 3 + extra)?;
     let plain_port = base;
     let cluster_port = base + 1;
@@ -720,6 +729,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
         fast: false,
         // The reference measurements' setting, on both sides.
         async_commit: true,
+        coordinators: opts.coordinators,
         ..ClusterOptions::default()
     };
     let (plain_res, cluster_res) = {
@@ -1141,6 +1151,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
             "latency_sampling_rate": SAMPLING_RATE,
             "sysbench_table_size": SYSBENCH_TABLE_SIZE,
             "client_tls": opts.client_tls,
+            "coordinators": opts.coordinators,
             "client_role": opts.client_role.as_ref().map(|r| r.name.clone()),
             "client_transport": if opts.unix_sockets { "unix" } else { "tcp" },
             "ports": { "plain": plain_port, "pgshard": cluster.port,

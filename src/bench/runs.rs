@@ -65,7 +65,14 @@ pub(super) async fn run_once(
 
     let before = t.probe.snapshot();
     let start = Instant::now();
-    let out = pgbench::run(cmd, Some(Duration::from_secs(opts.duration as u64 + 120))).await?;
+    let timeout = Some(Duration::from_secs(opts.duration as u64 + 120));
+    let spread = !sysbench && t.target == Target::Pgshard && opts.coordinators > 1;
+    let (out, summed) = if spread {
+        let (out, summary) = through_every_process(opts, w, t, &prefix, timeout).await?;
+        (out, Some(summary))
+    } else {
+        (pgbench::run(cmd, timeout).await?, None)
+    };
     let wall_s = start.elapsed().as_secs_f64();
     // Let the backends of the run exit and be reaped into the postmaster's cutime.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -83,7 +90,7 @@ pub(super) async fn run_once(
     let s = if sysbench {
         measured_sysbench(&out)
     } else {
-        measured_pgbench(&out, &prefix)
+        measured_pgbench(&out, &prefix, summed)
     };
     if !opts.keep {
         for f in pgbench::log_files(&prefix) {
@@ -158,11 +165,79 @@ pub(super) struct Measured {
     pub(super) error: Option<String>,
 }
 
+/// `--coordinators N`: one pgbench per pgshard process's port at once, with the
+/// run's clients and threads divided among them (the first ones take the remainder),
+/// all logging under `prefix` (their per-transaction logs differ by pid, so the
+/// percentiles cover all). Returns their outputs joined and their summaries combined:
+/// throughput and transactions summed, latency averaged over transactions.
+async fn through_every_process(
+    opts: &Options,
+    w: &Workload,
+    t: &TargetCtx,
+    prefix: &Path,
+    timeout: Option<Duration>,
+) -> Result<(pgbench::Output, pgbench::Summary)> {
+    let ports = crate::cluster::cluster_info(&opts.cluster_dir())?.pgshard_ports;
+    let n = ports.len() as u32;
+    let share = |total: u32, i: u32| (total / n + u32::from(i < total % n)).max(1);
+    let mut runs = Vec::new();
+    for (i, port) in ports.iter().enumerate() {
+        let clients = share(opts.clients, i as u32);
+        let threads = share(opts.threads, i as u32).min(clients);
+        let mut env = t.client.clone();
+        env.retain(|(k, _)| k != "PGPORT");
+        env.push(("PGPORT".into(), port.to_string()));
+        let mut args = pgbench_args(opts, w, t.target);
+        for (flag, value) in [("-c", clients), ("-j", threads)] {
+            if let Some(at) = args.iter().position(|a| a == flag) {
+                args[at + 1] = value.to_string();
+            }
+        }
+        let mut cmd = pgbench::command("pgbench", &env);
+        cmd.args(args)
+            .arg("--log")
+            .arg(format!("--sampling-rate={SAMPLING_RATE}"))
+            .arg(format!("--log-prefix={}", prefix.display()))
+            .current_dir(opts.runs_dir());
+        runs.push(pgbench::run(cmd, timeout));
+    }
+    let outs = futures_util::future::try_join_all(runs).await?;
+    let mut summary = pgbench::Summary::default();
+    let mut latency_weight = 0.0;
+    for o in &outs {
+        let s = pgbench::parse_summary(&o.stdout);
+        let add = |a: Option<f64>, b: Option<f64>| Some(a.unwrap_or(0.0) + b?);
+        summary.tps = add(summary.tps, s.tps);
+        summary.transactions = s.transactions.map(|x| summary.transactions.unwrap_or(0) + x);
+        summary.failed = s.failed.map(|x| summary.failed.unwrap_or(0) + x);
+        if let (Some(l), Some(n)) = (s.latency_avg_ms, s.transactions) {
+            let total = summary.latency_avg_ms.unwrap_or(0.0) * latency_weight + l * n as f64;
+            latency_weight += n as f64;
+            summary.latency_avg_ms = (latency_weight > 0.0).then(|| total / latency_weight);
+        }
+        summary.initial_connection_ms = match (summary.initial_connection_ms, s.initial_connection_ms) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    let out = pgbench::Output {
+        code: outs.iter().map(|o| o.code).find(|c| *c != Some(0)).unwrap_or(Some(0)),
+        stdout: outs.iter().map(|o| o.stdout.as_str()).collect::<Vec<_>>().join("\n"),
+        stderr: outs.iter().map(|o| o.stderr.as_str()).collect::<Vec<_>>().join("\n"),
+        timed_out: outs.iter().any(|o| o.timed_out),
+    };
+    Ok((out, summary))
+}
+
 /// pgbench's summary, and percentiles from its sampled per-transaction log. A run is
 /// failed when pgbench failed, when any transaction failed, or when none completed:
 /// never reported as if it had been measured.
-pub(super) fn measured_pgbench(out: &pgbench::Output, prefix: &Path) -> Measured {
-    let s = pgbench::parse_summary(&out.stdout);
+pub(super) fn measured_pgbench(
+    out: &pgbench::Output,
+    prefix: &Path,
+    summed: Option<pgbench::Summary>,
+) -> Measured {
+    let s = summed.unwrap_or_else(|| pgbench::parse_summary(&out.stdout));
     let pct = pgbench::percentiles(prefix);
     let error = if !out.success() {
         Some(out.error_reason())

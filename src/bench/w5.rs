@@ -285,6 +285,7 @@ pub(super) async fn setup(
             async_commit: true,
             standbys: STANDBYS,
             sync: Some(SyncCommit::Off),
+            ..crate::cluster::ClusterOptions::default()
         })
         .await
         .context("adding the cluster's standbys")?;

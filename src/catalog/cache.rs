@@ -15,7 +15,7 @@
 //! It does the same for views (`catalog::views`), and keeps the list of the views that
 //! read distributed tables ([`CatalogCache::distributed_views`]).
 
-use super::{load, schema, views, Catalog};
+use super::{load, schema, seen, views, Catalog};
 use crate::backend::control;
 use crate::config::Config;
 use crate::error::PgError;
@@ -60,6 +60,9 @@ pub struct CatalogCache {
     relations: AtomicU64,
     /// The views reading distributed tables (schema, name), as last listed.
     views: RwLock<Arc<Vec<(String, String)>>>,
+    /// The connection that waits for the other pgshard processes after a change
+    /// (`seen`): not the loader, which their changes' reloads need meanwhile.
+    waiter: tokio::sync::Mutex<Option<Client>>,
 }
 
 impl CatalogCache {
@@ -69,12 +72,16 @@ impl CatalogCache {
         schema::ensure_schema(&client).await?;
         let catalog = load::load(&client).await?;
         let views = views::distributed_views(&client).await?;
+        if let Err(e) = seen::advertise(&client, catalog.version).await {
+            tracing::warn!("{e}");
+        }
         let cache = Arc::new(CatalogCache {
             config,
             current: RwLock::new(Arc::new(catalog)),
             loader: tokio::sync::Mutex::new(Some(client)),
             relations: AtomicU64::new(0),
             views: RwLock::new(Arc::new(views)),
+            waiter: tokio::sync::Mutex::new(None),
         });
         tokio::spawn(listen_loop(Arc::downgrade(&cache)));
         Ok(cache)
@@ -89,6 +96,7 @@ impl CatalogCache {
             loader: tokio::sync::Mutex::new(None),
             relations: AtomicU64::new(0),
             views: RwLock::new(Arc::new(Vec::new())),
+            waiter: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -120,8 +128,32 @@ impl CatalogCache {
         &self.config
     }
 
-    /// Reloads the catalog now; a failure is logged and the old snapshot kept.
+    /// Reloads the catalog after a change made through this process, and waits
+    /// (bounded) until every other live pgshard process has loaded it too (`seen`); a
+    /// failure is logged and the old snapshot kept.
     pub async fn reload(&self) {
+        self.reload_quietly().await;
+        let version = self.snapshot().version;
+        let mut waiter = self.waiter.lock().await;
+        if waiter.as_ref().map_or(true, |c| c.is_closed()) {
+            match control::connect_coordinator(&self.config).await {
+                Ok(c) => *waiter = Some(c),
+                Err(e) => {
+                    tracing::warn!("cannot wait for the other pgshard processes: {e}");
+                    return;
+                }
+            }
+        }
+        let client = waiter.as_ref().expect("connected above");
+        if let Err(e) = seen::wait_for_others(client, version).await {
+            tracing::warn!("{e}");
+            *waiter = None;
+        }
+    }
+
+    /// Reloads the catalog now (on another process's change); a failure is logged and
+    /// the old snapshot kept.
+    async fn reload_quietly(&self) {
         if let Err(e) = self.try_reload().await {
             tracing::warn!("catalog reload failed: {e}");
         }
@@ -136,7 +168,11 @@ impl CatalogCache {
         let client = loader.as_ref().expect("connected above");
         match load::load(client).await {
             Ok(catalog) => {
+                let version = catalog.version;
                 self.install(catalog);
+                if let Err(e) = seen::advertise(client, version).await {
+                    tracing::debug!("{e}");
+                }
                 Ok(())
             }
             Err(e) => {
@@ -214,7 +250,7 @@ async fn listen_loop(cache: Weak<CatalogCache>) {
         match cache.upgrade() {
             Some(c) => {
                 c.relations_changed();
-                c.reload().await
+                c.reload_quietly().await
             }
             None => return,
         }
@@ -235,7 +271,7 @@ async fn listen_loop(cache: Weak<CatalogCache>) {
                     }
                     while notifications.try_recv().is_ok() {}
                     match cache.upgrade() {
-                        Some(c) => c.reload().await,
+                        Some(c) => c.reload_quietly().await,
                         None => return,
                     }
                 }
@@ -269,7 +305,7 @@ async fn listen_loop(cache: Weak<CatalogCache>) {
                         Ok(row) => {
                             let version: i64 = row.map(|r| r.get(0)).unwrap_or(0);
                             if version != c.snapshot().version {
-                                c.reload().await;
+                                c.reload_quietly().await;
                             }
                         }
                         Err(e) => {

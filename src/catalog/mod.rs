@@ -9,6 +9,7 @@ pub mod cache;
 pub mod guard;
 pub mod load;
 pub mod schema;
+pub mod seen;
 pub mod views;
 
 use crate::sharding::ranges::ShardIndexer;

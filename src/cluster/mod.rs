@@ -10,6 +10,7 @@
 //! server.key        its private key (0600)
 //! connection.env    `export PG...=` lines for psql/pgbench (0600)
 //! pgshard.pid       pid of the detached `pgshard serve`
+//! pgshard-2.toml/.pid  the second pgshard process (`--coordinators N`, listeners.rs)
 //! coordinator/      data directory of the coordinator node
 //! worker1/ ...      data directories of the workers
 //! worker1_s1/ ...   data directories of their standbys (`--standbys N`, replication.rs)
@@ -17,6 +18,7 @@
 //! ```
 
 pub mod certificate;
+mod listeners;
 pub mod node;
 mod replication;
 pub mod standby;
@@ -30,9 +32,7 @@ use std::fs;
 use std::io::Write;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone)]
@@ -53,6 +53,9 @@ pub struct ClusterOptions {
     /// `synchronous_commit` of the primaries when given (kept for later runs); with
     /// standbys and never given: `on`.
     pub sync: Option<standby::SyncCommit>,
+    /// pgshard processes serving the cluster, each on a port of its own (at least;
+    /// `up` removes none).
+    pub coordinators: usize,
 }
 
 impl Default for ClusterOptions {
@@ -67,6 +70,7 @@ impl Default for ClusterOptions {
             async_commit: false,
             standbys: 0,
             sync: None,
+            coordinators: 1,
         }
     }
 }
@@ -74,9 +78,11 @@ impl Default for ClusterOptions {
 /// How to reach a running cluster.
 #[derive(Debug, Clone)]
 pub struct ClusterInfo {
-    /// Where clients connect (the pgshard listener).
+    /// Where clients connect (the first pgshard listener).
     pub host: String,
     pub port: u16,
+    /// Every pgshard listener's port (`port` first): one per pgshard process.
+    pub pgshard_ports: Vec<u16>,
     pub user: String,
     pub password: String,
     pub database: String,
@@ -143,6 +149,9 @@ struct Layout {
     /// `synchronous_commit` of the primaries, as given with `--sync`.
     #[serde(default)]
     synchronous_commit: Option<String>,
+    /// Ports of the pgshard processes after the first (`--coordinators N`).
+    #[serde(default)]
+    pgshard_ports: Vec<u16>,
 }
 
 /// A cluster directory and its layout.
@@ -235,9 +244,6 @@ impl Cluster {
     fn config_file(&self) -> PathBuf {
         self.dir.join("pgshard.toml")
     }
-    fn pid_file(&self) -> PathBuf {
-        self.dir.join("pgshard.pid")
-    }
     fn pgshard_log(&self) -> PathBuf {
         self.dir.join("logs").join("pgshard.log")
     }
@@ -249,6 +255,7 @@ impl Cluster {
         ClusterInfo {
             host: self.connect_host(),
             port: self.layout.port,
+            pgshard_ports: self.listeners().iter().map(|l| l.port).collect(),
             user: USER.into(),
             password: self.layout.password.clone(),
             database: DATABASE.into(),
@@ -269,27 +276,6 @@ impl Cluster {
         (cfg.ssl && cfg.ssl_cert_file.as_deref() == Some(cert.as_path()) && cert.exists())
             .then_some(cert)
     }
-
-    /// The pid of our `pgshard serve` if it runs: the pid file's process must still be a
-    /// `serve` of this directory's config (pids get reused).
-    fn pgshard_pid(&self) -> Option<u32> {
-        let pid: u32 = fs::read_to_string(self.pid_file())
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?;
-        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-        let config = self.config_file();
-        let config = config.to_string_lossy();
-        cmdline
-            .split(|&b| b == 0)
-            .any(|arg| arg == config.as_bytes())
-            .then_some(pid)
-    }
-
-    fn pgshard_accepts(&self) -> bool {
-        port_accepts(&self.connect_host(), self.layout.port)
-    }
 }
 
 /// Creates what is missing and starts what is not running (see the module comment).
@@ -301,7 +287,11 @@ pub async fn cluster_up(opts: &ClusterOptions) -> Result<ClusterInfo> {
     println!(
         "pgshard cluster up: pgshard on {}:{} (coordinator node {}, workers {})",
         info.host,
-        info.port,
+        info.pgshard_ports
+            .iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
         info.coordinator_port,
         info.worker_ports
             .iter()
@@ -378,6 +368,7 @@ fn up_local(opts: &ClusterOptions) -> Result<Cluster> {
                 socket_dir,
                 standby_ports: vec![],
                 synchronous_commit: None,
+                pgshard_ports: vec![],
             },
         }
     };
@@ -390,6 +381,7 @@ fn up_local(opts: &ClusterOptions) -> Result<Cluster> {
         cluster.layout.worker_ports.push(next);
     }
     cluster.allocate_standby_ports(opts.standbys);
+    cluster.allocate_pgshard_ports(opts.coordinators);
     if let Some(sync) = opts.sync {
         cluster.layout.synchronous_commit = Some(sync.as_str().into());
     }
@@ -427,7 +419,7 @@ fn up_local(opts: &ClusterOptions) -> Result<Cluster> {
         );
     }
     write_serve_config(&cluster)?;
-    start_pgshard(&cluster, &opts.pgshard_exe)?;
+    cluster.start_listeners(&opts.pgshard_exe)?;
     write_env_file(&cluster)?;
     Ok(cluster)
 }
@@ -498,65 +490,6 @@ fn write_serve_config(cluster: &Cluster) -> Result<()> {
 /// host of its own keeps one thread per core.
 fn local_serving_threads(cores: usize) -> usize {
     (cores / 2).max(1)
-}
-
-fn start_pgshard(cluster: &Cluster, exe: &Path) -> Result<()> {
-    let (host, port) = (cluster.connect_host(), cluster.layout.port);
-    if let Some(pid) = cluster.pgshard_pid() {
-        wait_for_pgshard(cluster, None)?;
-        println!("pgshard already running on {host}:{port} (pid {pid})");
-        return Ok(());
-    }
-    if cluster.pgshard_accepts() {
-        bail!("port {port} on {host} is taken by another process: pgshard cannot listen there");
-    }
-    let log_path = cluster.pgshard_log();
-    let log = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .with_context(|| format!("opening {}", log_path.display()))?;
-    // Own process group: Ctrl-C in the shell that ran `cluster up` must not reach it.
-    let mut child = Command::new(exe)
-        .arg("serve")
-        .arg("--config")
-        .arg(cluster.config_file())
-        .current_dir(&cluster.dir)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .with_context(|| format!("starting {} serve", exe.display()))?;
-    fs::write(cluster.pid_file(), format!("{}\n", child.id()))?;
-    wait_for_pgshard(cluster, Some(&mut child))?;
-    println!("started pgshard on {host}:{port} (pid {})", child.id());
-    Ok(())
-}
-
-/// Waits until the listener accepts connections; fails early if `child` exits.
-fn wait_for_pgshard(cluster: &Cluster, mut child: Option<&mut std::process::Child>) -> Result<()> {
-    let log = cluster.pgshard_log();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !cluster.pgshard_accepts() {
-        if let Some(status) = child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-            bail!(
-                "pgshard exited right after starting ({status}); see {}:\n{}",
-                log.display(),
-                node::tail(&log, 15)
-            );
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "pgshard does not accept connections on {}:{} after 60 s; see {}",
-                cluster.connect_host(),
-                cluster.layout.port,
-                log.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
 }
 
 fn write_env_file(cluster: &Cluster) -> Result<()> {
@@ -635,14 +568,7 @@ async fn register_workers(cluster: &Cluster) -> Result<()> {
 }
 
 fn down_local(cluster: &Cluster) -> Result<()> {
-    match cluster.pgshard_pid() {
-        Some(pid) => {
-            stop_process(pid);
-            println!("stopped pgshard (pid {pid})");
-        }
-        None => println!("pgshard was not running"),
-    }
-    let _ = fs::remove_file(cluster.pid_file());
+    cluster.stop_listeners();
     let mut servers = cluster.nodes();
     servers.extend(cluster.standby_nodes());
     on_each_server(servers, |n| {
@@ -669,15 +595,7 @@ fn stop_process(pid: u32) {
 
 fn status_local(cluster: &Cluster) -> Result<String> {
     let mut out = format!("pgshard cluster in {}\n", cluster.dir.display());
-    let pgshard_pid = cluster.pgshard_pid();
-    let up = pgshard_pid.is_some() && cluster.pgshard_accepts();
-    out.push_str(&status_line(
-        "pgshard",
-        &format!("{}:{}", cluster.connect_host(), cluster.layout.port),
-        pgshard_pid,
-        up,
-        &cluster.pgshard_log(),
-    ));
+    out.push_str(&cluster.listener_status_lines());
     for (n, standbys) in cluster.groups() {
         let pid = n.running_pid();
         out.push_str(&status_line(

@@ -51,6 +51,7 @@ impl Cluster {
             .into_iter()
             .chain(l.worker_ports.iter().copied())
             .chain(l.standby_ports.iter().flatten().copied())
+            .chain(l.pgshard_ports.iter().copied())
             .max()
             .unwrap_or(l.port)
             + 1

@@ -295,6 +295,20 @@ async fn start_transaction_services(shared: &Arc<Shared>) {
                 }
                 held
             },
+            {
+                let catalog = shared.catalog.clone();
+                move || {
+                    catalog
+                        .snapshot()
+                        .workers
+                        .iter()
+                        .map(|w| crate::backend::NodeAddr {
+                            host: w.host.clone(),
+                            port: w.port,
+                        })
+                        .collect()
+                }
+            },
         );
     }
 }

@@ -13,12 +13,22 @@
 //! to different transactions of a session (under TPC-B with 16 clients such phantom
 //! cycles cancelled valid transactions); a real distributed deadlock stays put.
 //!
-//! Scope: the sessions of this pgshard process. Cycles through sessions of several
-//! pgshard processes serving one cluster are not detected.
+//! Several pgshard processes on one catalog: each holds a liveness lock on the
+//! coordinator node (`transaction::recovery`); a detector that sees another one there
+//! makes this process tag each block's node transactions ([`TAG_SQL`] with BEGIN: a
+//! shared transaction-level advisory lock keyed by the process's instance and the
+//! block's serial, visible to all in `pg_locks`) and reads every node, not only those
+//! its sessions hold. Backends with one tag form one member of the wait-for graph,
+//! whichever process they belong to, so every process builds the same global graph and
+//! picks the same victim; only the victim's own process cancels it (and its session
+//! then reports 40P01). No state is shared beyond the nodes; detection is idempotent.
+//! With one process nothing is tagged and only the nodes its sessions hold are read.
 
+use super::LIVENESS_LOCK_NS;
 use crate::backend::{control, NodeAddr};
 use crate::config::Config;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio_postgres::Client;
@@ -94,38 +104,292 @@ pub fn find_cycle(waits: &[Wait]) -> Option<Vec<Wait>> {
     None
 }
 
-/// Starts the detector. `sessions` lists what every session of this process holds.
-pub fn start<F>(cfg: Arc<Config>, interval: Duration, sessions: F)
+/// Whether other live pgshard processes serve this cluster (as the detector last saw
+/// on the coordinator node): node transactions are tagged then (see the module comment).
+static SEVERAL_PROCESSES: AtomicBool = AtomicBool::new(false);
+
+/// Whether blocks should tag their node transactions ([`TAG_SQL`]).
+pub fn tags_transactions() -> bool {
+    SEVERAL_PROCESSES.load(Ordering::Relaxed)
+}
+
+/// Tags a node transaction as one of this process's distributed transactions, for the
+/// deadlock detectors of every pgshard process: a shared advisory lock held to its end,
+/// keyed (instance, transaction serial). Parameters: [`tag_params`].
+pub const TAG_SQL: &str = "SELECT pg_catalog.pg_advisory_xact_lock_shared($1::int4, $2::int4)";
+
+/// The two keys of transaction `serial`'s tag, as text parameters of [`TAG_SQL`].
+pub fn tag_params(serial: u64) -> [String; 2] {
+    [own_key().to_string(), (serial as u32 as i32).to_string()]
+}
+
+/// [`TAG_SQL`] with its keys, for a simple-query string (numbers only: no client text).
+pub fn tag_statement(serial: u64) -> String {
+    let [instance, serial] = tag_params(serial);
+    format!("SELECT pg_catalog.pg_advisory_xact_lock_shared({instance}, {serial})")
+}
+
+/// This process's key: the second key of its liveness lock.
+fn own_key() -> i32 {
+    super::lock_key(super::instance_id()).expect("instance ids are 8 hex digits")
+}
+
+/// Starts the detector. `sessions` lists what every session of this process holds;
+/// `all_nodes` the cluster's nodes (read while other pgshard processes live).
+pub fn start<F, N>(cfg: Arc<Config>, interval: Duration, sessions: F, all_nodes: N)
 where
     F: Fn() -> SessionBackends + Send + Sync + 'static,
+    N: Fn() -> Vec<NodeAddr> + Send + Sync + 'static,
 {
     tokio::spawn(async move {
+        let coordinator = NodeAddr {
+            host: cfg.coordinator.host.clone(),
+            port: cfg.coordinator.port,
+        };
         let mut clients: HashMap<NodeAddr, Client> = HashMap::new();
         loop {
             tokio::time::sleep(interval).await;
+            let live = match live_instances(&cfg, &mut clients, &coordinator).await {
+                Ok(live) => live,
+                Err(e) => {
+                    tracing::debug!("deadlock detection: live pgshard processes: {e}");
+                    HashSet::new()
+                }
+            };
+            let several = live.iter().any(|&k| k != own_key() as u32);
+            SEVERAL_PROCESSES.store(several, Ordering::Relaxed);
             let held = sessions();
-            // A distributed cycle needs sessions on two nodes at least.
-            let mut per_session: HashMap<usize, usize> = HashMap::new();
-            for (s, _, _) in &held {
-                *per_session.entry(*s).or_default() += 1;
+            let mut nodes: Vec<NodeAddr> = held.iter().map(|(_, a, _)| a.clone()).collect();
+            if several {
+                // A cycle through this process's sessions may pass through nodes they
+                // do not use: every node is read.
+                if held.is_empty() {
+                    continue;
+                }
+                nodes.extend(all_nodes());
+                nodes.push(coordinator.clone());
+            } else {
+                // A distributed cycle needs sessions on two nodes at least.
+                let mut per_session: HashMap<usize, usize> = HashMap::new();
+                for (s, _, _) in &held {
+                    *per_session.entry(*s).or_default() += 1;
+                }
+                if !per_session.values().any(|&n| n >= 2) {
+                    continue;
+                }
             }
-            if !per_session.values().any(|&n| n >= 2) {
-                continue;
-            }
-            if let Err(e) = detect_once(&cfg, &mut clients, &held, &sessions).await {
+            nodes.sort();
+            nodes.dedup();
+            if let Err(e) = detect_once(&cfg, &mut clients, &nodes, &held, &live, &sessions).await
+            {
                 tracing::debug!("deadlock detection: {e}");
             }
         }
     });
 }
 
-/// The lock waits and transaction starts of the listed backends on one node.
-const WAITS_SQL: &str = "SELECT pid, extract(epoch FROM xact_start)::float8, \
-     CASE WHEN wait_event_type = 'Lock' THEN pg_catalog.pg_blocking_pids(pid) END \
-     FROM pg_catalog.pg_stat_activity WHERE xact_start IS NOT NULL";
+/// The liveness locks' second keys on the coordinator node: the live pgshard processes.
+async fn live_instances(
+    cfg: &Config,
+    clients: &mut HashMap<NodeAddr, Client>,
+    coordinator: &NodeAddr,
+) -> Result<HashSet<u32>, String> {
+    let c = client(cfg, clients, coordinator).await?;
+    let rows = c
+        .query(
+            "SELECT objid::int8 FROM pg_catalog.pg_locks WHERE locktype = 'advisory' \
+             AND classid::int8 = $1 AND objsubid = 2 AND granted",
+            &[&(LIVENESS_LOCK_NS as u32 as i64)],
+        )
+        .await
+        .map_err(|e| format!("{coordinator}: {e}"))?;
+    Ok(rows.iter().map(|r| r.get::<_, i64>(0) as u32).collect())
+}
+
+/// The control connection to `addr`, (re)opened when needed.
+async fn client<'a>(
+    cfg: &Config,
+    clients: &'a mut HashMap<NodeAddr, Client>,
+    addr: &NodeAddr,
+) -> Result<&'a Client, String> {
+    if clients.get(addr).map_or(true, |c| c.is_closed()) {
+        match control::connect(cfg, &addr.host, addr.port).await {
+            Ok(c) => {
+                clients.insert(addr.clone(), c);
+            }
+            Err(e) => {
+                clients.remove(addr);
+                return Err(format!("{addr}: {e}"));
+            }
+        }
+    }
+    Ok(&clients[addr])
+}
+
+/// Each backend in a transaction on one node: its start, the backends it waits for
+/// (when waiting on a lock) and its transaction-level shared advisory locks of two
+/// keys (the candidate tags, `(classid << 32) | objid`).
+const WAITS_SQL: &str = "WITH tags AS (SELECT pid, \
+     pg_catalog.array_agg((classid::int8 << 32) | objid::int8) AS tags \
+     FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND objsubid = 2 \
+     AND mode = 'ShareLock' AND granted GROUP BY pid) \
+     SELECT a.pid, extract(epoch FROM a.xact_start)::float8, \
+     CASE WHEN a.wait_event_type = 'Lock' THEN pg_catalog.pg_blocking_pids(a.pid) END, t.tags \
+     FROM pg_catalog.pg_stat_activity a LEFT JOIN tags t ON t.pid = a.pid \
+     WHERE a.xact_start IS NOT NULL";
 
 /// How long a cycle must last before it is broken (see the module comment).
 const CONFIRM_AFTER: Duration = Duration::from_millis(100);
+
+/// One backend in a transaction, as [`WAITS_SQL`] reads it.
+struct BackendRow {
+    pid: i32,
+    start: f64,
+    blockers: Vec<i32>,
+    tags: Vec<i64>,
+}
+
+/// The backends in a transaction on each of `nodes` (empty for a node that cannot be
+/// read), one node after another.
+async fn read_nodes(
+    cfg: &Config,
+    clients: &mut HashMap<NodeAddr, Client>,
+    nodes: &[NodeAddr],
+) -> Vec<Vec<BackendRow>> {
+    let mut out = Vec::new();
+    for addr in nodes {
+        let rows = match client(cfg, clients, addr).await {
+            Ok(c) => c.query(WAITS_SQL, &[]).await.map_err(|e| format!("{addr}: {e}")),
+            Err(e) => Err(e),
+        };
+        let rows = rows.unwrap_or_else(|e| {
+            tracing::debug!("deadlock detection skips {e}");
+            Vec::new()
+        });
+        out.push(
+            rows.iter()
+                .filter_map(|r| {
+                    Some(BackendRow {
+                        pid: r.get(0),
+                        start: r.get::<_, Option<f64>>(1)?,
+                        blockers: r.get::<_, Option<Vec<i32>>>(2).unwrap_or_default(),
+                        tags: r.get::<_, Option<Vec<i64>>>(3).unwrap_or_default(),
+                    })
+                })
+                .collect(),
+        );
+    }
+    out
+}
+
+/// A distributed transaction as the detector tells them apart.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Member {
+    /// Tagged by a live pgshard process: `(instance key << 32) | serial`. The same in
+    /// every process's view, so that all of them find the same cycle and victim.
+    Tagged(u64),
+    /// An untagged transaction of one of this process's sessions.
+    Own(usize),
+    /// Any other backend: a transaction of one node.
+    Backend(NodeAddr, i32),
+}
+
+impl Member {
+    /// Whether this process is the one to cancel it.
+    fn is_own(&self) -> bool {
+        match self {
+            Member::Tagged(t) => (t >> 32) as u32 == own_key() as u32,
+            Member::Own(_) => true,
+            Member::Backend(..) => false,
+        }
+    }
+}
+
+/// The wait-for graph of one reading of the nodes.
+struct Graph {
+    /// Sorted: a member's index is its place (the same order in every process).
+    members: Vec<Member>,
+    /// (node, pid) -> (member index, xact_start).
+    backends: HashMap<(usize, i32), (usize, f64)>,
+    /// Each wait with its waiting and blocking pids.
+    waits: Vec<(Wait, i32, i32)>,
+    /// Each member's transaction start: the earliest of its backends'.
+    started: Vec<f64>,
+}
+
+impl Graph {
+    fn build(
+        nodes: &[NodeAddr],
+        read: &[Vec<BackendRow>],
+        held: &SessionBackends,
+        live: &HashSet<u32>,
+    ) -> Graph {
+        let owner = owners(nodes, held);
+        let live_tag = |r: &BackendRow| {
+            r.tags
+                .iter()
+                .map(|&t| t as u64)
+                .find(|t| live.contains(&((t >> 32) as u32)) || (t >> 32) as u32 == own_key() as u32)
+        };
+        // A session of this process is one member even where some backend of it
+        // carries no tag.
+        let mut own_tag: HashMap<usize, u64> = HashMap::new();
+        for (n, rows) in read.iter().enumerate() {
+            for r in rows {
+                if let (Some(&s), Some(t)) = (owner.get(&(n, r.pid)), live_tag(r)) {
+                    own_tag.entry(s).or_insert(t);
+                }
+            }
+        }
+        let mut member_of: HashMap<(usize, i32), (Member, f64)> = HashMap::new();
+        for (n, rows) in read.iter().enumerate() {
+            for r in rows {
+                let m = if let Some(&s) = owner.get(&(n, r.pid)) {
+                    own_tag.get(&s).map_or(Member::Own(s), |&t| Member::Tagged(t))
+                } else if let Some(t) = live_tag(r) {
+                    Member::Tagged(t)
+                } else {
+                    Member::Backend(nodes[n].clone(), r.pid)
+                };
+                member_of.insert((n, r.pid), (m, r.start));
+            }
+        }
+        let mut members: Vec<Member> = member_of.values().map(|(m, _)| m.clone()).collect();
+        members.sort();
+        members.dedup();
+        let index = |m: &Member| members.binary_search(m).expect("listed");
+        let mut started = vec![f64::INFINITY; members.len()];
+        let mut backends = HashMap::new();
+        for (key, (m, start)) in &member_of {
+            let i = index(m);
+            started[i] = started[i].min(*start);
+            backends.insert(*key, (i, *start));
+        }
+        let mut waits = Vec::new();
+        for (n, rows) in read.iter().enumerate() {
+            for r in rows {
+                for &b in &r.blockers {
+                    if let (Some(&(w, _)), Some(&(bl, _))) =
+                        (backends.get(&(n, r.pid)), backends.get(&(n, b)))
+                    {
+                        let wait = Wait {
+                            waiter: w,
+                            blocker: bl,
+                            node: n,
+                        };
+                        waits.push((wait, r.pid, b));
+                    }
+                }
+            }
+        }
+        Graph {
+            members,
+            backends,
+            waits,
+            started,
+        }
+    }
+}
 
 /// (node, backend pid) -> the session holding it.
 fn owners(nodes: &[NodeAddr], held: &SessionBackends) -> HashMap<(usize, i32), usize> {
@@ -134,130 +398,46 @@ fn owners(nodes: &[NodeAddr], held: &SessionBackends) -> HashMap<(usize, i32), u
         .collect()
 }
 
-/// Whether every wait of `cycle` (with its backend pids) still holds between the same
-/// transactions of the same sessions as when it was first seen (`first_start`:
-/// (node, pid) -> xact_start then).
-async fn still_there(
-    clients: &HashMap<NodeAddr, Client>,
-    nodes: &[NodeAddr],
-    cycle: &[(Wait, i32, i32)],
-    first_start: &HashMap<(usize, i32), f64>,
-    held_now: &SessionBackends,
-) -> bool {
-    let owner = owners(nodes, held_now);
-    let mut by_node: HashMap<usize, Vec<&(Wait, i32, i32)>> = HashMap::new();
-    for e in cycle {
-        let (w, wp, bp) = e;
-        if owner.get(&(w.node, *wp)) != Some(&w.waiter)
-            || owner.get(&(w.node, *bp)) != Some(&w.blocker)
-        {
-            return false;
+/// Whether every wait of `cycle` (with its backend pids, from `first`) still holds in
+/// `now` between the same transactions of the same members.
+fn still_there(first: &Graph, now: &Graph, cycle: &[(Wait, i32, i32)]) -> bool {
+    let same = |n: usize, pid: i32| match (first.backends.get(&(n, pid)), now.backends.get(&(n, pid))) {
+        (Some(&(m1, s1)), Some(&(m2, s2))) => {
+            s1 == s2 && first.members[m1] == now.members[m2]
         }
-        by_node.entry(w.node).or_default().push(e);
-    }
-    for (n, edges) in by_node {
-        let Some(c) = clients.get(&nodes[n]) else {
-            return false;
-        };
-        let Ok(rows) = c.query(WAITS_SQL, &[]).await else {
-            return false;
-        };
-        let mut start: HashMap<i32, f64> = HashMap::new();
-        let mut blockers: HashMap<i32, Vec<i32>> = HashMap::new();
-        for r in rows {
-            let pid: i32 = r.get(0);
-            if let Some(s) = r.get::<_, Option<f64>>(1) {
-                start.insert(pid, s);
-            }
-            if let Some(b) = r.get::<_, Option<Vec<i32>>>(2) {
-                blockers.insert(pid, b);
-            }
-        }
-        for (_, wp, bp) in edges {
-            let same_txn = |pid: &i32| {
-                start.get(pid).is_some() && start.get(pid) == first_start.get(&(n, *pid))
-            };
-            if !same_txn(wp) || !same_txn(bp) {
-                return false;
-            }
-            if !blockers.get(wp).is_some_and(|b| b.contains(bp)) {
-                return false;
-            }
-        }
-    }
-    true
+        _ => false,
+    };
+    cycle.iter().all(|(w, wp, bp)| {
+        same(w.node, *wp)
+            && same(w.node, *bp)
+            && now
+                .waits
+                .iter()
+                .any(|(x, xwp, xbp)| x.node == w.node && xwp == wp && xbp == bp)
+    })
 }
 
 async fn detect_once<F>(
     cfg: &Config,
     clients: &mut HashMap<NodeAddr, Client>,
+    nodes: &[NodeAddr],
     held: &SessionBackends,
+    live: &HashSet<u32>,
     sessions: &F,
 ) -> Result<(), String>
 where
     F: Fn() -> SessionBackends + Sync,
 {
-    let mut nodes: Vec<NodeAddr> = held.iter().map(|(_, a, _)| a.clone()).collect();
-    nodes.sort();
-    nodes.dedup();
-    let owner = owners(&nodes, held);
-    let mut waits = Vec::new();
-    // (node, pid) -> xact_start, to confirm a cycle later.
-    let mut first_start: HashMap<(usize, i32), f64> = HashMap::new();
-    // Transaction start per session: the earliest of its backends'.
-    let mut started: HashMap<usize, f64> = HashMap::new();
-    for (n, addr) in nodes.iter().enumerate() {
-        if clients.get(addr).map_or(true, |c| c.is_closed()) {
-            match control::connect(cfg, &addr.host, addr.port).await {
-                Ok(c) => {
-                    clients.insert(addr.clone(), c);
-                }
-                Err(e) => {
-                    clients.remove(addr);
-                    tracing::debug!("deadlock detection skips {addr}: {e}");
-                    continue;
-                }
-            }
-        }
-        let c = &clients[addr];
-        let rows = c
-            .query(WAITS_SQL, &[])
-            .await
-            .map_err(|e| format!("{addr}: {e}"))?;
-        for r in rows {
-            let pid: i32 = r.get(0);
-            let Some(&s) = owner.get(&(n, pid)) else {
-                continue;
-            };
-            if let Some(start) = r.get::<_, Option<f64>>(1) {
-                first_start.insert((n, pid), start);
-                let e = started.entry(s).or_insert(start);
-                *e = e.min(start);
-            }
-            let blockers: Option<Vec<i32>> = r.get(2);
-            for b in blockers.unwrap_or_default() {
-                if let Some(&bs) = owner.get(&(n, b)) {
-                    waits.push((
-                        Wait {
-                            waiter: s,
-                            blocker: bs,
-                            node: n,
-                        },
-                        pid,
-                        b,
-                    ));
-                }
-            }
-        }
-    }
-    let plain: Vec<Wait> = waits.iter().map(|(w, _, _)| w.clone()).collect();
+    let first = Graph::build(nodes, &read_nodes(cfg, clients, nodes).await, held, live);
+    let plain: Vec<Wait> = first.waits.iter().map(|(w, _, _)| w.clone()).collect();
     let Some(cycle) = find_cycle(&plain) else {
         return Ok(());
     };
-    let cycle_pids: Vec<(Wait, i32, i32)> = cycle
+    let cycle: Vec<(Wait, i32, i32)> = cycle
         .iter()
         .map(|w| {
-            waits
+            first
+                .waits
                 .iter()
                 .find(|(x, _, _)| x == w)
                 .expect("from waits")
@@ -265,23 +445,26 @@ where
         })
         .collect();
     tokio::time::sleep(CONFIRM_AFTER).await;
-    if !still_there(clients, &nodes, &cycle_pids, &first_start, &sessions()).await {
+    let now = Graph::build(nodes, &read_nodes(cfg, clients, nodes).await, &sessions(), live);
+    if !still_there(&first, &now, &cycle) {
         tracing::debug!("a lock-wait cycle across nodes did not last: not a deadlock");
         return Ok(());
     }
-    // The youngest transaction of the cycle gives way.
+    // The youngest transaction of the cycle gives way (ties: the greater member, the
+    // same in every process).
     let victim = cycle
         .iter()
-        .map(|w| w.waiter)
-        .max_by(|a, b| {
-            let (sa, sb) = (started.get(a), started.get(b));
-            sa.partial_cmp(&sb).unwrap_or(std::cmp::Ordering::Equal)
+        .map(|(w, _, _)| w.waiter)
+        .max_by(|&a, &b| {
+            first.started[a]
+                .partial_cmp(&first.started[b])
+                .unwrap_or(std::cmp::Ordering::Equal)
+                .then_with(|| first.members[a].cmp(&first.members[b]))
         })
         .expect("a cycle has members");
     let describe: Vec<String> = cycle
         .iter()
-        .map(|w| {
-            let (_, wp, bp) = waits.iter().find(|(x, _, _)| x == w).expect("from waits");
+        .map(|(w, wp, bp)| {
             format!(
                 "process {wp} waits for process {bp} on node {}",
                 nodes[w.node]
@@ -292,9 +475,15 @@ where
         "canceling the transaction since it was involved in a distributed deadlock: {}",
         describe.join("; ")
     );
+    if !first.members[victim].is_own() {
+        // Its own pgshard process breaks the cycle (it sees the same one).
+        tracing::debug!("left to the victim's pgshard process: {text}");
+        return Ok(());
+    }
+    let owner = owners(nodes, held);
     tracing::info!("{text}");
-    for (w, wp, _) in waits.iter().filter(|(w, _, _)| w.waiter == victim) {
-        if !cycle.contains(w) {
+    for (w, wp, _) in cycle.iter().filter(|(w, _, _)| w.waiter == victim) {
+        if !owner.contains_key(&(w.node, *wp)) {
             continue;
         }
         let addr = nodes[w.node].clone();

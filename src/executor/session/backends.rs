@@ -57,6 +57,8 @@ impl Session {
         if !self.tx.held[idx].in_batch {
             // Before anything of this batch goes to the connection.
             let fp = self.settings_fp;
+            let begin_text =
+                (self.tx.state != TxnState::Idle).then(|| self.tagged_begin_text());
             let h = &mut self.tx.held[idx];
             h.in_batch = true;
             h.errored = false;
@@ -94,8 +96,9 @@ impl Session {
                 if extended && self.savepoints.is_empty() && self.local_settings.is_empty() {
                     self.write_begin(idx);
                 } else {
+                    let begin_text = begin_text.as_deref().unwrap_or("BEGIN");
                     let begin =
-                        begin_sequence(&self.tx.begin_text, &self.savepoints, &self.local_settings);
+                        begin_sequence(begin_text, &self.savepoints, &self.local_settings);
                     msg::write_query(&mut h.conn.wbuf, &begin);
                     h.dirty = true;
                     self.pending.push_back(Expect::SimpleSilent(addr.clone()));
@@ -149,6 +152,47 @@ impl Session {
         let addr = &h.conn.addr;
         self.pending.push_back(Expect::OneSilent(addr.clone()));
         self.pending.push_back(Expect::OneSilent(addr.clone()));
+        if deadlock::tags_transactions() {
+            self.write_transaction_tag(idx);
+        }
+    }
+
+    /// Queues the block's tag for other pgshard processes' deadlock detectors
+    /// (`deadlock::TAG_SQL`) after its BEGIN on held connection `idx`, like BEGIN
+    /// without Sync.
+    fn write_transaction_tag(&mut self, idx: usize) {
+        let id = self.shared.statements.id(deadlock::TAG_SQL, &[], 0);
+        let h = &mut self.tx.held[idx];
+        let name = backend_name(id);
+        if !h.conn.prepared.contains(&id) {
+            msg::write_parse(&mut h.conn.wbuf, &name, deadlock::TAG_SQL, &[]);
+            h.conn.prepared.insert(id);
+            self.pending
+                .push_back(Expect::ParseSilent(h.conn.addr.clone()));
+        }
+        let params: Vec<Option<Bytes>> = deadlock::tag_params(self.tx.txn_serial)
+            .into_iter()
+            .map(|p| Some(Bytes::from(p)))
+            .collect();
+        msg::write_bind(&mut h.conn.wbuf, "", &name, &[], &params, &[]);
+        msg::write_execute(&mut h.conn.wbuf, "", 0);
+        let addr = &h.conn.addr;
+        self.pending.push_back(Expect::OneSilent(addr.clone()));
+        self.pending.push_back(Expect::OneSilent(addr.clone()));
+    }
+
+    /// The block's BEGIN for a simple-query string, with its tag while other pgshard
+    /// processes serve the cluster (`deadlock::tags_transactions`).
+    fn tagged_begin_text(&self) -> String {
+        if deadlock::tags_transactions() {
+            format!(
+                "{}; {}",
+                self.tx.begin_text,
+                deadlock::tag_statement(self.tx.txn_serial)
+            )
+        } else {
+            self.tx.begin_text.clone()
+        }
     }
 
     /// Turns the current autocommit batch into a transaction block of pgshard's own
@@ -158,20 +202,21 @@ impl Session {
         if self.batch_error {
             return Err(aborted_error());
         }
+        self.tx.begin_text = "BEGIN".into();
+        self.tx.txn_serial = self
+            .shared
+            .next_transaction
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let begin = self.tagged_begin_text();
         for h in self.tx.held.iter_mut().filter(|h| h.in_batch) {
             // BEGIN inside the implicit transaction turns it into a block.
-            msg::write_query(&mut h.conn.wbuf, "BEGIN");
+            msg::write_query(&mut h.conn.wbuf, &begin);
             h.dirty = true;
             self.pending
                 .push_back(Expect::SimpleSilent(h.conn.addr.clone()));
         }
         self.tx.state = TxnState::InBlock;
-        self.tx.begin_text = "BEGIN".into();
         self.tx.implicit_block = true;
-        self.tx.txn_serial = self
-            .shared
-            .next_transaction
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
