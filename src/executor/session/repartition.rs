@@ -16,7 +16,9 @@ use super::tasks::NodeTasks;
 use super::via_coordinator::read_answer;
 use super::*;
 use crate::planner::repartition::{
-    decide, estimate_query, source_copy, ColumnType, Decision, Move, MoveKind, RepartitionPlan,
+    decide, estimate_query, move_hash, semijoin_key_select, source_copy, source_select,
+    ColumnType, Decision, Move, MoveKind, RepartitionPlan, Semijoin, SEMIJOIN_MAX_KEYS,
+    SEMIJOIN_MAX_KEY_BYTES,
 };
 
 /// A destination's rows are copied once this many bytes wait.
@@ -264,7 +266,10 @@ impl Session {
         self.run_tasks_quietly(&tasks).await
     }
 
-    /// One moved reference: its destination tables made, its rows copied there.
+    /// One moved reference: its destination tables made, its rows copied there. A
+    /// move reduced by a semijoin reads its source's keys first and its rows with
+    /// them as a parameter (an extended-protocol SELECT, since COPY takes none); over
+    /// the cap of keys it reads every row.
     pub(super) async fn run_move(
         &mut self,
         plan: &RepartitionPlan,
@@ -275,6 +280,14 @@ impl Session {
         let catalog = self.shared.catalog.snapshot();
         let source = catalog.current(&plan.rels[m.rel].table);
         let dest = self.make_destinations(m, types, made).await?;
+        let keys = match &m.semijoin {
+            Some(sj) => self.semijoin_keys(sj).await?,
+            None => None,
+        };
+        if let Some((_, 0)) = keys {
+            // No key: no row of the moved reference matters.
+            return Ok(());
+        }
         let mut buffers: Vec<BytesMut> = match m.kind {
             MoveKind::Broadcast => vec![BytesMut::new()],
             MoveKind::Repartition { .. } => dest.tables.iter().map(|_| BytesMut::new()).collect(),
@@ -286,36 +299,82 @@ impl Session {
             .enumerate()
             .map(|(i, s)| (s.shard_id, i))
             .collect();
+        // The buffer a row goes to by its hash's text (NULL keys match nothing: any
+        // shard keeps them).
+        let target = |hash: Option<&[u8]>| -> usize {
+            if dest.by_shard.is_empty() {
+                return 0;
+            }
+            let at = hash
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| h.parse::<i32>().ok())
+                .and_then(|h| m.table.shard_for_hash(h))
+                .and_then(|s| position.get(&s.shard_id).copied())
+                .unwrap_or(0);
+            dest.by_shard[at]
+        };
+        let hashed = matches!(m.kind, MoveKind::Repartition { .. });
+        let keys_bind = keys.as_ref().map(|(array, _)| BindMsg {
+            portal: String::new(),
+            statement: String::new(),
+            param_formats: vec![],
+            params: vec![Some(array.clone())],
+            result_formats: vec![],
+        });
         for shard in &source.shards {
             let addr = placement_addr(&catalog, shard)?;
-            let sql = source_copy(plan, m, shard.shard_id)?;
+            let sql = match (&keys_bind, &m.semijoin) {
+                (Some(_), Some(sj)) => source_select(
+                    plan,
+                    m.rel,
+                    &m.table.columns,
+                    move_hash(m),
+                    shard.shard_id,
+                    Some(&sj.column),
+                )?,
+                _ => source_copy(plan, m, shard.shard_id)?,
+            };
             let idx = self.bulk_conn(&addr, false).await?;
             let conn = &mut self.tx.held[idx].conn;
-            msg::write_query(&mut conn.wbuf, &sql);
+            match &keys_bind {
+                Some(bind) => {
+                    msg::write_unnamed_run(&mut conn.wbuf, &sql, &[], bind, &[], false);
+                    msg::write_sync(&mut conn.wbuf);
+                }
+                None => msg::write_query(&mut conn.wbuf, &sql),
+            }
             conn.flush().await?;
             let mut failure = None;
             loop {
                 let f = conn.read().await?;
                 match f.tag {
+                    // A COPY row: its text, the hash last.
                     b'd' if failure.is_none() => {
                         let row: &[u8] = &f.body;
-                        match m.kind {
-                            MoveKind::Broadcast => buffers[0].extend_from_slice(row),
-                            MoveKind::Repartition { .. } => {
-                                let body = row.strip_suffix(b"\n").unwrap_or(row);
+                        let body = row.strip_suffix(b"\n").unwrap_or(row);
+                        let (line, hash) = match hashed {
+                            true => {
                                 let tab = body.iter().rposition(|b| *b == b'\t').unwrap_or(0);
-                                let target = std::str::from_utf8(&body[tab + 1..])
-                                    .ok()
-                                    .and_then(|h| h.parse::<i32>().ok())
-                                    .and_then(|h| m.table.shard_for_hash(h))
-                                    .and_then(|s| position.get(&s.shard_id).copied())
-                                    // NULL keys match nothing: any shard keeps them.
-                                    .unwrap_or(0);
-                                let b = &mut buffers[dest.by_shard[target]];
-                                b.extend_from_slice(&body[..tab]);
-                                b.extend_from_slice(b"\n");
+                                (&body[..tab], Some(&body[tab + 1..]))
                             }
-                        }
+                            false => (body, None),
+                        };
+                        let b = &mut buffers[target(hash)];
+                        b.extend_from_slice(line);
+                        b.extend_from_slice(b"\n");
+                    }
+                    // A row of the reduced read: its values, the hash last.
+                    b'D' if failure.is_none() => {
+                        let values = msg::decode_data_row(&f.body)?;
+                        let (values, hash) = match hashed {
+                            true => match values.split_last() {
+                                Some((h, v)) => (v, h.as_deref()),
+                                None => (&values[..], None),
+                            },
+                            false => (&values[..], None),
+                        };
+                        let fields: Vec<Option<&[u8]>> = values.iter().map(|v| v.as_deref()).collect();
+                        crate::sql::copy_format::write_text_row(&fields, &mut buffers[target(hash)]);
                     }
                     b'E' => {
                         failure.get_or_insert(PgError::from_server_fields(f.body));
@@ -330,6 +389,75 @@ impl Session {
             self.flush_moved(&dest, &mut buffers, FLUSH_BYTES).await?;
         }
         self.flush_moved(&dest, &mut buffers, 0).await
+    }
+
+    /// A semijoin's distinct keys over its source's shards (each node's shards in one
+    /// batch, all nodes at once) as an array literal, the parameter of the reduced
+    /// reads, and their count; None over `SEMIJOIN_MAX_KEYS` keys or
+    /// `SEMIJOIN_MAX_KEY_BYTES` bytes.
+    pub(super) async fn semijoin_keys(&mut self, sj: &Semijoin) -> PgResult<Option<(Bytes, usize)>> {
+        let catalog = self.shared.catalog.snapshot();
+        let source = catalog.current(&sj.source_table);
+        let mut tasks: Vec<NodeTasks> = Vec::new();
+        let shards = match source.method {
+            crate::catalog::PartitionMethod::Hash => &source.shards[..],
+            _ => &source.shards[..source.shards.len().min(1)],
+        };
+        for shard in shards {
+            let addr = placement_addr(&catalog, shard)?;
+            NodeTasks::of(&mut tasks, &addr).push(semijoin_key_select(sj, shard.shard_id)?);
+        }
+        let mut keys: std::collections::HashSet<Bytes> = std::collections::HashSet::new();
+        let mut bytes = 0usize;
+        let mut over = false;
+        let mut on_reply = |f: Frame, _: &mut ResultSink| -> PgResult<()> {
+            if f.tag != b'D' || over {
+                return Ok(());
+            }
+            if let Some(Some(k)) = msg::decode_data_row(&f.body)?.into_iter().next() {
+                bytes += k.len() + 3;
+                keys.insert(k);
+                over = keys.len() > SEMIJOIN_MAX_KEYS || bytes > SEMIJOIN_MAX_KEY_BYTES;
+            }
+            Ok(())
+        };
+        let params = BoundParams {
+            types: &[],
+            bind: None,
+        };
+        let mut ignored = ResultSink::default();
+        self.run_tasks(
+            &tasks,
+            false,
+            &params,
+            &[],
+            Describe::None,
+            &mut ignored,
+            &mut on_reply,
+        )
+        .await?;
+        if over {
+            tracing::debug!("semijoin on {} given up: over the cap of keys", sj.column);
+            return Ok(None);
+        }
+        // `{"k1","k2"}`: every element quoted, backslash and quote escaped.
+        let mut array = BytesMut::with_capacity(bytes + 2);
+        array.extend_from_slice(b"{");
+        for (i, k) in keys.iter().enumerate() {
+            if i > 0 {
+                array.extend_from_slice(b",");
+            }
+            array.extend_from_slice(b"\"");
+            for &c in k.iter() {
+                if c == b'"' || c == b'\\' {
+                    array.extend_from_slice(b"\\");
+                }
+                array.extend_from_slice(&[c]);
+            }
+            array.extend_from_slice(b"\"");
+        }
+        array.extend_from_slice(b"}");
+        Ok(Some((array.freeze(), keys.len())))
     }
 
     /// The destination tables of a move, made empty on their nodes (one statement
