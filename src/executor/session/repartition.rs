@@ -13,7 +13,6 @@
 
 use super::subplans::Run;
 use super::tasks::NodeTasks;
-use super::via_coordinator::read_answer;
 use super::*;
 use crate::planner::repartition::{
     decide, estimate_query, move_hash, semijoin_key_select, source_copy, source_select,
@@ -321,70 +320,73 @@ impl Session {
             params: vec![Some(array.clone())],
             result_formats: vec![],
         });
+        // The source shards by node, in order: round `r` reads every node's `r`-th
+        // shard at once (memory: a shard per node, then the buffers are flushed).
+        let mut by_node: Vec<(NodeAddr, Vec<i64>)> = Vec::new();
         for shard in &source.shards {
             let addr = placement_addr(&catalog, shard)?;
-            let sql = match (&keys_bind, &m.semijoin) {
-                (Some(_), Some(sj)) => source_select(
-                    plan,
-                    m.rel,
-                    &m.table.columns,
-                    move_hash(m),
-                    shard.shard_id,
-                    Some(&sj.column),
-                )?,
-                _ => source_copy(plan, m, shard.shard_id)?,
-            };
-            let idx = self.bulk_conn(&addr, false).await?;
-            let conn = &mut self.tx.held[idx].conn;
-            match &keys_bind {
-                Some(bind) => {
-                    msg::write_unnamed_run(&mut conn.wbuf, &sql, &[], bind, &[], false);
-                    msg::write_sync(&mut conn.wbuf);
-                }
-                None => msg::write_query(&mut conn.wbuf, &sql),
+            match by_node.iter_mut().find(|(a, _)| *a == addr) {
+                Some((_, ids)) => ids.push(shard.shard_id),
+                None => by_node.push((addr, vec![shard.shard_id])),
             }
-            conn.flush().await?;
-            let mut failure = None;
-            loop {
-                let f = conn.read().await?;
-                match f.tag {
-                    // A COPY row: its text, the hash last.
-                    b'd' if failure.is_none() => {
-                        let row: &[u8] = &f.body;
-                        let body = row.strip_suffix(b"\n").unwrap_or(row);
-                        let (line, hash) = match hashed {
-                            true => {
-                                let tab = body.iter().rposition(|b| *b == b'\t').unwrap_or(0);
-                                (&body[..tab], Some(&body[tab + 1..]))
-                            }
-                            false => (body, None),
-                        };
-                        let b = &mut buffers[target(hash)];
-                        b.extend_from_slice(line);
-                        b.extend_from_slice(b"\n");
-                    }
-                    // A row of the reduced read: its values, the hash last.
-                    b'D' if failure.is_none() => {
-                        let values = msg::decode_data_row(&f.body)?;
-                        let (values, hash) = match hashed {
-                            true => match values.split_last() {
-                                Some((h, v)) => (v, h.as_deref()),
-                                None => (&values[..], None),
-                            },
-                            false => (&values[..], None),
-                        };
-                        let fields: Vec<Option<&[u8]>> = values.iter().map(|v| v.as_deref()).collect();
-                        crate::sql::copy_format::write_text_row(&fields, &mut buffers[target(hash)]);
-                    }
-                    b'E' => {
-                        failure.get_or_insert(PgError::from_server_fields(f.body));
-                    }
-                    b'Z' => break,
-                    _ => {}
-                }
+        }
+        let rounds = by_node.iter().map(|(_, ids)| ids.len()).max().unwrap_or(0);
+        for round in 0..rounds {
+            let mut reading: Vec<(usize, NodeAddr, String)> = Vec::new();
+            for (addr, ids) in &by_node {
+                let Some(shard_id) = ids.get(round) else {
+                    continue;
+                };
+                let sql = match (&keys_bind, &m.semijoin) {
+                    (Some(_), Some(sj)) => source_select(
+                        plan,
+                        m.rel,
+                        &m.table.columns,
+                        move_hash(m),
+                        *shard_id,
+                        Some(&sj.column),
+                    )?,
+                    _ => source_copy(plan, m, *shard_id)?,
+                };
+                let idx = self.bulk_conn(addr, false).await?;
+                reading.push((idx, addr.clone(), sql));
             }
-            if let Some(e) = failure {
-                return Err(shipping_error(e, &addr, &sql));
+            for (idx, _, sql) in &reading {
+                let conn = &mut self.tx.held[*idx].conn;
+                match &keys_bind {
+                    Some(bind) => {
+                        msg::write_unnamed_run(&mut conn.wbuf, sql, &[], bind, &[], false);
+                        msg::write_sync(&mut conn.wbuf);
+                    }
+                    None => msg::write_query(&mut conn.wbuf, sql),
+                }
+                conn.flush().await?;
+            }
+            // Every node's rows read at once, each into buffers of its own.
+            let idxs: Vec<usize> = reading.iter().map(|(i, _, _)| *i).collect();
+            let reads = self
+                .tx
+                .held
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, _)| idxs.contains(i))
+                .map(|(i, h)| {
+                    let target = &target;
+                    let count = buffers.len();
+                    async move {
+                        let mut own: Vec<BytesMut> = (0..count).map(|_| BytesMut::new()).collect();
+                        let failure = read_moved_rows(&mut h.conn, hashed, target, &mut own).await;
+                        (i, own, failure)
+                    }
+                });
+            for (i, own, failure) in futures_util::future::join_all(reads).await {
+                let (_, addr, sql) = reading.iter().find(|(x, _, _)| *x == i).expect("read");
+                if let Some(e) = failure? {
+                    return Err(shipping_error(e, addr, sql));
+                }
+                for (b, o) in buffers.iter_mut().zip(own) {
+                    b.unsplit(o);
+                }
             }
             self.flush_moved(&dest, &mut buffers, FLUSH_BYTES).await?;
         }
@@ -536,13 +538,15 @@ impl Session {
     }
 
     /// Copies the buffered rows holding more than `min` bytes into their tables
-    /// (a broadcast's one buffer into every node's table).
+    /// (a broadcast's one buffer into every node's table): every node's COPYs written
+    /// one after the other without waiting, then their answers read.
     async fn flush_moved(
         &mut self,
         dest: &Destinations,
         buffers: &mut [BytesMut],
         min: usize,
     ) -> PgResult<()> {
+        let mut copies: Vec<(NodeAddr, String, Bytes)> = Vec::new();
         for (b, buffer) in buffers.iter_mut().enumerate() {
             if buffer.is_empty() || buffer.len() < min {
                 continue;
@@ -554,25 +558,101 @@ impl Session {
                 vec![dest.tables[b].clone()]
             };
             for (addr, table) in targets {
-                let sql = format!("COPY {table} FROM STDIN");
-                let idx = self.bulk_conn(&addr, true).await?;
-                let conn = &mut self.tx.held[idx].conn;
-                let copied = async {
-                    conn.start_copy_in(&sql).await?;
-                    for chunk in data.chunks(256 * 1024) {
-                        msg::write_raw(&mut conn.wbuf, b'd', chunk);
-                        conn.flush().await?;
-                    }
-                    msg::write_raw(&mut conn.wbuf, b'c', &[]);
-                    conn.flush().await?;
-                    read_answer(conn, |_, _| {}).await
-                }
-                .await;
-                copied.map_err(|e| shipping_error(e, &addr, &sql))?;
+                copies.push((addr, format!("COPY {table} FROM STDIN"), data.clone()));
             }
         }
-        Ok(())
+        // Per node: its connection and the COPYs it answers, in order.
+        let mut nodes: Vec<(usize, NodeAddr, Vec<String>)> = Vec::new();
+        for (addr, sql, data) in copies {
+            let idx = self.bulk_conn(&addr, true).await?;
+            let conn = &mut self.tx.held[idx].conn;
+            // A COPY the node refuses (before taking its data) ignores the data that
+            // follows, as the protocol says.
+            msg::write_query(&mut conn.wbuf, &sql);
+            for chunk in data.chunks(256 * 1024) {
+                msg::write_raw(&mut conn.wbuf, b'd', chunk);
+                conn.flush().await?;
+            }
+            msg::write_raw(&mut conn.wbuf, b'c', &[]);
+            conn.flush().await?;
+            match nodes.iter_mut().find(|(i, _, _)| *i == idx) {
+                Some((_, _, sqls)) => sqls.push(sql),
+                None => nodes.push((idx, addr, vec![sql])),
+            }
+        }
+        let mut failure: Option<PgError> = None;
+        for (idx, addr, sqls) in nodes {
+            let conn = &mut self.tx.held[idx].conn;
+            for sql in &sqls {
+                loop {
+                    let f = conn.read().await?;
+                    match f.tag {
+                        b'E' if failure.is_none() => {
+                            let e = PgError::from_server_fields(f.body);
+                            failure = Some(shipping_error(e, &addr, sql));
+                        }
+                        b'Z' => break,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
+}
+
+/// One source read's answer on `conn` (a COPY's rows, or a reduced read's DataRows),
+/// each row into `buffers[target(its hash)]` in COPY's text format (the hash, last
+/// when `hashed`, left out), up to ReadyForQuery. Returns the node's error, if any.
+async fn read_moved_rows(
+    conn: &mut crate::backend::PooledConn,
+    hashed: bool,
+    target: &(dyn Fn(Option<&[u8]>) -> usize + Sync),
+    buffers: &mut [BytesMut],
+) -> PgResult<Option<PgError>> {
+    let mut failure = None;
+    loop {
+        let f = conn.read().await?;
+        match f.tag {
+            // A COPY row: its text, the hash last.
+            b'd' if failure.is_none() => {
+                let row: &[u8] = &f.body;
+                let body = row.strip_suffix(b"\n").unwrap_or(row);
+                let (line, hash) = match hashed {
+                    true => {
+                        let tab = body.iter().rposition(|b| *b == b'\t').unwrap_or(0);
+                        (&body[..tab], Some(&body[tab + 1..]))
+                    }
+                    false => (body, None),
+                };
+                let b = &mut buffers[target(hash)];
+                b.extend_from_slice(line);
+                b.extend_from_slice(b"\n");
+            }
+            // A row of the reduced read: its values, the hash last.
+            b'D' if failure.is_none() => {
+                let values = msg::decode_data_row(&f.body)?;
+                let (values, hash) = match hashed {
+                    true => match values.split_last() {
+                        Some((h, v)) => (v, h.as_deref()),
+                        None => (&values[..], None),
+                    },
+                    false => (&values[..], None),
+                };
+                let fields: Vec<Option<&[u8]>> = values.iter().map(|v| v.as_deref()).collect();
+                crate::sql::copy_format::write_text_row(&fields, &mut buffers[target(hash)]);
+            }
+            b'E' => {
+                failure.get_or_insert(PgError::from_server_fields(f.body));
+            }
+            b'Z' => break,
+            _ => {}
+        }
+    }
+    Ok(failure)
 }
 
 use super::shipped_results::shipping_error;
