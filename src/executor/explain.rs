@@ -256,14 +256,32 @@ impl Session {
                         ("Repartition", format!("{table} on {column}"))
                     }
                 };
-                let line = format!("{kind} {what} (~{} rows)", m.rows.round() as u64);
+                // A semijoin-reduced move: its rows filtered by another reference's keys.
+                let semijoin = m.semijoin.as_ref().map(|sj| {
+                    format!(
+                        "{} = ANY (keys of {}.{})",
+                        sj.column,
+                        sj.source_alias(),
+                        sj.source_column
+                    )
+                });
+                let mut line = format!("{kind} {what} (~{} rows)", m.rows.round() as u64);
+                if let Some(sj) = &semijoin {
+                    line.push_str(&format!(" where {sj}"));
+                }
                 subplans.push(match e.format {
                     ExplainFormat::Text => Explained::Text(vec![line]),
-                    _ => Explained::Tree(serde_json::json!({
-                        "Node Type": kind,
-                        "Relation Name": table,
-                        "Plan Rows": m.rows.round() as u64,
-                    })),
+                    _ => {
+                        let mut node = serde_json::json!({
+                            "Node Type": kind,
+                            "Relation Name": table,
+                            "Plan Rows": m.rows.round() as u64,
+                        });
+                        if let Some(sj) = semijoin {
+                            node["Semijoin Filter"] = serde_json::Value::String(sj);
+                        }
+                        Explained::Tree(node)
+                    }
                 });
                 if e.analyze {
                     self.run_move(r, m, &types, &mut made).await?;

@@ -53,6 +53,8 @@ pub struct RepartitionPlan {
     pub names: Names,
     /// Recursive planning's plan of the statement.
     pub fallback: Box<Plan>,
+    /// Per reference, the semijoins that may reduce its move (`semijoin.rs`).
+    pub semijoins: Vec<Vec<Semijoin>>,
 }
 
 /// One table reference of the join.
@@ -122,6 +124,8 @@ pub struct Move {
     pub rows: f64,
     /// The moved table's relid (its columns' types are looked up by it).
     pub source_relid: Oid,
+    /// The keys its source rows are filtered by, when some reference's are few.
+    pub semijoin: Option<Semijoin>,
 }
 
 /// The run-time strategy: moves, then the renamed statement and its plan.
@@ -137,7 +141,9 @@ mod statement;
 use statement::needed_columns;
 
 mod implied;
+mod semijoin;
 mod strategy;
+pub use semijoin::{Semijoin, SEMIJOIN_MAX_KEYS, SEMIJOIN_MAX_KEY_BYTES};
 pub use strategy::decide;
 
 /// Plans the statement for a run-time strategy, or None when it is no join of
@@ -174,7 +180,9 @@ pub fn plan_repartition(
     }
     let needed = needed_columns(stmt.node.as_ref()?, refs);
     let (rels, equalities) = merged_references(refs, &shape, &needed);
+    let semijoins = semijoin::semijoins(s, refs, &rels);
     let plan = RepartitionPlan {
+        semijoins,
         stmt: stmt.clone(),
         rels,
         equalities,
@@ -307,25 +315,33 @@ fn qualifier(r: &RelRef) -> &str {
     r.alias.as_deref().unwrap_or(&r.name)
 }
 
-/// `COPY (<source_select>) TO STDOUT` for one shard of a moved reference.
+/// `COPY (<source_select>) TO STDOUT` for one shard of a moved reference (a move
+/// reduced by a semijoin reads its rows with the keys as a parameter instead:
+/// `source_select` with `$1`, COPY taking none).
 pub fn source_copy(plan: &RepartitionPlan, m: &Move, shard_id: i64) -> PgResult<String> {
-    let hash = match &m.kind {
-        MoveKind::Repartition { column, type_oid } => Some((column.as_str(), *type_oid)),
-        MoveKind::Broadcast => None,
-    };
-    let select = source_select(plan, m.rel, &m.table.columns, hash, shard_id)?;
+    let select = source_select(plan, m.rel, &m.table.columns, move_hash(m), shard_id, None)?;
     Ok(format!("COPY ({select}) TO STDOUT"))
 }
 
+/// The hash column of a repartition move and its type.
+pub fn move_hash(m: &Move) -> Option<(&str, Oid)> {
+    match &m.kind {
+        MoveKind::Repartition { column, type_oid } => Some((column.as_str(), *type_oid)),
+        MoveKind::Broadcast => None,
+    }
+}
+
 /// `SELECT <columns>[, <hash of the column>] FROM <shard> AS <alias> WHERE <own
-/// conjuncts and implied filters (`implied.rs`)>`: a moved reference's rows on one
-/// shard (the hash last).
+/// conjuncts and implied filters (`implied.rs`)>[ AND <alias>.<reduced> = ANY ($1)]`:
+/// a moved reference's rows on one shard (the hash last), `reduced` the column a
+/// semijoin's keys (the parameter, a typed array) filter.
 pub fn source_select(
     plan: &RepartitionPlan,
     rel: usize,
     columns: &[String],
     hash: Option<(&str, Oid)>,
     shard_id: i64,
+    reduced: Option<&str>,
 ) -> PgResult<String> {
     let r = &plan.rels[rel];
     let alias = quote_ident(r.alias());
@@ -341,22 +357,49 @@ pub fn source_select(
         cols.push("1".into());
     }
     let skeleton = format!(
-        "SELECT {} FROM {}.{} AS {alias}",
+        "SELECT {} FROM {}.{} AS {alias}{}",
         cols.join(", "),
         quote_ident(&r.table.schema),
         quote_ident(&r.table.shard_name(shard_id)),
+        match reduced {
+            Some(c) => format!(" WHERE {alias}.{} = ANY ($1)", quote_ident(c)),
+            None => String::new(),
+        }
     );
-    let mut parsed = crate::sql::parse::parse(&skeleton)?;
+    let mut filters = r.own_conjuncts.clone();
+    filters.extend(implied::implied_conjuncts(plan, rel));
+    with_filters(&skeleton, filters)
+}
+
+/// `SELECT DISTINCT <alias>.<column> FROM <shard> AS <alias> WHERE <column> IS NOT
+/// NULL AND <own conjuncts> LIMIT <cap + 1>`: a semijoin's keys on one shard of its
+/// source.
+pub fn semijoin_key_select(sj: &Semijoin, shard_id: i64) -> PgResult<String> {
+    let alias = quote_ident(sj.source_alias());
+    let column = format!("{alias}.{}", quote_ident(&sj.source_column));
+    let skeleton = format!(
+        "SELECT DISTINCT {column} FROM {}.{} AS {alias} WHERE {column} IS NOT NULL LIMIT {}",
+        quote_ident(&sj.source_table.schema),
+        quote_ident(&sj.source_table.shard_name(shard_id)),
+        SEMIJOIN_MAX_KEYS + 1
+    );
+    with_filters(&skeleton, sj.source_conjuncts.clone())
+}
+
+/// `skeleton` (one SELECT) with `filters` ANDed to its WHERE, deparsed.
+fn with_filters(skeleton: &str, mut filters: Vec<protobuf::Node>) -> PgResult<String> {
+    let mut parsed = crate::sql::parse::parse(skeleton)?;
     let mut node = parsed
         .remove(0)
         .node
         .ok_or_else(|| PgError::internal("empty move query"))?;
-    let mut filters = r.own_conjuncts.clone();
-    filters.extend(implied::implied_conjuncts(plan, rel));
     if let N::SelectStmt(s) = &mut node {
+        if let Some(w) = s.where_clause.take() {
+            filters.insert(0, *w);
+        }
         s.where_clause = match filters.len() {
             0 => None,
-            1 => Some(Box::new(filters[0].clone())),
+            1 => Some(Box::new(filters.remove(0))),
             _ => Some(Box::new(protobuf::Node {
                 node: Some(N::BoolExpr(Box::new(protobuf::BoolExpr {
                     xpr: None,
@@ -375,7 +418,7 @@ pub fn source_select(
 pub fn estimate_query(plan: &RepartitionPlan, rel: usize) -> PgResult<Option<String>> {
     let r = &plan.rels[rel];
     match r.table.shards.first() {
-        Some(first) => source_select(plan, rel, &r.needed, None, first.shard_id).map(Some),
+        Some(first) => source_select(plan, rel, &r.needed, None, first.shard_id, None).map(Some),
         None => Ok(None),
     }
 }

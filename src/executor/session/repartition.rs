@@ -13,10 +13,11 @@
 
 use super::subplans::Run;
 use super::tasks::NodeTasks;
-use super::via_coordinator::read_answer;
 use super::*;
 use crate::planner::repartition::{
-    decide, estimate_query, source_copy, ColumnType, Decision, Move, MoveKind, RepartitionPlan,
+    decide, estimate_query, move_hash, semijoin_key_select, source_copy, source_select,
+    ColumnType, Decision, Move, MoveKind, RepartitionPlan, Semijoin, SEMIJOIN_MAX_KEYS,
+    SEMIJOIN_MAX_KEY_BYTES,
 };
 
 /// A destination's rows are copied once this many bytes wait.
@@ -264,7 +265,10 @@ impl Session {
         self.run_tasks_quietly(&tasks).await
     }
 
-    /// One moved reference: its destination tables made, its rows copied there.
+    /// One moved reference: its destination tables made, its rows copied there. A
+    /// move reduced by a semijoin reads its source's keys first and its rows with
+    /// them as a parameter (an extended-protocol SELECT, since COPY takes none); over
+    /// the cap of keys it reads every row.
     pub(super) async fn run_move(
         &mut self,
         plan: &RepartitionPlan,
@@ -275,6 +279,14 @@ impl Session {
         let catalog = self.shared.catalog.snapshot();
         let source = catalog.current(&plan.rels[m.rel].table);
         let dest = self.make_destinations(m, types, made).await?;
+        let keys = match &m.semijoin {
+            Some(sj) => self.semijoin_keys(sj).await?,
+            None => None,
+        };
+        if let Some((_, 0)) = keys {
+            // No key: no row of the moved reference matters.
+            return Ok(());
+        }
         let mut buffers: Vec<BytesMut> = match m.kind {
             MoveKind::Broadcast => vec![BytesMut::new()],
             MoveKind::Repartition { .. } => dest.tables.iter().map(|_| BytesMut::new()).collect(),
@@ -286,50 +298,168 @@ impl Session {
             .enumerate()
             .map(|(i, s)| (s.shard_id, i))
             .collect();
+        // The buffer a row goes to by its hash's text (NULL keys match nothing: any
+        // shard keeps them).
+        let target = |hash: Option<&[u8]>| -> usize {
+            if dest.by_shard.is_empty() {
+                return 0;
+            }
+            let at = hash
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| h.parse::<i32>().ok())
+                .and_then(|h| m.table.shard_for_hash(h))
+                .and_then(|s| position.get(&s.shard_id).copied())
+                .unwrap_or(0);
+            dest.by_shard[at]
+        };
+        let hashed = matches!(m.kind, MoveKind::Repartition { .. });
+        let keys_bind = keys.as_ref().map(|(array, _)| BindMsg {
+            portal: String::new(),
+            statement: String::new(),
+            param_formats: vec![],
+            params: vec![Some(array.clone())],
+            result_formats: vec![],
+        });
+        // The source shards by node, in order: round `r` reads every node's `r`-th
+        // shard at once (memory: a shard per node, then the buffers are flushed).
+        let mut by_node: Vec<(NodeAddr, Vec<i64>)> = Vec::new();
         for shard in &source.shards {
             let addr = placement_addr(&catalog, shard)?;
-            let sql = source_copy(plan, m, shard.shard_id)?;
-            let idx = self.bulk_conn(&addr, false).await?;
-            let conn = &mut self.tx.held[idx].conn;
-            msg::write_query(&mut conn.wbuf, &sql);
-            conn.flush().await?;
-            let mut failure = None;
-            loop {
-                let f = conn.read().await?;
-                match f.tag {
-                    b'd' if failure.is_none() => {
-                        let row: &[u8] = &f.body;
-                        match m.kind {
-                            MoveKind::Broadcast => buffers[0].extend_from_slice(row),
-                            MoveKind::Repartition { .. } => {
-                                let body = row.strip_suffix(b"\n").unwrap_or(row);
-                                let tab = body.iter().rposition(|b| *b == b'\t').unwrap_or(0);
-                                let target = std::str::from_utf8(&body[tab + 1..])
-                                    .ok()
-                                    .and_then(|h| h.parse::<i32>().ok())
-                                    .and_then(|h| m.table.shard_for_hash(h))
-                                    .and_then(|s| position.get(&s.shard_id).copied())
-                                    // NULL keys match nothing: any shard keeps them.
-                                    .unwrap_or(0);
-                                let b = &mut buffers[dest.by_shard[target]];
-                                b.extend_from_slice(&body[..tab]);
-                                b.extend_from_slice(b"\n");
-                            }
-                        }
-                    }
-                    b'E' => {
-                        failure.get_or_insert(PgError::from_server_fields(f.body));
-                    }
-                    b'Z' => break,
-                    _ => {}
-                }
+            match by_node.iter_mut().find(|(a, _)| *a == addr) {
+                Some((_, ids)) => ids.push(shard.shard_id),
+                None => by_node.push((addr, vec![shard.shard_id])),
             }
-            if let Some(e) = failure {
-                return Err(shipping_error(e, &addr, &sql));
+        }
+        let rounds = by_node.iter().map(|(_, ids)| ids.len()).max().unwrap_or(0);
+        for round in 0..rounds {
+            let mut reading: Vec<(usize, NodeAddr, String)> = Vec::new();
+            for (addr, ids) in &by_node {
+                let Some(shard_id) = ids.get(round) else {
+                    continue;
+                };
+                let sql = match (&keys_bind, &m.semijoin) {
+                    (Some(_), Some(sj)) => source_select(
+                        plan,
+                        m.rel,
+                        &m.table.columns,
+                        move_hash(m),
+                        *shard_id,
+                        Some(&sj.column),
+                    )?,
+                    _ => source_copy(plan, m, *shard_id)?,
+                };
+                let idx = self.bulk_conn(addr, false).await?;
+                reading.push((idx, addr.clone(), sql));
+            }
+            for (idx, _, sql) in &reading {
+                let conn = &mut self.tx.held[*idx].conn;
+                match &keys_bind {
+                    Some(bind) => {
+                        msg::write_unnamed_run(&mut conn.wbuf, sql, &[], bind, &[], false);
+                        msg::write_sync(&mut conn.wbuf);
+                    }
+                    None => msg::write_query(&mut conn.wbuf, sql),
+                }
+                conn.flush().await?;
+            }
+            // Every node's rows read at once, each into buffers of its own.
+            let idxs: Vec<usize> = reading.iter().map(|(i, _, _)| *i).collect();
+            let reads = self
+                .tx
+                .held
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, _)| idxs.contains(i))
+                .map(|(i, h)| {
+                    let target = &target;
+                    let count = buffers.len();
+                    async move {
+                        let mut own: Vec<BytesMut> = (0..count).map(|_| BytesMut::new()).collect();
+                        let failure = read_moved_rows(&mut h.conn, hashed, target, &mut own).await;
+                        (i, own, failure)
+                    }
+                });
+            for (i, own, failure) in futures_util::future::join_all(reads).await {
+                let (_, addr, sql) = reading.iter().find(|(x, _, _)| *x == i).expect("read");
+                if let Some(e) = failure? {
+                    return Err(shipping_error(e, addr, sql));
+                }
+                for (b, o) in buffers.iter_mut().zip(own) {
+                    b.unsplit(o);
+                }
             }
             self.flush_moved(&dest, &mut buffers, FLUSH_BYTES).await?;
         }
         self.flush_moved(&dest, &mut buffers, 0).await
+    }
+
+    /// A semijoin's distinct keys over its source's shards (each node's shards in one
+    /// batch, all nodes at once) as an array literal, the parameter of the reduced
+    /// reads, and their count; None over `SEMIJOIN_MAX_KEYS` keys or
+    /// `SEMIJOIN_MAX_KEY_BYTES` bytes.
+    pub(super) async fn semijoin_keys(&mut self, sj: &Semijoin) -> PgResult<Option<(Bytes, usize)>> {
+        let catalog = self.shared.catalog.snapshot();
+        let source = catalog.current(&sj.source_table);
+        let mut tasks: Vec<NodeTasks> = Vec::new();
+        let shards = match source.method {
+            crate::catalog::PartitionMethod::Hash => &source.shards[..],
+            _ => &source.shards[..source.shards.len().min(1)],
+        };
+        for shard in shards {
+            let addr = placement_addr(&catalog, shard)?;
+            NodeTasks::of(&mut tasks, &addr).push(semijoin_key_select(sj, shard.shard_id)?);
+        }
+        let mut keys: std::collections::HashSet<Bytes> = std::collections::HashSet::new();
+        let mut bytes = 0usize;
+        let mut over = false;
+        let mut on_reply = |f: Frame, _: &mut ResultSink| -> PgResult<()> {
+            if f.tag != b'D' || over {
+                return Ok(());
+            }
+            if let Some(Some(k)) = msg::decode_data_row(&f.body)?.into_iter().next() {
+                bytes += k.len() + 3;
+                keys.insert(k);
+                over = keys.len() > SEMIJOIN_MAX_KEYS || bytes > SEMIJOIN_MAX_KEY_BYTES;
+            }
+            Ok(())
+        };
+        let params = BoundParams {
+            types: &[],
+            bind: None,
+        };
+        let mut ignored = ResultSink::default();
+        self.run_tasks(
+            &tasks,
+            false,
+            &params,
+            &[],
+            Describe::None,
+            &mut ignored,
+            &mut on_reply,
+        )
+        .await?;
+        if over {
+            tracing::debug!("semijoin on {} given up: over the cap of keys", sj.column);
+            return Ok(None);
+        }
+        // `{"k1","k2"}`: every element quoted, backslash and quote escaped.
+        let mut array = BytesMut::with_capacity(bytes + 2);
+        array.extend_from_slice(b"{");
+        for (i, k) in keys.iter().enumerate() {
+            if i > 0 {
+                array.extend_from_slice(b",");
+            }
+            array.extend_from_slice(b"\"");
+            for &c in k.iter() {
+                if c == b'"' || c == b'\\' {
+                    array.extend_from_slice(b"\\");
+                }
+                array.extend_from_slice(&[c]);
+            }
+            array.extend_from_slice(b"\"");
+        }
+        array.extend_from_slice(b"}");
+        Ok(Some((array.freeze(), keys.len())))
     }
 
     /// The destination tables of a move, made empty on their nodes (one statement
@@ -408,13 +538,15 @@ impl Session {
     }
 
     /// Copies the buffered rows holding more than `min` bytes into their tables
-    /// (a broadcast's one buffer into every node's table).
+    /// (a broadcast's one buffer into every node's table): every node's COPYs written
+    /// one after the other without waiting, then their answers read.
     async fn flush_moved(
         &mut self,
         dest: &Destinations,
         buffers: &mut [BytesMut],
         min: usize,
     ) -> PgResult<()> {
+        let mut copies: Vec<(NodeAddr, String, Bytes)> = Vec::new();
         for (b, buffer) in buffers.iter_mut().enumerate() {
             if buffer.is_empty() || buffer.len() < min {
                 continue;
@@ -426,25 +558,101 @@ impl Session {
                 vec![dest.tables[b].clone()]
             };
             for (addr, table) in targets {
-                let sql = format!("COPY {table} FROM STDIN");
-                let idx = self.bulk_conn(&addr, true).await?;
-                let conn = &mut self.tx.held[idx].conn;
-                let copied = async {
-                    conn.start_copy_in(&sql).await?;
-                    for chunk in data.chunks(256 * 1024) {
-                        msg::write_raw(&mut conn.wbuf, b'd', chunk);
-                        conn.flush().await?;
-                    }
-                    msg::write_raw(&mut conn.wbuf, b'c', &[]);
-                    conn.flush().await?;
-                    read_answer(conn, |_, _| {}).await
-                }
-                .await;
-                copied.map_err(|e| shipping_error(e, &addr, &sql))?;
+                copies.push((addr, format!("COPY {table} FROM STDIN"), data.clone()));
             }
         }
-        Ok(())
+        // Per node: its connection and the COPYs it answers, in order.
+        let mut nodes: Vec<(usize, NodeAddr, Vec<String>)> = Vec::new();
+        for (addr, sql, data) in copies {
+            let idx = self.bulk_conn(&addr, true).await?;
+            let conn = &mut self.tx.held[idx].conn;
+            // A COPY the node refuses (before taking its data) ignores the data that
+            // follows, as the protocol says.
+            msg::write_query(&mut conn.wbuf, &sql);
+            for chunk in data.chunks(256 * 1024) {
+                msg::write_raw(&mut conn.wbuf, b'd', chunk);
+                conn.flush().await?;
+            }
+            msg::write_raw(&mut conn.wbuf, b'c', &[]);
+            conn.flush().await?;
+            match nodes.iter_mut().find(|(i, _, _)| *i == idx) {
+                Some((_, _, sqls)) => sqls.push(sql),
+                None => nodes.push((idx, addr, vec![sql])),
+            }
+        }
+        let mut failure: Option<PgError> = None;
+        for (idx, addr, sqls) in nodes {
+            let conn = &mut self.tx.held[idx].conn;
+            for sql in &sqls {
+                loop {
+                    let f = conn.read().await?;
+                    match f.tag {
+                        b'E' if failure.is_none() => {
+                            let e = PgError::from_server_fields(f.body);
+                            failure = Some(shipping_error(e, &addr, sql));
+                        }
+                        b'Z' => break,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
+}
+
+/// One source read's answer on `conn` (a COPY's rows, or a reduced read's DataRows),
+/// each row into `buffers[target(its hash)]` in COPY's text format (the hash, last
+/// when `hashed`, left out), up to ReadyForQuery. Returns the node's error, if any.
+async fn read_moved_rows(
+    conn: &mut crate::backend::PooledConn,
+    hashed: bool,
+    target: &(dyn Fn(Option<&[u8]>) -> usize + Sync),
+    buffers: &mut [BytesMut],
+) -> PgResult<Option<PgError>> {
+    let mut failure = None;
+    loop {
+        let f = conn.read().await?;
+        match f.tag {
+            // A COPY row: its text, the hash last.
+            b'd' if failure.is_none() => {
+                let row: &[u8] = &f.body;
+                let body = row.strip_suffix(b"\n").unwrap_or(row);
+                let (line, hash) = match hashed {
+                    true => {
+                        let tab = body.iter().rposition(|b| *b == b'\t').unwrap_or(0);
+                        (&body[..tab], Some(&body[tab + 1..]))
+                    }
+                    false => (body, None),
+                };
+                let b = &mut buffers[target(hash)];
+                b.extend_from_slice(line);
+                b.extend_from_slice(b"\n");
+            }
+            // A row of the reduced read: its values, the hash last.
+            b'D' if failure.is_none() => {
+                let values = msg::decode_data_row(&f.body)?;
+                let (values, hash) = match hashed {
+                    true => match values.split_last() {
+                        Some((h, v)) => (v, h.as_deref()),
+                        None => (&values[..], None),
+                    },
+                    false => (&values[..], None),
+                };
+                let fields: Vec<Option<&[u8]>> = values.iter().map(|v| v.as_deref()).collect();
+                crate::sql::copy_format::write_text_row(&fields, &mut buffers[target(hash)]);
+            }
+            b'E' => {
+                failure.get_or_insert(PgError::from_server_fields(f.body));
+            }
+            b'Z' => break,
+            _ => {}
+        }
+    }
+    Ok(failure)
 }
 
 use super::shipped_results::shipping_error;

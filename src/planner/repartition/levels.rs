@@ -136,7 +136,7 @@ fn level(
 }
 
 /// `x IN (SELECT y ...)` (or `x = ANY (...)`): the equality of the two columns.
-fn in_link(
+pub(super) fn in_link(
     link: &protobuf::SubLink,
     sub: &protobuf::SelectStmt,
     inner: &[usize],

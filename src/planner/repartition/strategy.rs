@@ -50,7 +50,7 @@ pub fn decide(
     candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
     candidates
         .into_iter()
-        .find_map(|(_, moves)| build(plan, est, moves, catalog, is_utility_function))
+        .find_map(|(_, moves)| build(plan, est, types, moves, catalog, is_utility_function))
 }
 
 /// Each moved reference and how it moves (column, type), before any table is made.
@@ -185,6 +185,7 @@ fn assign(
 fn build(
     plan: &RepartitionPlan,
     est: &[f64],
+    types: &dyn Fn(usize, &str) -> Option<ColumnType>,
     assigned: Assigned,
     catalog: &Catalog,
     is_utility_function: &dyn Fn(&str) -> bool,
@@ -267,6 +268,7 @@ fn build(
             table,
             rows: est[i],
             source_relid: rel.table.relid,
+            semijoin: semijoin_for(plan, est, types, i),
         });
     }
     // A moved anchor (dual repartition) takes the colocation of its layout: the
@@ -320,6 +322,28 @@ fn build(
         }),
         _ => None,
     }
+}
+
+/// The semijoin reducing reference `i`'s move: of those the statement allows
+/// (`semijoin.rs`), the one whose source is estimated fewest rows, when fewer than
+/// `i`'s and not over the cap of keys, its columns of one hashable type.
+fn semijoin_for(
+    plan: &RepartitionPlan,
+    est: &[f64],
+    types: &dyn Fn(usize, &str) -> Option<ColumnType>,
+    i: usize,
+) -> Option<Semijoin> {
+    plan.semijoins
+        .get(i)?
+        .iter()
+        .filter(|sj| {
+            sj.source != i
+                && est[sj.source] < est[i]
+                && est[sj.source] <= SEMIJOIN_MAX_KEYS as f64
+                && Semijoin::types_fit(types(i, &sj.column), types(sj.source, &sj.source_column))
+        })
+        .min_by(|a, b| est[a.source].total_cmp(&est[b.source]))
+        .cloned()
 }
 
 /// Renames the reference `rel` (and the references merged with it, found by their

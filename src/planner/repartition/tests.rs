@@ -150,3 +150,107 @@ fn subquery_columns_resolve_innermost_first() {
     assert!(p.equalities.is_empty(), "{:?}", p.equalities);
     assert_eq!(p.rels[1].own_conjuncts.len(), 1);
 }
+
+/// The semijoins allowed for reference `rel` of `sql`: (column, source table, its column).
+fn semijoins_of(sql: &str, rel: usize) -> Vec<(String, String, String)> {
+    let p = repartition_plan(sql);
+    p.semijoins[rel]
+        .iter()
+        .map(|s| {
+            (
+                s.column.clone(),
+                s.source_table.name.clone(),
+                s.source_column.clone(),
+            )
+        })
+        .collect()
+}
+
+fn sj(column: &str, table: &str, source_column: &str) -> Vec<(String, String, String)> {
+    vec![(column.into(), table.into(), source_column.into())]
+}
+
+#[test]
+fn semijoins_reduce_what_only_matching_rows_serve() {
+    // An inner equality (WHERE or ON) with a filtered reference.
+    let sql = "SELECT a.v FROM a, c WHERE a.v = c.v AND c.c_only = 1";
+    assert_eq!(semijoins_of(sql, 0), sj("v", "c", "v"));
+    // c has the filter; a has none: c is not reduced by a.
+    assert!(semijoins_of(sql, 1).is_empty());
+    let sql = "SELECT a.v FROM a JOIN c ON a.v = c.v WHERE c.c_only = 1";
+    assert_eq!(semijoins_of(sql, 0), sj("v", "c", "v"));
+    // Through a chain: a.v = b.b_only (b unfiltered), b.b_only = c.k (c filtered).
+    let sql = "SELECT a.v FROM a, c, r WHERE a.v = r.r_only AND r.r_only = c.k AND c.c_only = 1";
+    assert_eq!(semijoins_of(sql, 0), sj("v", "c", "k"));
+    // TPC-H Q17: the outer and the correlated inner reference (one move) both reach c.
+    let sql = "SELECT sum(a.k) FROM a, c WHERE c.k = a.v AND c.c_only = 3 \
+               AND a.k < (SELECT avg(a.k) FROM a WHERE a.v = c.k)";
+    assert_eq!(semijoins_of(sql, 0), sj("v", "c", "k"));
+    // A correlated scalar subquery in the select list: evaluated for c's kept rows.
+    let sql = "SELECT c.v, (SELECT count(*) FROM a WHERE a.v = c.v) FROM c WHERE c.c_only = 1";
+    assert_eq!(semijoins_of(sql, 0), sj("v", "c", "v"));
+    // An IN link, and TPC-H Q20's chain through it (a.v = c.k, c.k IN filtered r).
+    let sql = "SELECT a.v FROM a WHERE a.v IN (SELECT c.v FROM c WHERE c.c_only = 1)";
+    assert_eq!(semijoins_of(sql, 0), sj("v", "c", "v"));
+    let sql = "SELECT c.v FROM c WHERE c.k IN (SELECT r.k FROM r WHERE r.r_only = 2) \
+               AND c.v > (SELECT sum(a.k) FROM a WHERE a.v = c.k)";
+    assert_eq!(semijoins_of(sql, 2), sj("v", "r", "k"));
+}
+
+#[test]
+fn semijoins_refused_where_unmatched_rows_matter() {
+    for (sql, rel) in [
+        // Outer joins: the preserved side keeps unmatched rows; the nullable side's
+        // filter is in ON; a nullable reference's rows are not reduced.
+        ("SELECT * FROM a LEFT JOIN c ON a.v = c.v AND c.c_only = 1", 0),
+        ("SELECT * FROM a LEFT JOIN c ON a.v = c.v WHERE c.c_only = 1", 0),
+        ("SELECT * FROM c LEFT JOIN a ON a.v = c.v WHERE c.c_only = 1", 1),
+        ("SELECT * FROM a FULL JOIN c ON a.v = c.v WHERE c.c_only = 1", 0),
+        // Anti joins: a's unmatched rows are the answer.
+        ("SELECT * FROM a WHERE NOT EXISTS (SELECT 1 FROM c WHERE c.v = a.v AND c.c_only = 1)", 0),
+        ("SELECT * FROM a WHERE a.v NOT IN (SELECT c.v FROM c WHERE c.c_only = 1)", 0),
+        // EXISTS / scalar subqueries constrain nothing outwards.
+        ("SELECT * FROM a WHERE EXISTS (SELECT 1 FROM c WHERE c.v = a.v AND c.c_only = 1)", 0),
+        ("SELECT * FROM a WHERE a.k > (SELECT count(*) FROM c WHERE c.v = a.v AND c.c_only = 1)", 0),
+        // An OR'ed equality, an IN under OR.
+        ("SELECT * FROM a, c WHERE (a.v = c.v OR a.k = 1) AND c.c_only = 1", 0),
+        ("SELECT * FROM a WHERE a.v IN (SELECT c.v FROM c WHERE c.c_only = 1) OR a.k = 2", 0),
+        // The other side has no filter of its own.
+        ("SELECT * FROM a, c WHERE a.v = c.v AND a.k = 3", 0),
+        ("SELECT * FROM a, c WHERE a.v = c.v AND c.c_only = a.k", 0),
+    ] {
+        assert!(semijoins_of(sql, rel).is_empty(), "{sql}: {:?}", semijoins_of(sql, rel));
+    }
+}
+
+#[test]
+fn semijoin_chosen_by_estimates_and_types() {
+    let sql = "SELECT a.v, c.v FROM a, c WHERE a.v = c.k AND c.c_only = 1";
+    // a moved (re-hashed on v into c's layout), c's filtered keys few: reduced.
+    let d = decided(sql, &[1e6, 2e4]);
+    assert_eq!(d.moves.len(), 1);
+    assert_eq!(d.moves[0].rel, 0);
+    let s = d.moves[0].semijoin.as_ref().expect("reduced");
+    assert_eq!((s.column.as_str(), s.source_column.as_str()), ("v", "k"));
+    // Over the cap of keys, or not fewer than the moved rows: not reduced.
+    let d = decided(sql, &[1e7, 2e5]);
+    assert!(d.moves.iter().all(|m| m.semijoin.is_none()), "{:?}", d.moves);
+    // Columns of different types: the keys' text would not read back alike.
+    let p = repartition_plan(sql);
+    let mixed = |i: usize, c: &str| {
+        Some(ColumnType {
+            type_oid: if i == 0 && c == "v" { 20 } else { 23 },
+            definition: String::new(),
+            hashable: true,
+        })
+    };
+    let d = decide(&p, &[1e6, 2e4], &mixed, &catalog(), &|_| false);
+    assert!(d.iter().flat_map(|d| &d.moves).all(|m| m.semijoin.is_none()));
+    // The reduced read: the keys a parameter, never spliced.
+    let d = decided(sql, &[1e6, 2e4]);
+    let q = source_select(&p, 0, &d.moves[0].table.columns, move_hash(&d.moves[0]), 101, Some("v"))
+        .unwrap();
+    assert!(q.ends_with("WHERE a.v = ANY($1)"), "{q}");
+    let k = semijoin_key_select(d.moves[0].semijoin.as_ref().unwrap(), 301).unwrap();
+    assert!(k.starts_with("SELECT DISTINCT c.k FROM public.c_301 c WHERE c.k IS NOT NULL AND c.c_only = 1"), "{k}");
+}
