@@ -6,6 +6,10 @@ use super::*;
 
 impl Session {
     pub(super) fn held_index(&self, addr: &NodeAddr) -> Option<usize> {
+        // A retired primary's statements use its group's new primary (`failover`).
+        if let Some(to) = crate::failover::redirect(addr) {
+            return self.tx.held.iter().position(|h| h.conn.addr == to);
+        }
         self.tx.held.iter().position(|h| h.conn.addr == *addr)
     }
 
@@ -23,6 +27,9 @@ impl Session {
         write: bool,
         extended: bool,
     ) -> PgResult<usize> {
+        // A node being failed over: wait for, then use, its group's new primary.
+        let redirected = crate::failover::target(addr).await?;
+        let addr = redirected.as_ref().unwrap_or(addr);
         if self.tx.state == TxnState::Idle && write {
             // One Sync batch is one implicit transaction. Once it writes on a second
             // node it becomes a transaction block, committed (with 2PC) at Sync.
