@@ -121,6 +121,22 @@ pub struct Config {
     pub node_keepalive_interval_secs: u64,
     #[serde(default = "default_keepalive_count")]
     pub node_keepalive_count: u32,
+    /// Automatic failover of worker primaries that have a standby (`noderole =
+    /// 'secondary'` in their group): health checks, promotion, queries held meanwhile
+    /// (`failover/`). Nothing happens for groups without a secondary.
+    #[serde(default = "default_failover")]
+    pub failover: bool,
+    /// Milliseconds between health checks of every primary (connect + `SELECT 1`);
+    /// a check answered later than twice this fails.
+    #[serde(default = "default_health_check_interval")]
+    pub health_check_interval_ms: u64,
+    /// Milliseconds a primary must stay unreachable before its standby is promoted.
+    #[serde(default = "default_failover_after")]
+    pub failover_after_ms: u64,
+    /// Most milliseconds a new statement for a node being failed over waits for the
+    /// new primary before failing (08006).
+    #[serde(default = "default_failover_hold")]
+    pub failover_hold_ms: u64,
 }
 
 pub const DEFAULT_NODE_TIMEOUT_MS: u64 = 10_000;
@@ -143,6 +159,18 @@ fn default_keepalive_interval() -> u64 {
 }
 fn default_keepalive_count() -> u32 {
     DEFAULT_KEEPALIVE_COUNT
+}
+fn default_failover() -> bool {
+    true
+}
+fn default_health_check_interval() -> u64 {
+    500
+}
+fn default_failover_after() -> u64 {
+    2_000
+}
+fn default_failover_hold() -> u64 {
+    10_000
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -274,6 +302,15 @@ mod tests {
         assert_eq!(cfg.citus.shard_count, 32);
         assert_eq!(cfg.max_connections_per_node, 32);
         assert_eq!(cfg.node_timeout_ms, 10_000);
+        assert!(cfg.failover);
+        assert_eq!(
+            (
+                cfg.health_check_interval_ms,
+                cfg.failover_after_ms,
+                cfg.failover_hold_ms
+            ),
+            (500, 2_000, 10_000)
+        );
         assert_eq!(cfg.node_keepalive_count, 3);
         let again: Config = toml::from_str(&cfg.to_toml()).unwrap();
         assert_eq!(again.coordinator, cfg.coordinator);

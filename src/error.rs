@@ -29,6 +29,7 @@ pub mod sqlstate {
     pub const PROTOCOL_VIOLATION: &str = "08P01";
     pub const CONNECTION_FAILURE: &str = "08006";
     pub const CONNECTION_EXCEPTION: &str = "08000";
+    pub const CANNOT_CONNECT_NOW: &str = "57P03";
     pub const INVALID_PASSWORD: &str = "28P01";
     pub const INVALID_AUTHORIZATION: &str = "28000";
     pub const INVALID_SQL_STATEMENT_NAME: &str = "26000";

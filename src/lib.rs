@@ -4,7 +4,7 @@
 //! node holding the catalog and every non-distributed table).
 //!
 //! Layers, data flowing one way: `frontend` → `sql` → `planner` → `executor` → `backend`;
-//! `catalog`, `sharding`, `commands` and `cluster` beside them.
+//! `catalog`, `sharding`, `commands`, `cluster` and `failover` beside them.
 
 pub mod backend;
 pub mod bench;
@@ -15,6 +15,7 @@ pub mod commands;
 pub mod config;
 pub mod error;
 pub mod executor;
+pub mod failover;
 pub mod frontend;
 pub mod metrics;
 pub mod planner;

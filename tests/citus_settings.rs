@@ -87,11 +87,15 @@ async fn seed_statements_run_as_written() {
     let cl = cluster();
     let out = common::psql(&cl.pg_env(), &["-c", "create extension citus;"]);
     assert_eq!(out, "CREATE EXTENSION");
-    psql_stdin("alter system set citus.multi_shard_commit_protocol='2pc'; select pg_reload_conf();");
+    psql_stdin(
+        "alter system set citus.multi_shard_commit_protocol='2pc'; select pg_reload_conf();",
+    );
     psql_stdin("alter system set citus.replication_model='streaming'; select pg_reload_conf();");
     let c = cl.client().await;
     assert_eq!(
-        value(&c, "SHOW citus.multi_shard_commit_protocol").await.as_deref(),
+        value(&c, "SHOW citus.multi_shard_commit_protocol")
+            .await
+            .as_deref(),
         Some("2pc")
     );
     // A setting no other test reads: ALTER SYSTEM's value is a new session's default,
@@ -99,7 +103,9 @@ async fn seed_statements_run_as_written() {
     psql_stdin("alter system set citus.log_remote_commands = true; select pg_reload_conf();");
     let c = cl.client().await;
     assert_eq!(
-        value(&c, "SELECT current_setting('citus.log_remote_commands')").await.as_deref(),
+        value(&c, "SELECT current_setting('citus.log_remote_commands')")
+            .await
+            .as_deref(),
         Some("on")
     );
     assert_eq!(
@@ -148,7 +154,9 @@ async fn every_setting_has_its_default() {
             "SHOW {name}"
         );
         assert_eq!(
-            value(&c, &format!("SELECT current_setting('{name}')")).await.as_deref(),
+            value(&c, &format!("SELECT current_setting('{name}')"))
+                .await
+                .as_deref(),
             Some(default),
             "current_setting {name}"
         );
@@ -212,7 +220,11 @@ async fn settings_are_transactional_as_on_postgres() {
         "SELECT current_setting('citus.no_such_setting')",
     ];
     for sql in script {
-        assert_eq!(outcome(&shard, sql).await, outcome(&plain, sql).await, "{sql}");
+        assert_eq!(
+            outcome(&shard, sql).await,
+            outcome(&plain, sql).await,
+            "{sql}"
+        );
     }
 }
 
@@ -258,7 +270,9 @@ async fn values_and_names_are_checked_as_citus_checks_them() {
         "SELECT set_config('citus.shard_count', '6', false)",
         "SELECT create_distributed_table('cs_six', 'k')",
     ] {
-        c.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        c.batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
     for (t, n) in [("cs_four", "4"), ("cs_six", "6")] {
         assert_eq!(
@@ -297,13 +311,18 @@ async fn a_known_setting_in_a_block_keeps_its_writes() {
     ] {
         assert!(!outcome(&c, sql).await.starts_with("error"), "{sql}");
     }
-    assert_eq!(value(&c, "SELECT count(*) FROM cs_block").await.as_deref(), Some("2"));
+    assert_eq!(
+        value(&c, "SELECT count(*) FROM cs_block").await.as_deref(),
+        Some("2")
+    );
     assert_eq!(
         value(&c, "SHOW citus.task_executor_type").await.as_deref(),
         Some("real-time")
     );
     assert_eq!(
-        value(&c, "SHOW citus.multi_shard_modify_mode").await.as_deref(),
+        value(&c, "SHOW citus.multi_shard_modify_mode")
+            .await
+            .as_deref(),
         Some("parallel")
     );
     assert_eq!(outcome(&c, "BEGIN").await, "ok 0");
@@ -317,11 +336,14 @@ async fn a_known_setting_in_a_block_keeps_its_writes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catalog_views_show_citus() {
     let c = cluster().client().await;
-    let n: i64 = value(&c, "SELECT count(*) FROM pg_settings WHERE name LIKE 'citus.%'")
-        .await
-        .unwrap()
-        .parse()
-        .unwrap();
+    let n: i64 = value(
+        &c,
+        "SELECT count(*) FROM pg_settings WHERE name LIKE 'citus.%'",
+    )
+    .await
+    .unwrap()
+    .parse()
+    .unwrap();
     assert_eq!(n as usize, pgshard::citus_settings::SETTINGS.len());
     let row = common::simple_rows(
         &c,
@@ -362,12 +384,17 @@ async fn catalog_views_show_citus() {
     assert_eq!(rows[0].get::<_, Vec<String>>(2), vec!["1pc", "2pc"]);
     // SHOW ALL lists them among PostgreSQL's own, in name order.
     let all = common::simple_rows(&c, "SHOW ALL").await.unwrap();
-    assert!(all.iter().any(|r| r[0].as_deref() == Some("citus.shard_count")
-        && r[1].as_deref() == Some("8")));
+    assert!(all
+        .iter()
+        .any(|r| r[0].as_deref() == Some("citus.shard_count") && r[1].as_deref() == Some("8")));
     assert!(all.iter().any(|r| r[0].as_deref() == Some("work_mem")));
     // pg_extension and psql's \dx.
     assert_eq!(
-        outcome(&c, "SELECT extname, extversion FROM pg_extension WHERE extname = 'citus'").await,
+        outcome(
+            &c,
+            "SELECT extname, extversion FROM pg_extension WHERE extname = 'citus'"
+        )
+        .await,
         "(citus,12.1-1) ok 1"
     );
     let dx = common::psql(&cluster().pg_env(), &["-c", "\\dx citus"]);
@@ -378,7 +405,10 @@ async fn catalog_views_show_citus() {
         "{v}"
     );
     assert_eq!(outcome(&c, "CREATE EXTENSION citus").await, "ok 0");
-    assert_eq!(outcome(&c, "CREATE EXTENSION IF NOT EXISTS citus").await, "ok 0");
+    assert_eq!(
+        outcome(&c, "CREATE EXTENSION IF NOT EXISTS citus").await,
+        "ok 0"
+    );
     assert_eq!(outcome(&c, "DROP EXTENSION citus").await, "error 0A000");
 }
 
@@ -400,11 +430,17 @@ async fn role_database_and_options_give_starting_values() {
         "error 22023"
     );
     let user = connect(&cl.host, cl.port, "cs_role", "cs_pw", &cl.database).await;
-    assert_eq!(value(&user, "SHOW citus.shard_count").await.as_deref(), Some("5"));
+    assert_eq!(
+        value(&user, "SHOW citus.shard_count").await.as_deref(),
+        Some("5")
+    );
     user.batch_execute("SET citus.shard_count = 7; RESET citus.shard_count")
         .await
         .unwrap();
-    assert_eq!(value(&user, "SHOW citus.shard_count").await.as_deref(), Some("5"));
+    assert_eq!(
+        value(&user, "SHOW citus.shard_count").await.as_deref(),
+        Some("5")
+    );
     admin
         .batch_execute(&format!(
             "ALTER DATABASE {} SET citus.log_multi_join_order = on",
@@ -414,7 +450,9 @@ async fn role_database_and_options_give_starting_values() {
         .unwrap();
     let fresh = cl.client().await;
     assert_eq!(
-        value(&fresh, "SHOW citus.log_multi_join_order").await.as_deref(),
+        value(&fresh, "SHOW citus.log_multi_join_order")
+            .await
+            .as_deref(),
         Some("on")
     );
     admin
@@ -426,19 +464,31 @@ async fn role_database_and_options_give_starting_values() {
         .unwrap();
     let fresh = cl.client().await;
     assert_eq!(
-        value(&fresh, "SHOW citus.log_multi_join_order").await.as_deref(),
+        value(&fresh, "SHOW citus.log_multi_join_order")
+            .await
+            .as_deref(),
         Some("off")
     );
     let opts = cl
         .client_with_options("-c citus.shard_count=3 -c citus.explain_all_tasks=yes")
         .await;
-    assert_eq!(value(&opts, "SHOW citus.shard_count").await.as_deref(), Some("3"));
     assert_eq!(
-        value(&opts, "SELECT current_setting('citus.explain_all_tasks')").await.as_deref(),
+        value(&opts, "SHOW citus.shard_count").await.as_deref(),
+        Some("3")
+    );
+    assert_eq!(
+        value(&opts, "SELECT current_setting('citus.explain_all_tasks')")
+            .await
+            .as_deref(),
         Some("on")
     );
-    opts.batch_execute("SET citus.shard_count = 9; RESET ALL").await.unwrap();
-    assert_eq!(value(&opts, "SHOW citus.shard_count").await.as_deref(), Some("3"));
+    opts.batch_execute("SET citus.shard_count = 9; RESET ALL")
+        .await
+        .unwrap();
+    assert_eq!(
+        value(&opts, "SHOW citus.shard_count").await.as_deref(),
+        Some("3")
+    );
     drop(user);
     admin
         .batch_execute("ALTER ROLE cs_role RESET citus.shard_count")
@@ -466,9 +516,12 @@ async fn run_command_on_nodes_and_shards() {
         .map(|p| vec![Some(p.to_string()), Some("t".into()), Some("42".into())])
         .collect();
     assert_eq!(rows, want);
-    let rows = common::simple_rows(&c, "SELECT * FROM run_command_on_workers('select nonsense')")
-        .await
-        .unwrap();
+    let rows = common::simple_rows(
+        &c,
+        "SELECT * FROM run_command_on_workers('select nonsense')",
+    )
+    .await
+    .unwrap();
     assert_eq!(rows.len(), workers);
     for r in &rows {
         assert_eq!(r[2].as_deref(), Some("f"));
@@ -477,19 +530,32 @@ async fn run_command_on_nodes_and_shards() {
             Some("ERROR:  column \"nonsense\" does not exist")
         );
     }
-    let tags = common::simple_rows(&c, "SELECT result FROM run_command_on_workers('SET work_mem = ''8MB''')")
-        .await
-        .unwrap();
-    assert!(tags.iter().all(|r| r[0].as_deref() == Some("SET")), "{tags:?}");
-    let multi = common::simple_rows(&c, "SELECT result FROM run_command_on_workers('select 1, 2')")
-        .await
-        .unwrap();
+    let tags = common::simple_rows(
+        &c,
+        "SELECT result FROM run_command_on_workers('SET work_mem = ''8MB''')",
+    )
+    .await
+    .unwrap();
+    assert!(
+        tags.iter().all(|r| r[0].as_deref() == Some("SET")),
+        "{tags:?}"
+    );
+    let multi = common::simple_rows(
+        &c,
+        "SELECT result FROM run_command_on_workers('select 1, 2')",
+    )
+    .await
+    .unwrap();
     assert_eq!(
         multi[0][0].as_deref(),
         Some("expected a single column in query target")
     );
     assert_eq!(
-        value(&c, "SELECT count(*) FROM run_command_on_all_nodes('select 1')").await,
+        value(
+            &c,
+            "SELECT count(*) FROM run_command_on_all_nodes('select 1')"
+        )
+        .await,
         Some((workers + 1).to_string())
     );
     // Shards and placements: %s is each shard's name.
@@ -501,7 +567,9 @@ async fn run_command_on_nodes_and_shards() {
         "RESET citus.shard_count",
         "INSERT INTO cs_run SELECT generate_series(1, 100)",
     ] {
-        c.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        c.batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
     let shards = common::simple_rows(
         &c,
@@ -528,11 +596,9 @@ async fn run_command_on_nodes_and_shards() {
     assert_eq!(placements.len(), 4);
     assert!(placements.iter().all(|r| r[3].as_deref() == Some("t")));
     // As the session's role: not pgshard's superuser, and its privileges apply.
-    c.batch_execute(
-        "DROP ROLE IF EXISTS cs_runner; CREATE ROLE cs_runner LOGIN PASSWORD 'run_pw'",
-    )
-    .await
-    .unwrap();
+    c.batch_execute("DROP ROLE IF EXISTS cs_runner; CREATE ROLE cs_runner LOGIN PASSWORD 'run_pw'")
+        .await
+        .unwrap();
     let user = connect(&cl.host, cl.port, "cs_runner", "run_pw", &cl.database).await;
     let who = common::simple_rows(
         &user,
@@ -540,15 +606,20 @@ async fn run_command_on_nodes_and_shards() {
     )
     .await
     .unwrap();
-    assert!(who.iter().all(|r| r[0].as_deref() == Some("cs_runner,false")), "{who:?}");
+    assert!(
+        who.iter()
+            .all(|r| r[0].as_deref() == Some("cs_runner,false")),
+        "{who:?}"
+    );
     let denied = common::simple_rows(
         &user,
         "SELECT success, result FROM run_command_on_shards('cs_run', 'select count(*) from %s')",
     )
     .await
     .unwrap();
-    assert!(denied
-        .iter()
-        .all(|r| r[0].as_deref() == Some("f") && r[1].as_deref().unwrap().contains("permission denied")),
-        "{denied:?}");
+    assert!(
+        denied.iter().all(|r| r[0].as_deref() == Some("f")
+            && r[1].as_deref().unwrap().contains("permission denied")),
+        "{denied:?}"
+    );
 }

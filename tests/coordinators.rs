@@ -70,7 +70,14 @@ impl Cluster {
     /// A connection through pgshard process `i` (0-based).
     async fn process(&self, i: usize) -> Client {
         let c = &self.info;
-        connect(&c.host, c.pgshard_ports[i], &c.user, &c.password, &c.database).await
+        connect(
+            &c.host,
+            c.pgshard_ports[i],
+            &c.user,
+            &c.password,
+            &c.database,
+        )
+        .await
     }
 
     async fn direct(&self, port: u16) -> Client {
@@ -143,13 +150,20 @@ async fn cluster_up_starts_lists_and_serves_every_process() {
         .unwrap();
         for j in 0..COORDINATORS {
             let other = cl.process(j).await;
-            assert_eq!(scalar(&other, &format!("SELECT sum(v)::int8 FROM {t}")).await, 5050);
+            assert_eq!(
+                scalar(&other, &format!("SELECT sum(v)::int8 FROM {t}")).await,
+                5050
+            );
         }
     }
 }
 
 /// What a statement answers: its rows' first column as text, or its SQLSTATE.
-async fn outcome(c: &Client, st: &tokio_postgres::Statement, params: &[&(dyn tokio_postgres::types::ToSql + Sync)]) -> String {
+async fn outcome(
+    c: &Client,
+    st: &tokio_postgres::Statement,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> String {
     match c.query(st, params).await {
         Ok(rows) => format!(
             "ok {:?}",
@@ -280,7 +294,10 @@ async fn catalog_changes_through_one_process_are_seen_at_once_by_another() {
             .await
             .unwrap_or_else(|e| panic!("{t} through B at once: {e:?}"));
         a.batch_execute(&format!("DROP TABLE {t}")).await.unwrap();
-        let gone = b.batch_execute(&format!("SELECT * FROM {t}")).await.unwrap_err();
+        let gone = b
+            .batch_execute(&format!("SELECT * FROM {t}"))
+            .await
+            .unwrap_err();
         assert_eq!(common::sqlstate_and_message(&gone).0, "42P01", "{t}");
     }
 
@@ -289,9 +306,7 @@ async fn catalog_changes_through_one_process_are_seen_at_once_by_another() {
     // it at once.
     let dir = cl.dir.to_str().unwrap().to_string();
     let out = tokio::task::spawn_blocking(move || {
-        pgshard(&[
-            "cluster", "up", "--dir", &dir, "--workers", "3", "--fast",
-        ])
+        pgshard(&["cluster", "up", "--dir", &dir, "--workers", "3", "--fast"])
     })
     .await
     .unwrap();
@@ -375,7 +390,10 @@ async fn a_deadlock_across_processes_is_broken() {
     assert_eq!(code, "40P01", "{message}");
     assert!(message.contains("distributed deadlock"), "{message}");
     // The youngest transaction gives way, as in Citus: s2 began after s1.
-    assert_eq!(survivor_v, 1, "s1 is the older transaction: s2 must be the victim");
+    assert_eq!(
+        survivor_v, 1,
+        "s1 is the older transaction: s2 must be the victim"
+    );
     victim.batch_execute("ROLLBACK").await.unwrap();
     survivor.batch_execute("COMMIT").await.unwrap();
     let v: Vec<i32> = setup
@@ -478,7 +496,9 @@ async fn recovery_after_kill_9_resolves_the_dead_process_and_spares_the_live_one
     }
     // The dead process's decision inserts still wait on the coordinator node (the
     // server has not noticed the lost client yet): ended, so that neither commits.
-    let inst = dead_instance.trim_start_matches("pgshard_").trim_end_matches('_');
+    let inst = dead_instance
+        .trim_start_matches("pgshard_")
+        .trim_end_matches('_');
     let ended = scalar(
         &coordinator,
         &format!(
@@ -521,7 +541,9 @@ async fn recovery_after_kill_9_resolves_the_dead_process_and_spares_the_live_one
         }
     }
 
-    let first_has_k1 = prepared_txn_of(cl, &setup, "rec", k1).await.starts_with(&first_txn);
+    let first_has_k1 = prepared_txn_of(cl, &setup, "rec", k1)
+        .await
+        .starts_with(&first_txn);
 
     // A transaction of a live process, in flight (waiting for its decision).
     coordinator
@@ -594,9 +616,15 @@ async fn recovery_after_kill_9_resolves_the_dead_process_and_spares_the_live_one
         .await
         .unwrap();
     let out = String::from_utf8_lossy(&out.stdout);
-    assert!(out.contains(&format!("started pgshard-{COORDINATORS}")), "{out}");
+    assert!(
+        out.contains(&format!("started pgshard-{COORDINATORS}")),
+        "{out}"
+    );
     let again = cl.process(victim_process).await;
-    assert_eq!(scalar(&again, "SELECT count(*) FROM rec WHERE v = 1").await, 2);
+    assert_eq!(
+        scalar(&again, "SELECT count(*) FROM rec WHERE v = 1").await,
+        2
+    );
 }
 
 /// The gid of the prepared transaction that updated `key`'s row (its xmax), on the

@@ -247,7 +247,8 @@ async fn semijoin_reduced_moves(shard: &Client, plain: &Client) {
     ] {
         let e = explain(shard, SEMIJOIN[i]).await;
         assert_eq!(
-            e.contains("where f_key = ANY (keys of d.d_key)") || e.contains("where f_key = ANY (keys of w.w_key)"),
+            e.contains("where f_key = ANY (keys of d.d_key)")
+                || e.contains("where f_key = ANY (keys of w.w_key)"),
             reduced,
             "{}\n{e}",
             SEMIJOIN[i]
@@ -255,10 +256,12 @@ async fn semijoin_reduced_moves(shard: &Client, plain: &Client) {
     }
     // In a block, the keys and the moved rows see the block's own writes.
     for c in [shard, plain] {
-        c.batch_execute("BEGIN; UPDATE sj_dim SET d_flag = 3 WHERE d_id < 3000; \
-                         INSERT INTO sj_fact VALUES (60001, 4999, 7), (60002, NULL, 8)")
-            .await
-            .unwrap();
+        c.batch_execute(
+            "BEGIN; UPDATE sj_dim SET d_flag = 3 WHERE d_id < 3000; \
+                         INSERT INTO sj_fact VALUES (60001, 4999, 7), (60002, NULL, 8)",
+        )
+        .await
+        .unwrap();
     }
     same(shard, plain, SEMIJOIN[0]).await;
     same(shard, plain, SEMIJOIN[2]).await;

@@ -690,9 +690,7 @@ impl BackendConn {
                 fresh = false;
             }
             match f.tag {
-                b'T' => {
-                    last.columns = Some(u16::from_be_bytes([f.body[0], f.body[1]]) as usize)
-                }
+                b'T' => last.columns = Some(u16::from_be_bytes([f.body[0], f.body[1]]) as usize),
                 b'D' => last.rows.push(
                     messages::decode_data_row(&f.body)?
                         .into_iter()
@@ -700,8 +698,9 @@ impl BackendConn {
                         .collect(),
                 ),
                 b'C' | b'I' => {
-                    last.tag = String::from_utf8_lossy(f.body.strip_suffix(&[0]).unwrap_or(&f.body))
-                        .into_owned();
+                    last.tag =
+                        String::from_utf8_lossy(f.body.strip_suffix(&[0]).unwrap_or(&f.body))
+                            .into_owned();
                     fresh = true;
                 }
                 b'E' if self.broken => return Err(PgError::from_server_fields(f.body)),

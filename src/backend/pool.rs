@@ -1,10 +1,12 @@
 //! A pool of raw connections per node. Autocommit work of different clients shares
 //! connections; a client inside a transaction block holds its own until it ends.
 //! The pool size per node bounds the connections pgshard opens, however many
-//! clients it serves.
+//! clients it serves. A node being failed over is waited out here
+//! (`failover::route`/`hold`): new statements then run on its group's new primary.
 
 use super::conn::{BackendConn, Credentials, NodeAddr};
 use crate::error::{sqlstate, PgError, PgResult};
+use crate::failover;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -50,6 +52,11 @@ impl std::ops::DerefMut for PooledConn {
 impl Drop for PooledConn {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
+            // A connection to a failed-over node's new primary (`failover::route`) is
+            // not pooled under the old node's address.
+            if conn.addr != self.pool.addr {
+                return;
+            }
             // A client's own connection stays its own with notifications still
             // unread (a LISTENing client's flood): they go to the client next.
             if conn.is_reusable() || (self.pool.single && conn.is_idle_with_async_messages()) {
@@ -145,6 +152,9 @@ impl NodePool {
                 permit: Some(permit),
             });
         }
+        // A node being failed over: wait for its group's new primary first.
+        let redirected = failover::target(&self.addr).await?;
+        let target = redirected.as_ref().unwrap_or(&self.addr);
         // A free slot is the common case: take it without arming a timer.
         let permit = match self.slots.clone().try_acquire_owned() {
             Ok(p) => p,
@@ -162,8 +172,15 @@ impl NodePool {
                 }
             }
         };
-        // An idle connection its server ended meanwhile would fail a statement.
+        // An idle connection its server ended meanwhile would fail a statement; those
+        // of a failed-over node must not serve at all.
+        if redirected.is_some() {
+            self.idle.lock().unwrap().clear();
+        }
         let idle = loop {
+            if redirected.is_some() {
+                break None;
+            }
             let next = self.idle.lock().unwrap().pop();
             match next {
                 Some(mut c) => {
@@ -176,15 +193,30 @@ impl NodePool {
         };
         let conn = match idle {
             Some(c) => c,
-            None => BackendConn::connect(&self.addr, &self.creds, &self.application_name)
-                .await
-                .map_err(statement_error)?,
+            None => self.open(target).await?,
         };
         Ok(PooledConn {
             conn: Some(conn),
             pool: self.clone(),
             permit: Some(permit),
         })
+    }
+
+    /// A new connection to `target`; when the node is unreachable and can fail over,
+    /// one to its group's primary once the failover is done (`failover::unreachable`).
+    async fn open(&self, target: &NodeAddr) -> PgResult<BackendConn> {
+        match BackendConn::connect(target, &self.creds, &self.application_name).await {
+            Ok(c) => Ok(c),
+            Err(e) if failover::may_fail_over(target, &e) => {
+                let next = failover::unreachable(target)
+                    .await
+                    .map_err(|held| held.with_detail(e.message.clone()))?;
+                BackendConn::connect(&next, &self.creds, &self.application_name)
+                    .await
+                    .map_err(statement_error)
+            }
+            Err(e) => Err(statement_error(e)),
+        }
     }
 
     /// A `single` pool whose connection was lost (closed as broken, not taken).

@@ -208,22 +208,37 @@ async fn through_every_process(
         let s = pgbench::parse_summary(&o.stdout);
         let add = |a: Option<f64>, b: Option<f64>| Some(a.unwrap_or(0.0) + b?);
         summary.tps = add(summary.tps, s.tps);
-        summary.transactions = s.transactions.map(|x| summary.transactions.unwrap_or(0) + x);
+        summary.transactions = s
+            .transactions
+            .map(|x| summary.transactions.unwrap_or(0) + x);
         summary.failed = s.failed.map(|x| summary.failed.unwrap_or(0) + x);
         if let (Some(l), Some(n)) = (s.latency_avg_ms, s.transactions) {
             let total = summary.latency_avg_ms.unwrap_or(0.0) * latency_weight + l * n as f64;
             latency_weight += n as f64;
             summary.latency_avg_ms = (latency_weight > 0.0).then(|| total / latency_weight);
         }
-        summary.initial_connection_ms = match (summary.initial_connection_ms, s.initial_connection_ms) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
+        summary.initial_connection_ms =
+            match (summary.initial_connection_ms, s.initial_connection_ms) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
     }
     let out = pgbench::Output {
-        code: outs.iter().map(|o| o.code).find(|c| *c != Some(0)).unwrap_or(Some(0)),
-        stdout: outs.iter().map(|o| o.stdout.as_str()).collect::<Vec<_>>().join("\n"),
-        stderr: outs.iter().map(|o| o.stderr.as_str()).collect::<Vec<_>>().join("\n"),
+        code: outs
+            .iter()
+            .map(|o| o.code)
+            .find(|c| *c != Some(0))
+            .unwrap_or(Some(0)),
+        stdout: outs
+            .iter()
+            .map(|o| o.stdout.as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        stderr: outs
+            .iter()
+            .map(|o| o.stderr.as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
         timed_out: outs.iter().any(|o| o.timed_out),
     };
     Ok((out, summary))

@@ -59,7 +59,14 @@ pub async fn wait_for_others(client: &Client, version: i64) -> Result<(), PgErro
             .map_err(|e| PgError::from_client_error("cannot read the pgshard processes", &e))?;
         let behind: HashMap<i64, Option<i64>> = rows
             .iter()
-            .map(|r| (r.get::<_, i64>(0), r.get::<_, Option<String>>(1).as_deref().and_then(advertised)))
+            .map(|r| {
+                (
+                    r.get::<_, i64>(0),
+                    r.get::<_, Option<String>>(1)
+                        .as_deref()
+                        .and_then(advertised),
+                )
+            })
             .filter(|(_, v)| v.map_or(true, |v| v < version))
             .collect();
         if behind.is_empty() {

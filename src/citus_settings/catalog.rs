@@ -30,8 +30,7 @@ pub fn may_need_rewrite(text: &str) -> bool {
             .windows(word.len())
             .any(|w| w.eq_ignore_ascii_case(word.as_bytes()))
     };
-    has("pg_settings") || has("pg_extension")
-        || has("show")
+    has("pg_settings") || has("pg_extension") || has("show")
 }
 
 /// The statement with `pg_settings` / `pg_extension` references (and `SHOW ALL`)
@@ -98,7 +97,13 @@ pub fn pg_settings_sql() -> String {
                 None,
                 unit,
             ),
-            Kind::Real { min, max } => ("real", Some(min.to_string()), Some(max.to_string()), None, None),
+            Kind::Real { min, max } => (
+                "real",
+                Some(min.to_string()),
+                Some(max.to_string()),
+                None,
+                None,
+            ),
             Kind::Enum(values) => ("enum", None, None, Some(values), None),
             Kind::Str => ("string", None, None, None, None),
         };
@@ -175,13 +180,20 @@ mod tests {
 
     fn rewritten(sql: &str) -> Option<String> {
         let tree = pg_query::parse(sql, 0).unwrap();
-        let node = tree.protobuf.stmts[0].stmt.as_ref().unwrap().node.clone().unwrap();
+        let node = tree.protobuf.stmts[0]
+            .stmt
+            .as_ref()
+            .unwrap()
+            .node
+            .clone()
+            .unwrap();
         rewrite(&node)
     }
 
     #[test]
     fn references_to_the_views_become_subqueries_of_the_same_name() {
-        let r = rewritten("SELECT setting FROM pg_settings WHERE name = 'citus.shard_count'").unwrap();
+        let r =
+            rewritten("SELECT setting FROM pg_settings WHERE name = 'citus.shard_count'").unwrap();
         assert!(r.contains(") pg_settings WHERE"), "{r}");
         assert!(r.contains("'citus.shard_count'"), "{r}");
         let r = rewritten("SELECT e.extversion FROM pg_catalog.pg_extension e").unwrap();

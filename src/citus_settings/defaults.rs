@@ -99,7 +99,9 @@ impl Defaults {
                     }
                 }
             }
-            Err(e) => tracing::warn!("cannot read the coordinator node's citus.* file settings: {e}"),
+            Err(e) => {
+                tracing::warn!("cannot read the coordinator node's citus.* file settings: {e}")
+            }
         }
         let rows = conn
             .simple_rows(

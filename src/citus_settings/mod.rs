@@ -432,7 +432,11 @@ pub fn markdown_table() -> String {
             "| `{}` | `{}` | {} |\n",
             s.name,
             s.default,
-            if s.acted_on { "acted on" } else { "accepted only" }
+            if s.acted_on {
+                "acted on"
+            } else {
+                "accepted only"
+            }
         ));
     }
     t
@@ -454,13 +458,25 @@ mod tests {
             .unwrap_err()
             .message
             .contains("requires a Boolean value"));
-        assert_eq!(f("citus.multi_shard_commit_protocol", "2PC").unwrap(), "2pc");
         assert_eq!(
-            f("citus.task_executor_type", "bogus").unwrap_err().hint.as_deref(),
+            f("citus.multi_shard_commit_protocol", "2PC").unwrap(),
+            "2pc"
+        );
+        assert_eq!(
+            f("citus.task_executor_type", "bogus")
+                .unwrap_err()
+                .hint
+                .as_deref(),
             Some("Available values: adaptive, real-time, task-tracker.")
         );
-        assert_eq!(f("citus.max_intermediate_result_size", "1048576").unwrap(), "1GB");
-        assert_eq!(f("citus.max_intermediate_result_size", "64MB").unwrap(), "64MB");
+        assert_eq!(
+            f("citus.max_intermediate_result_size", "1048576").unwrap(),
+            "1GB"
+        );
+        assert_eq!(
+            f("citus.max_intermediate_result_size", "64MB").unwrap(),
+            "64MB"
+        );
         assert_eq!(f("citus.max_intermediate_result_size", "-1").unwrap(), "-1");
         assert_eq!(f("citus.node_connection_timeout", "5000").unwrap(), "5s");
         assert_eq!(f("citus.count_distinct_error_rate", "0.5").unwrap(), "0.5");
@@ -473,7 +489,11 @@ mod tests {
     #[test]
     fn the_readme_lists_every_setting() {
         let readme = include_str!("../../README.md");
-        assert!(readme.contains(&markdown_table()), "README's table differs:\n{}", markdown_table());
+        assert!(
+            readme.contains(&markdown_table()),
+            "README's table differs:\n{}",
+            markdown_table()
+        );
     }
 
     #[test]

@@ -193,8 +193,14 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
         "run_command_on_all_nodes",
         &["command", "parallel", "give_warning_for_connection_errors"],
     ),
-    ("run_command_on_shards", &["table_name", "command", "parallel"]),
-    ("run_command_on_placements", &["table_name", "command", "parallel"]),
+    (
+        "run_command_on_shards",
+        &["table_name", "command", "parallel"],
+    ),
+    (
+        "run_command_on_placements",
+        &["table_name", "command", "parallel"],
+    ),
 ];
 
 fn normalize(name: &str) -> String {
@@ -257,9 +263,7 @@ pub fn result_columns(name: &str) -> Vec<(String, u32)> {
         "run_command_on_workers"
         | "run_command_on_all_nodes"
         | "run_command_on_shards"
-        | "run_command_on_placements" => {
-            run_command_columns(&name)
-        }
+        | "run_command_on_placements" => run_command_columns(&name),
         _ => col(type_oid::VOID),
     }
 }

@@ -52,6 +52,9 @@ mod backends;
 mod bound;
 /// Multi-row INSERTs and co-located INSERT ... SELECT across shards.
 mod bulk;
+/// A session's `citus.*` settings: starting values, SET, ALTER SYSTEM / ROLE /
+/// DATABASE, typed copies.
+pub mod citus_settings;
 /// A client's query text into statements: string settings, PostgreSQL's parse errors.
 mod client_text;
 /// COPY into and out of distributed tables.
@@ -81,15 +84,12 @@ mod pipelined;
 mod reference_write;
 /// Broadcast and repartition joins: table rows moved to the workers, then the join.
 mod repartition;
+/// Citus's `run_command_on_*`: a command on every node or shard, as the client's role.
+pub mod run_command;
 /// Each plan kind to the code that runs it.
 mod run_plan;
 /// Session commands: transaction control, settings, DISCARD, DEALLOCATE.
 mod session_commands;
-/// A session's `citus.*` settings: starting values, SET, ALTER SYSTEM / ROLE /
-/// DATABASE, typed copies.
-pub mod citus_settings;
-/// Citus's `run_command_on_*`: a command on every node or shard, as the client's role.
-pub mod run_command;
 /// SET / SET LOCAL / SET TRANSACTION and `citus.*` values across the nodes of a session.
 mod settings;
 /// UPDATE / DELETE over intermediate results shipped to the workers.

@@ -125,6 +125,7 @@ async fn start(cfg: Config) -> anyhow::Result<Arc<Shared>> {
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     start_transaction_services(&shared).await;
+    crate::failover::monitor::start(shared.catalog.clone());
     if let Some(addr) = &cfg.metrics_listen {
         crate::metrics::endpoint::start(addr, &shared)
             .await

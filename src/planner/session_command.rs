@@ -101,9 +101,9 @@ pub fn session_command(node: Option<&N>, text: &str) -> PgResult<Option<SessionC
         },
         N::DropStmt(d)
             if d.remove_type == protobuf::ObjectType::ObjectExtension as i32
-                && d.objects.iter().any(|o| {
-                    matches!(&o.node, Some(N::String(s)) if s.sval == "citus")
-                }) =>
+                && d.objects
+                    .iter()
+                    .any(|o| matches!(&o.node, Some(N::String(s)) if s.sval == "citus")) =>
         {
             return Err(PgError::not_supported(
                 "pgshard cannot drop extension \"citus\": pgshard itself provides it",

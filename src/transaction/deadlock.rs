@@ -180,8 +180,7 @@ where
             }
             nodes.sort();
             nodes.dedup();
-            if let Err(e) = detect_once(&cfg, &mut clients, &nodes, &held, &live, &sessions).await
-            {
+            if let Err(e) = detect_once(&cfg, &mut clients, &nodes, &held, &live, &sessions).await {
                 tracing::debug!("deadlock detection: {e}");
             }
         }
@@ -259,7 +258,10 @@ async fn read_nodes(
     let mut out = Vec::new();
     for addr in nodes {
         let rows = match client(cfg, clients, addr).await {
-            Ok(c) => c.query(WAITS_SQL, &[]).await.map_err(|e| format!("{addr}: {e}")),
+            Ok(c) => c
+                .query(WAITS_SQL, &[])
+                .await
+                .map_err(|e| format!("{addr}: {e}")),
             Err(e) => Err(e),
         };
         let rows = rows.unwrap_or_else(|e| {
@@ -326,10 +328,9 @@ impl Graph {
     ) -> Graph {
         let owner = owners(nodes, held);
         let live_tag = |r: &BackendRow| {
-            r.tags
-                .iter()
-                .map(|&t| t as u64)
-                .find(|t| live.contains(&((t >> 32) as u32)) || (t >> 32) as u32 == own_key() as u32)
+            r.tags.iter().map(|&t| t as u64).find(|t| {
+                live.contains(&((t >> 32) as u32)) || (t >> 32) as u32 == own_key() as u32
+            })
         };
         // A session of this process is one member even where some backend of it
         // carries no tag.
@@ -345,7 +346,9 @@ impl Graph {
         for (n, rows) in read.iter().enumerate() {
             for r in rows {
                 let m = if let Some(&s) = owner.get(&(n, r.pid)) {
-                    own_tag.get(&s).map_or(Member::Own(s), |&t| Member::Tagged(t))
+                    own_tag
+                        .get(&s)
+                        .map_or(Member::Own(s), |&t| Member::Tagged(t))
                 } else if let Some(t) = live_tag(r) {
                     Member::Tagged(t)
                 } else {
@@ -401,12 +404,11 @@ fn owners(nodes: &[NodeAddr], held: &SessionBackends) -> HashMap<(usize, i32), u
 /// Whether every wait of `cycle` (with its backend pids, from `first`) still holds in
 /// `now` between the same transactions of the same members.
 fn still_there(first: &Graph, now: &Graph, cycle: &[(Wait, i32, i32)]) -> bool {
-    let same = |n: usize, pid: i32| match (first.backends.get(&(n, pid)), now.backends.get(&(n, pid))) {
-        (Some(&(m1, s1)), Some(&(m2, s2))) => {
-            s1 == s2 && first.members[m1] == now.members[m2]
-        }
-        _ => false,
-    };
+    let same =
+        |n: usize, pid: i32| match (first.backends.get(&(n, pid)), now.backends.get(&(n, pid))) {
+            (Some(&(m1, s1)), Some(&(m2, s2))) => s1 == s2 && first.members[m1] == now.members[m2],
+            _ => false,
+        };
     cycle.iter().all(|(w, wp, bp)| {
         same(w.node, *wp)
             && same(w.node, *bp)
@@ -445,7 +447,12 @@ where
         })
         .collect();
     tokio::time::sleep(CONFIRM_AFTER).await;
-    let now = Graph::build(nodes, &read_nodes(cfg, clients, nodes).await, &sessions(), live);
+    let now = Graph::build(
+        nodes,
+        &read_nodes(cfg, clients, nodes).await,
+        &sessions(),
+        live,
+    );
     if !still_there(&first, &now, &cycle) {
         tracing::debug!("a lock-wait cycle across nodes did not last: not a deadlock");
         return Ok(());

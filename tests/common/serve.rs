@@ -33,8 +33,17 @@ impl Serve {
         edit: impl FnOnce(&mut pgshard::config::Config),
         extra: &str,
     ) -> Result<Serve, String> {
-        let cl = cluster();
-        let mut cfg = pgshard::config::Config::load(&cl.dir.join("pgshard.toml")).unwrap();
+        Serve::start_for(&cluster().dir, name, edit, extra)
+    }
+
+    /// `start_with_toml` in front of the cluster in `dir` (a test's own cluster).
+    pub fn start_for(
+        dir: &std::path::Path,
+        name: &str,
+        edit: impl FnOnce(&mut pgshard::config::Config),
+        extra: &str,
+    ) -> Result<Serve, String> {
+        let mut cfg = pgshard::config::Config::load(&dir.join("pgshard.toml")).unwrap();
         let port = alloc_ports(1);
         let socket_dir = run_dir().join(format!("{name}-sockets"));
         std::fs::create_dir_all(&socket_dir).unwrap();

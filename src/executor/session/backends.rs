@@ -6,6 +6,10 @@ use super::*;
 
 impl Session {
     pub(super) fn held_index(&self, addr: &NodeAddr) -> Option<usize> {
+        // A retired primary's statements use its group's new primary (`failover`).
+        if let Some(to) = crate::failover::redirect(addr) {
+            return self.tx.held.iter().position(|h| h.conn.addr == to);
+        }
         self.tx.held.iter().position(|h| h.conn.addr == *addr)
     }
 
@@ -23,6 +27,9 @@ impl Session {
         write: bool,
         extended: bool,
     ) -> PgResult<usize> {
+        // A node being failed over: wait for, then use, its group's new primary.
+        let redirected = crate::failover::target(addr).await?;
+        let addr = redirected.as_ref().unwrap_or(addr);
         if self.tx.state == TxnState::Idle && write {
             // One Sync batch is one implicit transaction. Once it writes on a second
             // node it becomes a transaction block, committed (with 2PC) at Sync.
@@ -57,8 +64,7 @@ impl Session {
         if !self.tx.held[idx].in_batch {
             // Before anything of this batch goes to the connection.
             let fp = self.settings_fp;
-            let begin_text =
-                (self.tx.state != TxnState::Idle).then(|| self.tagged_begin_text());
+            let begin_text = (self.tx.state != TxnState::Idle).then(|| self.tagged_begin_text());
             let h = &mut self.tx.held[idx];
             h.in_batch = true;
             h.errored = false;
@@ -97,8 +103,7 @@ impl Session {
                     self.write_begin(idx);
                 } else {
                     let begin_text = begin_text.as_deref().unwrap_or("BEGIN");
-                    let begin =
-                        begin_sequence(begin_text, &self.savepoints, &self.local_settings);
+                    let begin = begin_sequence(begin_text, &self.savepoints, &self.local_settings);
                     msg::write_query(&mut h.conn.wbuf, &begin);
                     h.dirty = true;
                     self.pending.push_back(Expect::SimpleSilent(addr.clone()));

@@ -101,7 +101,10 @@ impl Session {
     /// The typed copy of setting `name` (a known one) takes `value` (shown form; None:
     /// the session's starting value). Settings pgshard does not act on have none.
     pub(super) fn set_citus(&mut self, name: &str, value: Option<&str>) {
-        let Some(i) = SETTINGS.iter().position(|s| s.name.eq_ignore_ascii_case(name)) else {
+        let Some(i) = SETTINGS
+            .iter()
+            .position(|s| s.name.eq_ignore_ascii_case(name))
+        else {
             return;
         };
         if !SETTINGS[i].acted_on {

@@ -15,9 +15,8 @@ use super::subplans::Run;
 use super::tasks::NodeTasks;
 use super::*;
 use crate::planner::repartition::{
-    decide, estimate_query, move_hash, semijoin_key_select, source_copy, source_select,
-    ColumnType, Decision, Move, MoveKind, RepartitionPlan, Semijoin, SEMIJOIN_MAX_KEYS,
-    SEMIJOIN_MAX_KEY_BYTES,
+    decide, estimate_query, move_hash, semijoin_key_select, source_copy, source_select, ColumnType,
+    Decision, Move, MoveKind, RepartitionPlan, Semijoin, SEMIJOIN_MAX_KEYS, SEMIJOIN_MAX_KEY_BYTES,
 };
 
 /// A destination's rows are copied once this many bytes wait.
@@ -397,7 +396,10 @@ impl Session {
     /// batch, all nodes at once) as an array literal, the parameter of the reduced
     /// reads, and their count; None over `SEMIJOIN_MAX_KEYS` keys or
     /// `SEMIJOIN_MAX_KEY_BYTES` bytes.
-    pub(super) async fn semijoin_keys(&mut self, sj: &Semijoin) -> PgResult<Option<(Bytes, usize)>> {
+    pub(super) async fn semijoin_keys(
+        &mut self,
+        sj: &Semijoin,
+    ) -> PgResult<Option<(Bytes, usize)>> {
         let catalog = self.shared.catalog.snapshot();
         let source = catalog.current(&sj.source_table);
         let mut tasks: Vec<NodeTasks> = Vec::new();

@@ -44,16 +44,12 @@ impl Session {
             "run_command_on_shards" | "run_command_on_placements" => (1, true),
             _ => (0, false),
         };
-        let command = values
-            .get(command_at)
-            .cloned()
-            .flatten()
-            .ok_or_else(|| {
-                PgError::new(
-                    sqlstate::INVALID_PARAMETER_VALUE,
-                    format!("{name}: the command must not be NULL"),
-                )
-            })?;
+        let command = values.get(command_at).cloned().flatten().ok_or_else(|| {
+            PgError::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!("{name}: the command must not be NULL"),
+            )
+        })?;
         let catalog = self.shared.catalog.snapshot();
         let node_of_group = |group| {
             catalog
@@ -119,10 +115,15 @@ impl Session {
         } else {
             if name == "run_command_on_all_nodes" {
                 let ids = self
-                    .home_rows("SELECT nodeid FROM pg_catalog.pg_dist_node WHERE groupid = 0 LIMIT 1")
+                    .home_rows(
+                        "SELECT nodeid FROM pg_catalog.pg_dist_node WHERE groupid = 0 LIMIT 1",
+                    )
                     .await
                     .unwrap_or_default();
-                let id = ids.into_iter().next().and_then(|r| r.into_iter().next().flatten());
+                let id = ids
+                    .into_iter()
+                    .next()
+                    .and_then(|r| r.into_iter().next().flatten());
                 targets.push(Target {
                     addr: self.shared.coordinator.clone(),
                     leading: vec![Some(id.unwrap_or_else(|| "0".to_string()))],
@@ -174,7 +175,10 @@ impl Session {
         // Whatever the command left on the connection goes with it.
         drop(conn.detach());
         match outcome {
-            Err(e) => (false, format!("ERROR:  {}", e.message.lines().next().unwrap_or(""))),
+            Err(e) => (
+                false,
+                format!("ERROR:  {}", e.message.lines().next().unwrap_or("")),
+            ),
             Ok(r) => match r.columns {
                 None => (true, r.tag),
                 Some(n) if n != 1 => (false, "expected a single column in query target".into()),

@@ -144,7 +144,11 @@ impl Session {
             self.finish_simple(r).await;
             return Ok(());
         }
-        if stmts.len() > 1 && self.tx.state == TxnState::Idle && self.tx.held.is_empty() && !extended {
+        if stmts.len() > 1
+            && self.tx.state == TxnState::Idle
+            && self.tx.held.is_empty()
+            && !extended
+        {
             if let Some(begin) = implicit::local_with_transaction_control(&plans) {
                 let r = self.local_with_transaction_control(sql, begin).await;
                 for stmt in &stmts {

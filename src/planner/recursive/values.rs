@@ -100,7 +100,8 @@ pub fn value_query(sub: &SubPlan, kind: &ValueKind) -> String {
     let name = column("a.attname::pg_catalog.text");
     // Dates and times as ISO 8601 (read the same under any DateStyle), as
     // `planner::evaluate` writes the values it evaluates.
-    let text = "CASE WHEN pg_catalog.pg_typeof(r.v) IN ('pg_catalog.timestamptz'::pg_catalog.regtype, \
+    let text =
+        "CASE WHEN pg_catalog.pg_typeof(r.v) IN ('pg_catalog.timestamptz'::pg_catalog.regtype, \
          'pg_catalog.timestamp'::pg_catalog.regtype, 'pg_catalog.date'::pg_catalog.regtype, \
          'pg_catalog.time'::pg_catalog.regtype, 'pg_catalog.timetz'::pg_catalog.regtype) \
          THEN pg_catalog.to_json(r.v) OPERATOR(pg_catalog.#>>) '{}' ELSE r.v::pg_catalog.text END";
@@ -109,9 +110,7 @@ pub fn value_query(sub: &SubPlan, kind: &ValueKind) -> String {
             format!("SELECT {type_of}, (SELECT {text} FROM {table} AS r(v)), {name}")
         }
         ValueKind::Exists => {
-            format!(
-                "SELECT 'boolean', (EXISTS (SELECT FROM {table}))::pg_catalog.text, 'exists'"
-            )
+            format!("SELECT 'boolean', (EXISTS (SELECT FROM {table}))::pg_catalog.text, 'exists'")
         }
     }
 }
@@ -166,7 +165,8 @@ pub(super) fn substitute_tree(root: &mut N, values: &[Value]) {
         // An output column that is just the sublink keeps PostgreSQL's name for it.
         if let Some(N::ResTarget(t)) = n.node.as_mut() {
             if let Some(N::SubLink(l)) = t.val.as_deref().and_then(|v| v.node.as_ref()) {
-                let value = sublink_table(l).and_then(|table| values.iter().find(|v| v.table == table));
+                let value =
+                    sublink_table(l).and_then(|table| values.iter().find(|v| v.table == table));
                 if let Some(v) = value.filter(|v| t.name.is_empty() && !v.column_name.is_empty()) {
                     t.name = v.column_name.clone();
                 }

@@ -111,7 +111,9 @@ pub(super) fn semijoins(
     rels.iter()
         .enumerate()
         .map(|(g, _)| {
-            let members: Vec<usize> = (0..refs.len()).filter(|i| group_of(*i) == Some(g)).collect();
+            let members: Vec<usize> = (0..refs.len())
+                .filter(|i| group_of(*i) == Some(g))
+                .collect();
             let mut common: Option<HashSet<(String, usize, String)>> = None;
             for &m in &members {
                 let reach = w.reachable(m, &members);
@@ -147,7 +149,13 @@ impl Walk<'_> {
         let mut here = Vec::new();
         let (mut ignored, mut ons) = (Vec::new(), Vec::new());
         for item in &s.from_clause {
-            here.extend(from_item(item, refs, &mut self.nullable, &mut ignored, &mut ons)?);
+            here.extend(from_item(
+                item,
+                refs,
+                &mut self.nullable,
+                &mut ignored,
+                &mut ons,
+            )?);
         }
         let mut scope: Vec<Vec<usize>> = vec![here.clone()];
         scope.extend(outer.iter().cloned());

@@ -202,24 +202,58 @@ fn semijoins_refused_where_unmatched_rows_matter() {
     for (sql, rel) in [
         // Outer joins: the preserved side keeps unmatched rows; the nullable side's
         // filter is in ON; a nullable reference's rows are not reduced.
-        ("SELECT * FROM a LEFT JOIN c ON a.v = c.v AND c.c_only = 1", 0),
-        ("SELECT * FROM a LEFT JOIN c ON a.v = c.v WHERE c.c_only = 1", 0),
-        ("SELECT * FROM c LEFT JOIN a ON a.v = c.v WHERE c.c_only = 1", 1),
-        ("SELECT * FROM a FULL JOIN c ON a.v = c.v WHERE c.c_only = 1", 0),
+        (
+            "SELECT * FROM a LEFT JOIN c ON a.v = c.v AND c.c_only = 1",
+            0,
+        ),
+        (
+            "SELECT * FROM a LEFT JOIN c ON a.v = c.v WHERE c.c_only = 1",
+            0,
+        ),
+        (
+            "SELECT * FROM c LEFT JOIN a ON a.v = c.v WHERE c.c_only = 1",
+            1,
+        ),
+        (
+            "SELECT * FROM a FULL JOIN c ON a.v = c.v WHERE c.c_only = 1",
+            0,
+        ),
         // Anti joins: a's unmatched rows are the answer.
-        ("SELECT * FROM a WHERE NOT EXISTS (SELECT 1 FROM c WHERE c.v = a.v AND c.c_only = 1)", 0),
-        ("SELECT * FROM a WHERE a.v NOT IN (SELECT c.v FROM c WHERE c.c_only = 1)", 0),
+        (
+            "SELECT * FROM a WHERE NOT EXISTS (SELECT 1 FROM c WHERE c.v = a.v AND c.c_only = 1)",
+            0,
+        ),
+        (
+            "SELECT * FROM a WHERE a.v NOT IN (SELECT c.v FROM c WHERE c.c_only = 1)",
+            0,
+        ),
         // EXISTS / scalar subqueries constrain nothing outwards.
-        ("SELECT * FROM a WHERE EXISTS (SELECT 1 FROM c WHERE c.v = a.v AND c.c_only = 1)", 0),
-        ("SELECT * FROM a WHERE a.k > (SELECT count(*) FROM c WHERE c.v = a.v AND c.c_only = 1)", 0),
+        (
+            "SELECT * FROM a WHERE EXISTS (SELECT 1 FROM c WHERE c.v = a.v AND c.c_only = 1)",
+            0,
+        ),
+        (
+            "SELECT * FROM a WHERE a.k > (SELECT count(*) FROM c WHERE c.v = a.v AND c.c_only = 1)",
+            0,
+        ),
         // An OR'ed equality, an IN under OR.
-        ("SELECT * FROM a, c WHERE (a.v = c.v OR a.k = 1) AND c.c_only = 1", 0),
-        ("SELECT * FROM a WHERE a.v IN (SELECT c.v FROM c WHERE c.c_only = 1) OR a.k = 2", 0),
+        (
+            "SELECT * FROM a, c WHERE (a.v = c.v OR a.k = 1) AND c.c_only = 1",
+            0,
+        ),
+        (
+            "SELECT * FROM a WHERE a.v IN (SELECT c.v FROM c WHERE c.c_only = 1) OR a.k = 2",
+            0,
+        ),
         // The other side has no filter of its own.
         ("SELECT * FROM a, c WHERE a.v = c.v AND a.k = 3", 0),
         ("SELECT * FROM a, c WHERE a.v = c.v AND c.c_only = a.k", 0),
     ] {
-        assert!(semijoins_of(sql, rel).is_empty(), "{sql}: {:?}", semijoins_of(sql, rel));
+        assert!(
+            semijoins_of(sql, rel).is_empty(),
+            "{sql}: {:?}",
+            semijoins_of(sql, rel)
+        );
     }
 }
 
@@ -234,7 +268,11 @@ fn semijoin_chosen_by_estimates_and_types() {
     assert_eq!((s.column.as_str(), s.source_column.as_str()), ("v", "k"));
     // Over the cap of keys, or not fewer than the moved rows: not reduced.
     let d = decided(sql, &[1e7, 2e5]);
-    assert!(d.moves.iter().all(|m| m.semijoin.is_none()), "{:?}", d.moves);
+    assert!(
+        d.moves.iter().all(|m| m.semijoin.is_none()),
+        "{:?}",
+        d.moves
+    );
     // Columns of different types: the keys' text would not read back alike.
     let p = repartition_plan(sql);
     let mixed = |i: usize, c: &str| {
@@ -245,12 +283,27 @@ fn semijoin_chosen_by_estimates_and_types() {
         })
     };
     let d = decide(&p, &[1e6, 2e4], &mixed, &catalog(), &|_| false);
-    assert!(d.iter().flat_map(|d| &d.moves).all(|m| m.semijoin.is_none()));
+    assert!(d
+        .iter()
+        .flat_map(|d| &d.moves)
+        .all(|m| m.semijoin.is_none()));
     // The reduced read: the keys a parameter, never spliced.
     let d = decided(sql, &[1e6, 2e4]);
-    let q = source_select(&p, 0, &d.moves[0].table.columns, move_hash(&d.moves[0]), 101, Some("v"))
-        .unwrap();
+    let q = source_select(
+        &p,
+        0,
+        &d.moves[0].table.columns,
+        move_hash(&d.moves[0]),
+        101,
+        Some("v"),
+    )
+    .unwrap();
     assert!(q.ends_with("WHERE a.v = ANY($1)"), "{q}");
     let k = semijoin_key_select(d.moves[0].semijoin.as_ref().unwrap(), 301).unwrap();
-    assert!(k.starts_with("SELECT DISTINCT c.k FROM public.c_301 c WHERE c.k IS NOT NULL AND c.c_only = 1"), "{k}");
+    assert!(
+        k.starts_with(
+            "SELECT DISTINCT c.k FROM public.c_301 c WHERE c.k IS NOT NULL AND c.c_only = 1"
+        ),
+        "{k}"
+    );
 }
