@@ -9,36 +9,10 @@
 
 mod common;
 
-use common::{cluster, connect, plain_postgres};
+use common::{cluster, connect, outcome, plain_postgres};
 use std::io::Write;
 use std::process::{Command, Stdio};
 use tokio_postgres::{Client, SimpleQueryMessage};
-
-/// A statement's answer as text: its rows, its completion, or its error's SQLSTATE.
-async fn outcome(c: &Client, sql: &str) -> String {
-    match c.simple_query(sql).await {
-        Ok(msgs) => msgs
-            .iter()
-            .map(|m| match m {
-                SimpleQueryMessage::Row(r) => {
-                    let vals: Vec<&str> =
-                        (0..r.len()).map(|i| r.get(i).unwrap_or("NULL")).collect();
-                    format!("({})", vals.join(","))
-                }
-                SimpleQueryMessage::CommandComplete(n) => format!("ok {n}"),
-                _ => String::new(),
-            })
-            .filter(|s| !s.is_empty())
-            .collect::<Vec<_>>()
-            .join(" "),
-        Err(e) => format!(
-            "error {}",
-            e.code()
-                .map(|c| c.code().to_string())
-                .unwrap_or_else(|| e.to_string())
-        ),
-    }
-}
 
 /// The first value of the first row of `sql` (simple protocol).
 async fn value(c: &Client, sql: &str) -> Option<String> {

@@ -23,7 +23,7 @@
 mod common;
 
 use common::{alloc_ports, cluster, cluster_up, plain_postgres, psql, run_dir, teardown_at_exit};
-use common::{Teardown, TestCluster};
+use common::{outcome, Teardown, TestCluster};
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::Command;
@@ -31,32 +31,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_postgres::{Client, SimpleQueryMessage};
-
-/// Outcome of one statement: the command tags and rows, or the SQLSTATE.
-async fn outcome(c: &Client, sql: &str) -> String {
-    match c.simple_query(sql).await {
-        Ok(msgs) => msgs
-            .iter()
-            .map(|m| match m {
-                SimpleQueryMessage::Row(r) => {
-                    let vals: Vec<&str> =
-                        (0..r.len()).map(|i| r.get(i).unwrap_or("NULL")).collect();
-                    format!("({})", vals.join(","))
-                }
-                SimpleQueryMessage::CommandComplete(n) => format!("ok {n}"),
-                _ => String::new(),
-            })
-            .filter(|s| !s.is_empty())
-            .collect::<Vec<_>>()
-            .join(" "),
-        Err(e) => format!(
-            "error {}",
-            e.code()
-                .map(|c| c.code().to_string())
-                .unwrap_or_else(|| e.to_string())
-        ),
-    }
-}
 
 /// The one value of `sql` as an int8, through the simple protocol (Citus
 /// functions nested in expressions are computed in simple queries only).

@@ -179,14 +179,7 @@ mod tests {
     use super::*;
 
     fn rewritten(sql: &str) -> Option<String> {
-        let tree = pg_query::parse(sql, 0).unwrap();
-        let node = tree.protobuf.stmts[0]
-            .stmt
-            .as_ref()
-            .unwrap()
-            .node
-            .clone()
-            .unwrap();
+        let node = crate::sql::parse::first_statement_for_tests(sql);
         rewrite(&node)
     }
 

@@ -87,14 +87,7 @@ mod tests {
     use super::*;
 
     fn plan(sql: &str) -> Option<GrantPlan> {
-        let parsed = pg_query::parse(sql, 0).unwrap();
-        let node = parsed.protobuf.stmts[0]
-            .stmt
-            .as_ref()
-            .unwrap()
-            .node
-            .clone()
-            .unwrap();
+        let node = crate::sql::parse::first_statement_for_tests(sql);
         plan_objects(&node, sql)
     }
 

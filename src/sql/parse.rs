@@ -462,6 +462,19 @@ pub fn number_span(text: &str, at: usize) -> Option<(usize, usize)> {
     }
 }
 
+/// The parse tree of the first statement of `sql`, for unit tests of the steps that
+/// take one statement's node.
+#[cfg(test)]
+pub fn first_statement_for_tests(sql: &str) -> pg_query::protobuf::node::Node {
+    pg_query::parse(sql, 0).unwrap().protobuf.stmts[0]
+        .stmt
+        .as_ref()
+        .unwrap()
+        .node
+        .clone()
+        .unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -459,3 +459,30 @@ pub async fn assert_same_rows(
     assert_eq!(a, b, "{sql}");
     assert!(!b.is_empty(), "{sql} returned nothing");
 }
+
+/// A statement's answer as text (simple protocol): its rows and command tags, or its
+/// error's SQLSTATE.
+pub async fn outcome(c: &tokio_postgres::Client, sql: &str) -> String {
+    match c.simple_query(sql).await {
+        Ok(msgs) => msgs
+            .iter()
+            .map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => {
+                    let vals: Vec<&str> =
+                        (0..r.len()).map(|i| r.get(i).unwrap_or("NULL")).collect();
+                    format!("({})", vals.join(","))
+                }
+                tokio_postgres::SimpleQueryMessage::CommandComplete(n) => format!("ok {n}"),
+                _ => String::new(),
+            })
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join(" "),
+        Err(e) => format!(
+            "error {}",
+            e.code()
+                .map(|c| c.code().to_string())
+                .unwrap_or_else(|| e.to_string())
+        ),
+    }
+}

@@ -108,20 +108,8 @@ fn level(
     }
     out.covered.extend(here.iter().copied());
     // The subqueries of this level (not those inside them: their own levels).
-    let top_level_links: Vec<i32> = where_conjuncts
-        .iter()
-        .filter_map(|c| match c.node.as_ref() {
-            Some(N::SubLink(l)) => Some(l.location),
-            _ => None,
-        })
-        .collect();
-    let mut roots: Vec<protobuf::Node> = s.from_clause.clone();
-    roots.extend(s.where_clause.as_deref().cloned());
-    roots.extend(s.target_list.iter().cloned());
-    roots.extend(s.group_clause.iter().cloned());
-    roots.extend(s.having_clause.as_deref().cloned());
-    roots.extend(s.sort_clause.iter().cloned());
-    for link in outermost_sublinks(&roots) {
+    let top_level_links = top_level_link_locations(&where_conjuncts);
+    for link in level_sublinks(s) {
         let Some(N::SelectStmt(sub)) = link.subselect.as_deref().and_then(|n| n.node.as_ref())
         else {
             return None;
@@ -133,6 +121,29 @@ fn level(
         }
     }
     Some(here)
+}
+
+/// Where the subqueries that are whole conjuncts of a WHERE stand (their `location`).
+pub(super) fn top_level_link_locations(conjuncts: &[protobuf::Node]) -> Vec<i32> {
+    conjuncts
+        .iter()
+        .filter_map(|c| match c.node.as_ref() {
+            Some(N::SubLink(l)) => Some(l.location),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The subqueries of one query level: in its FROM, WHERE, select list, GROUP BY,
+/// HAVING and ORDER BY, not those inside them (their own levels).
+pub(super) fn level_sublinks(s: &protobuf::SelectStmt) -> Vec<protobuf::SubLink> {
+    let mut roots: Vec<protobuf::Node> = s.from_clause.clone();
+    roots.extend(s.where_clause.as_deref().cloned());
+    roots.extend(s.target_list.iter().cloned());
+    roots.extend(s.group_clause.iter().cloned());
+    roots.extend(s.having_clause.as_deref().cloned());
+    roots.extend(s.sort_clause.iter().cloned());
+    outermost_sublinks(&roots)
 }
 
 /// `x IN (SELECT y ...)` (or `x = ANY (...)`): the equality of the two columns.

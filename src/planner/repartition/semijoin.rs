@@ -25,11 +25,10 @@
 //! join's preserved side keeps its unmatched rows), NOT EXISTS / NOT IN / scalar
 //! subqueries (no link from the outer level inwards), OR'ed conditions.
 
-use super::levels::in_link;
+use super::levels::{in_link, level_sublinks, top_level_link_locations};
 use super::statement::{conjuncts, equality, from_item, on_equalities, only_reads};
 use super::{ColumnType, JoinRel};
 use crate::catalog::DistTable;
-use crate::planner::join::outermost_sublinks;
 use crate::sql::parse::RelRef;
 use pg_query::protobuf::{self, node::Node as N};
 use std::collections::HashSet;
@@ -192,20 +191,8 @@ impl Walk<'_> {
                     .collect();
             }
         }
-        let top_links: Vec<i32> = top
-            .iter()
-            .filter_map(|c| match c.node.as_ref() {
-                Some(N::SubLink(l)) => Some(l.location),
-                _ => None,
-            })
-            .collect();
-        let mut roots: Vec<protobuf::Node> = s.from_clause.clone();
-        roots.extend(s.where_clause.as_deref().cloned());
-        roots.extend(s.target_list.iter().cloned());
-        roots.extend(s.group_clause.iter().cloned());
-        roots.extend(s.having_clause.as_deref().cloned());
-        roots.extend(s.sort_clause.iter().cloned());
-        for link in outermost_sublinks(&roots) {
+        let top_links = top_level_link_locations(&top);
+        for link in level_sublinks(s) {
             let Some(N::SelectStmt(sub)) = link.subselect.as_deref().and_then(|n| n.node.as_ref())
             else {
                 return None;
