@@ -64,7 +64,6 @@ impl Session {
         if !self.tx.held[idx].in_batch {
             // Before anything of this batch goes to the connection.
             let fp = self.settings_fp;
-            let begin_text = (self.tx.state != TxnState::Idle).then(|| self.tagged_begin_text());
             let h = &mut self.tx.held[idx];
             h.in_batch = true;
             h.errored = false;
@@ -102,8 +101,8 @@ impl Session {
                 if extended && self.savepoints.is_empty() && self.local_settings.is_empty() {
                     self.write_begin(idx);
                 } else {
-                    let begin_text = begin_text.as_deref().unwrap_or("BEGIN");
-                    let begin = begin_sequence(begin_text, &self.savepoints, &self.local_settings);
+                    let begin_text = tagged_begin_text(&self.tx.begin_text, self.tx.txn_serial);
+                    let begin = begin_sequence(&begin_text, &self.savepoints, &self.local_settings);
                     msg::write_query(&mut h.conn.wbuf, &begin);
                     h.dirty = true;
                     self.pending.push_back(Expect::SimpleSilent(addr.clone()));
@@ -186,20 +185,6 @@ impl Session {
         self.pending.push_back(Expect::OneSilent(addr.clone()));
     }
 
-    /// The block's BEGIN for a simple-query string, with its tag while other pgshard
-    /// processes serve the cluster (`deadlock::tags_transactions`).
-    fn tagged_begin_text(&self) -> String {
-        if deadlock::tags_transactions() {
-            format!(
-                "{}; {}",
-                self.tx.begin_text,
-                deadlock::tag_statement(self.tx.txn_serial)
-            )
-        } else {
-            self.tx.begin_text.clone()
-        }
-    }
-
     /// Turns the current autocommit batch into a transaction block of pgshard's own
     /// (committed, with 2PC where several nodes wrote, when the batch or statement ends).
     pub(super) async fn upgrade_to_implicit_block(&mut self) -> PgResult<()> {
@@ -212,7 +197,7 @@ impl Session {
             .shared
             .next_transaction
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let begin = self.tagged_begin_text();
+        let begin = tagged_begin_text(&self.tx.begin_text, self.tx.txn_serial);
         for h in self.tx.held.iter_mut().filter(|h| h.in_batch) {
             // BEGIN inside the implicit transaction turns it into a block.
             msg::write_query(&mut h.conn.wbuf, &begin);
@@ -469,4 +454,14 @@ impl Session {
     }
 
     // ---- planning --------------------------------------------------------
+}
+
+/// A block's BEGIN for a simple-query string, with its tag while other pgshard
+/// processes serve the cluster (`deadlock::tags_transactions`); borrowed otherwise.
+fn tagged_begin_text(begin_text: &str, txn_serial: u64) -> std::borrow::Cow<'_, str> {
+    if deadlock::tags_transactions() {
+        format!("{begin_text}; {}", deadlock::tag_statement(txn_serial)).into()
+    } else {
+        begin_text.into()
+    }
 }
