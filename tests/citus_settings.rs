@@ -12,7 +12,7 @@ mod common;
 use common::{cluster, connect, outcome, plain_postgres};
 use std::io::Write;
 use std::process::{Command, Stdio};
-use tokio_postgres::{Client, SimpleQueryMessage};
+use tokio_postgres::Client;
 
 /// The first value of the first row of `sql` (simple protocol).
 async fn value(c: &Client, sql: &str) -> Option<String> {

@@ -351,7 +351,7 @@ async fn a_deadlock_across_processes_is_broken() {
         .batch_execute("SELECT create_distributed_table('dlx', 'id')")
         .await
         .unwrap();
-    let (ka, kb) = keys_on_two_workers_from(&setup, "dlx", 0).await;
+    let (ka, kb) = common::keys_on_two_workers_from(&setup, "dlx", 0).await;
     setup
         .batch_execute(&format!("INSERT INTO dlx VALUES ({ka}, 0), ({kb}, 0)"))
         .await
@@ -462,9 +462,9 @@ async fn recovery_after_kill_9_resolves_the_dead_process_and_spares_the_live_one
         .batch_execute("SELECT create_distributed_table('rec', 'id')")
         .await
         .unwrap();
-    let (k1, k2) = keys_on_two_workers_from(&setup, "rec", 0).await;
-    let (k3, k4) = keys_on_two_workers_from(&setup, "rec", 200).await;
-    let (l1, l2) = keys_on_two_workers_from(&setup, "rec", 400).await;
+    let (k1, k2) = common::keys_on_two_workers_from(&setup, "rec", 0).await;
+    let (k3, k4) = common::keys_on_two_workers_from(&setup, "rec", 200).await;
+    let (l1, l2) = common::keys_on_two_workers_from(&setup, "rec", 400).await;
     setup
         .batch_execute("INSERT INTO rec SELECT g, 0 FROM generate_series(1, 800) g")
         .await
@@ -651,25 +651,4 @@ async fn prepared_txn_of(cl: &Cluster, c: &Client, table: &str, key: i32) -> Str
     .await
     .unwrap()
     .get(0)
-}
-
-/// Two keys above `from` whose shards lie on different workers.
-async fn keys_on_two_workers_from(c: &Client, table: &str, from: i32) -> (i32, i32) {
-    let mut first: Option<(i32, i64)> = None;
-    for k in from + 1..from + 200 {
-        let port = scalar(
-            c,
-            &format!(
-                "SELECT nodeport::int8 FROM pg_dist_shard_placement WHERE shardid = \
-                 (SELECT get_shard_id_for_distribution_column('{table}', {k}))"
-            ),
-        )
-        .await;
-        match first {
-            None => first = Some((k, port)),
-            Some((k0, p0)) if p0 != port => return (k0, k),
-            _ => {}
-        }
-    }
-    panic!("no two keys of {table} on different workers");
 }

@@ -51,19 +51,6 @@ async fn connect(info: &ClusterInfo, port: u16) -> Option<Client> {
     Some(client)
 }
 
-async fn scalar(c: &Client, sql: &str) -> String {
-    let rows = c
-        .simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    rows.iter()
-        .find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r.get(0).unwrap_or("").to_string()),
-            _ => None,
-        })
-        .unwrap_or_default()
-}
-
 /// What the clients saw.
 #[derive(Default)]
 struct Outcome {
@@ -272,7 +259,7 @@ async fn a_killed_worker_primary_fails_over_under_tpcb() {
     );
 
     // The standby is the group's primary; the old one retired and fenced.
-    let nodes = scalar(
+    let nodes = common::scalar(
         &c,
         "SELECT string_agg(format('%s:%s:%s', nodeport, noderole, isactive), ' ' ORDER BY nodeport) \
          FROM pg_dist_node",
@@ -314,7 +301,7 @@ async fn a_killed_worker_primary_fails_over_under_tpcb() {
     for p in primaries {
         let direct = connect_direct(&info, p).await;
         loop {
-            let n = scalar(&direct, "SELECT count(*) FROM pg_prepared_xacts").await;
+            let n = common::scalar(&direct, "SELECT count(*) FROM pg_prepared_xacts").await;
             if n == "0" {
                 break;
             }
@@ -338,7 +325,7 @@ async fn a_killed_worker_primary_fails_over_under_tpcb() {
                 (SELECT coalesce(sum(delta), 0) FROM history)::text";
     let mut seen = Vec::new();
     for client in [&c, &via_second] {
-        let line = scalar(client, sums).await;
+        let line = common::scalar(client, sums).await;
         let parts: Vec<&str> = line.split(' ').collect();
         assert_eq!(parts.len(), 4, "{line}");
         assert!(
@@ -370,7 +357,7 @@ async fn a_killed_worker_primary_fails_over_under_tpcb() {
             .await
             .unwrap();
     }
-    let counted = scalar(
+    let counted = common::scalar(
         &connect_direct(&info, standby_port).await,
         "SELECT pg_is_in_recovery()::text",
     )

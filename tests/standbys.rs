@@ -55,19 +55,6 @@ async fn connect(info: &ClusterInfo, port: u16) -> Client {
     common::connect(&info.host, port, &info.user, &info.password, &info.database).await
 }
 
-async fn scalar(c: &Client, sql: &str) -> String {
-    let rows = c
-        .simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    rows.iter()
-        .find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r.get(0).unwrap_or("").to_string()),
-            _ => None,
-        })
-        .unwrap_or_default()
-}
-
 /// `(application_name, sync_state)` of a primary's streaming standbys, sorted.
 async fn sync_states(info: &ClusterInfo, primary: &Node) -> Vec<(String, String)> {
     let rows = standby::replication_rows(primary, &info.password)
@@ -111,7 +98,7 @@ async fn eventually(info: &ClusterInfo, port: u16, sql: &str, want: &str) {
     let c = connect(info, port).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let got = scalar(&c, sql).await;
+        let got = common::scalar(&c, sql).await;
         if got == want {
             return;
         }
@@ -177,7 +164,7 @@ async fn standbys_replicate_and_synchronous_commits_wait_for_one() {
 
     let client = connect(&info, info.port).await;
     // pg_dist_node: the secondaries in their primary's group; routing reads primaries.
-    let nodes = scalar(
+    let nodes = common::scalar(
         &client,
         "SELECT string_agg(format('%s:%s:%s', groupid, nodeport, noderole), ' ' ORDER BY nodeport) \
          FROM pg_dist_node",
@@ -210,7 +197,7 @@ async fn standbys_replicate_and_synchronous_commits_wait_for_one() {
     expected.sort();
     let expected: Vec<String> = expected.into_iter().map(|(_, s)| s).collect();
     assert_eq!(nodes, expected.join(" "), "pg_dist_node");
-    let active = scalar(
+    let active = common::scalar(
         &client,
         "SELECT string_agg(node_port::text, ',' ORDER BY node_port) FROM citus_get_active_worker_nodes()",
     )
@@ -226,7 +213,7 @@ async fn standbys_replicate_and_synchronous_commits_wait_for_one() {
         s1.port,
         worker_group(groups[1].0.port)
     );
-    let id = scalar(&client, &again).await;
+    let id = common::scalar(&client, &again).await;
     assert!(id.parse::<i32>().is_ok(), "{id}");
     for (sql, code) in [
         (
@@ -260,19 +247,22 @@ async fn standbys_replicate_and_synchronous_commits_wait_for_one() {
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
-    let placed = scalar(
+    let placed = common::scalar(
         &client,
         "SELECT string_agg(DISTINCT nodeport::text, ',') FROM citus_shards WHERE table_name = 'logins'::regclass",
     )
     .await;
     assert_eq!(placed, workers.join(","), "placements of logins");
-    assert_eq!(scalar(&client, "SELECT count(*) FROM logins").await, "100");
+    assert_eq!(
+        common::scalar(&client, "SELECT count(*) FROM logins").await,
+        "100"
+    );
     let shard_counts = "SELECT coalesce(sum(n), 0)::text FROM (SELECT (xpath('/row/c/text()', \
          query_to_xml(format('SELECT count(*) AS c FROM %I', relname), false, true, '')))[1]::text::int AS n \
          FROM pg_class WHERE relname LIKE 'logins\\_%' AND relkind = 'r') s";
     let mut on_workers = 0;
     for (primary, standbys) in &groups[1..] {
-        let n: i32 = scalar(&connect(&info, primary.port).await, shard_counts)
+        let n: i32 = common::scalar(&connect(&info, primary.port).await, shard_counts)
             .await
             .parse()
             .unwrap();
@@ -308,7 +298,7 @@ async fn standbys_replicate_and_synchronous_commits_wait_for_one() {
         stop(&standbys[1]);
     }
     let key = 7;
-    let shard_port: u16 = scalar(
+    let shard_port: u16 = common::scalar(
         &client,
         &format!(
             "SELECT nodeport FROM citus_shards WHERE shardid = \
@@ -374,9 +364,12 @@ async fn standbys_replicate_and_synchronous_commits_wait_for_one() {
         }
     }
     expect_sync_states(&info, &groups, &[("s1", "sync"), ("s2", "potential")]).await;
-    assert_eq!(scalar(&client, "SELECT count(*) FROM logins").await, "203");
+    assert_eq!(
+        common::scalar(&client, "SELECT count(*) FROM logins").await,
+        "203"
+    );
     for (primary, standbys) in &groups[1..] {
-        let n = scalar(&connect(&info, primary.port).await, shard_counts).await;
+        let n = common::scalar(&connect(&info, primary.port).await, shard_counts).await;
         for sb in standbys {
             eventually(&info, sb.port, shard_counts, &n).await;
         }
@@ -399,5 +392,8 @@ async fn standbys_replicate_and_synchronous_commits_wait_for_one() {
     pgshard(&["cluster", "up", "--dir", d, "--port", &port, "--fast"]);
     expect_sync_states(&info, &groups, &[("s1", "sync"), ("s2", "potential")]).await;
     let client = connect(&info, info.port).await;
-    assert_eq!(scalar(&client, "SELECT count(*) FROM logins").await, "203");
+    assert_eq!(
+        common::scalar(&client, "SELECT count(*) FROM logins").await,
+        "203"
+    );
 }

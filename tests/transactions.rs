@@ -85,27 +85,6 @@ async fn vanishing_client(cl: &TestCluster) -> (Client, tokio::task::JoinHandle<
     (client, h)
 }
 
-/// Distribution values of `table` (int key) placed on two different workers.
-async fn keys_on_two_workers(c: &Client, table: &str) -> (i32, i32) {
-    let mut first: Option<(i32, i64)> = None;
-    for k in 1..200 {
-        let port: i64 = scalar_i64(
-            c,
-            &format!(
-                "SELECT nodeport::int8 FROM pg_dist_shard_placement WHERE shardid = \
-                 (SELECT get_shard_id_for_distribution_column('{table}', {k}))"
-            ),
-        )
-        .await;
-        match first {
-            None => first = Some((k, port)),
-            Some((k0, p0)) if p0 != port => return (k0, k),
-            _ => {}
-        }
-    }
-    panic!("no two keys of {table} on different workers");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn savepoints_behave_as_in_postgres() {
     let cl = cluster();
@@ -328,7 +307,7 @@ async fn settings_in_blocks_behave_as_in_postgres() {
         .batch_execute("CREATE TABLE st (id int PRIMARY KEY, v int)")
         .await
         .unwrap();
-    let (a, b) = keys_on_two_workers(&pg, "st").await;
+    let (a, b) = common::keys_on_two_workers_from(&pg, "st", 0).await;
     for c in [&pg, &plain] {
         c.batch_execute(&format!("INSERT INTO st VALUES ({a}, 1), ({b}, 1)"))
             .await
@@ -495,7 +474,7 @@ async fn distributed_deadlock_is_broken() {
         )
         .await
         .unwrap();
-    let (a, b) = keys_on_two_workers(&setup, "dl").await;
+    let (a, b) = common::keys_on_two_workers_from(&setup, "dl", 0).await;
     setup
         .batch_execute(&format!(
             "INSERT INTO dl VALUES ({a}, 0); INSERT INTO dl VALUES ({b}, 0)"
@@ -557,7 +536,7 @@ async fn vanished_client_leaves_no_open_transaction() {
         )
         .await
         .unwrap();
-    let (a, b) = keys_on_two_workers(&setup, "vanish").await;
+    let (a, b) = common::keys_on_two_workers_from(&setup, "vanish", 0).await;
     for cut in [false, true] {
         let (c, conn) = vanishing_client(cl).await;
         c.batch_execute(&format!(
@@ -607,7 +586,7 @@ async fn one_phase_commit_mode() {
     )
     .await
     .unwrap();
-    let (a, b) = keys_on_two_workers(&c, "onepc").await;
+    let (a, b) = common::keys_on_two_workers_from(&c, "onepc", 0).await;
     c.batch_execute("SET citus.multi_shard_commit_protocol = '1pc'")
         .await
         .unwrap();
@@ -646,7 +625,7 @@ async fn extended_protocol_statements_join_the_block() {
     )
     .await
     .unwrap();
-    let (a, b) = keys_on_two_workers(&c, "extblock").await;
+    let (a, b) = common::keys_on_two_workers_from(&c, "extblock", 0).await;
     let isolation = "SELECT current_setting('transaction_isolation') FROM extblock WHERE id = $1";
     c.batch_execute(&format!("INSERT INTO extblock VALUES ({a}, 0), ({b}, 0)"))
         .await
@@ -1216,7 +1195,7 @@ async fn chained_blocks_and_lock_table_behave_as_in_postgres() {
         .batch_execute("CREATE TABLE ch (id int PRIMARY KEY, v int)")
         .await
         .unwrap();
-    let (a, b) = keys_on_two_workers(&pg, "ch").await;
+    let (a, b) = common::keys_on_two_workers_from(&pg, "ch", 0).await;
     for c in [&pg, &plain] {
         c.batch_execute(&format!("INSERT INTO ch VALUES ({a}, 1), ({b}, 1)"))
             .await

@@ -486,3 +486,43 @@ pub async fn outcome(c: &tokio_postgres::Client, sql: &str) -> String {
         ),
     }
 }
+
+/// Two values above `from` of `table`'s int distribution column whose shards lie on
+/// different workers.
+pub async fn keys_on_two_workers_from(
+    c: &tokio_postgres::Client,
+    table: &str,
+    from: i32,
+) -> (i32, i32) {
+    let mut first: Option<(i32, String)> = None;
+    for k in from + 1..from + 200 {
+        let port = scalar(
+            c,
+            &format!(
+                "SELECT nodeport::int8 FROM pg_dist_shard_placement WHERE shardid = \
+                 (SELECT get_shard_id_for_distribution_column('{table}', {k}))"
+            ),
+        )
+        .await;
+        match first {
+            None => first = Some((k, port)),
+            Some((k0, ref p0)) if *p0 != port => return (k0, k),
+            _ => {}
+        }
+    }
+    panic!("no two keys of {table} on different workers");
+}
+
+/// The first value of `sql`'s first row as text ("" for NULL or no row); panics on error.
+pub async fn scalar(c: &tokio_postgres::Client, sql: &str) -> String {
+    let rows = c
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    rows.iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r.get(0).unwrap_or("").to_string()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
