@@ -5,7 +5,8 @@
 //! position (`utility_arg_names`) and runs it with [`call_utility`]; arguments arrive
 //! as text (None = NULL or omitted) and the result goes back as text rows.
 //!
-//! - `nodes`: `citus_add_node`, `citus_remove_node`, `citus_get_active_worker_nodes`
+//! - `nodes`: `citus_add_node`, `citus_remove_node`, `citus_get_active_worker_nodes`,
+//!   `start_metadata_sync_to_node` / `stop_metadata_sync_to_node`
 //! - `distribute`: `create_distributed_table` (shard creation, data copy, 2PC)
 //! - `reference`: `create_reference_table`, writes to every placement
 //! - `ddl`: DDL propagation to shells and shards
@@ -149,6 +150,11 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
     ("citus_remove_node", &["nodename", "nodeport"]),
     ("master_remove_node", &["nodename", "nodeport"]),
     ("citus_get_active_worker_nodes", &[]),
+    ("start_metadata_sync_to_node", &["nodename", "nodeport"]),
+    (
+        "stop_metadata_sync_to_node",
+        &["nodename", "nodeport", "clear_metadata"],
+    ),
     ("master_get_active_worker_nodes", &[]),
     (
         "create_distributed_table",
@@ -331,6 +337,8 @@ pub async fn call_utility(
     match name.as_str() {
         "citus_add_node" | "master_add_node" => nodes::add_node(cache, &args).await,
         "citus_remove_node" | "master_remove_node" => nodes::remove_node(cache, &args).await,
+        "start_metadata_sync_to_node" => nodes::metadata_sync(cache, &args, true, &notices).await,
+        "stop_metadata_sync_to_node" => nodes::metadata_sync(cache, &args, false, &notices).await,
         "citus_get_active_worker_nodes" | "master_get_active_worker_nodes" => {
             nodes::active_worker_nodes(cache).await
         }

@@ -214,7 +214,10 @@ pub(crate) async fn remove_node(
         .await
         .map_err(db_err("cannot read pg_dist_node"))?
         .ok_or_else(|| {
-            PgError::new("42704", format!("node at \"{host}:{port}\" does not exist"))
+            PgError::new(
+                sqlstate::UNDEFINED_OBJECT,
+                format!("node at \"{host}:{port}\" does not exist"),
+            )
         })?;
     let node_id: i32 = row.get(0);
     let placements: i64 = row.get(2);
@@ -240,6 +243,51 @@ pub(crate) async fn remove_node(
         .await
         .map_err(db_err("cannot commit the node removal"))?;
     cache.reload().await;
+    Ok(UtilityResult::void(args.name))
+}
+
+/// `start_metadata_sync_to_node(nodename, nodeport)` / `stop_metadata_sync_to_node(...)`
+/// (Citus MX, seed 003): mark a primary's `hasmetadata` / `metadatasynced` as Citus does.
+/// No worker needs the catalog in pgshard: every pgshard process reads it from the
+/// coordinator node, and more entry points are more pgshard processes (`cluster up
+/// --coordinators N`), which a NOTICE says.
+pub(crate) async fn metadata_sync(
+    cache: &CatalogCache,
+    args: &Args<'_>,
+    start: bool,
+    notices: &tokio::sync::mpsc::UnboundedSender<String>,
+) -> Result<UtilityResult, PgError> {
+    let host = args.required(0)?.to_string();
+    let port = i32::from(node_port(args, 1)?);
+    let coord = begin_catalog_change(cache).await?;
+    let updated = coord
+        .execute(
+            "UPDATE pg_catalog.pg_dist_node SET hasmetadata = $3, metadatasynced = $3 \
+             WHERE nodename = $1 AND nodeport = $2 AND noderole = 'primary'",
+            &[&host, &port, &start],
+        )
+        .await
+        .map_err(db_err("cannot update pg_dist_node"))?;
+    if updated == 0 {
+        return Err(PgError::new(
+            sqlstate::UNDEFINED_OBJECT,
+            format!("node at \"{host}:{port}\" does not exist"),
+        ));
+    }
+    bump_version(&coord).await?;
+    coord
+        .batch_execute("COMMIT")
+        .await
+        .map_err(db_err("cannot commit the change of pg_dist_node"))?;
+    cache.reload().await;
+    if start {
+        let _ = notices.send(
+            "pgshard keeps the metadata on the coordinator node for every pgshard process; \
+             to serve clients from more entry points, run more pgshard processes \
+             (pgshard cluster up --coordinators N)"
+                .to_string(),
+        );
+    }
     Ok(UtilityResult::void(args.name))
 }
 

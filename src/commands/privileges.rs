@@ -26,6 +26,8 @@ const SUPERUSER_FUNCTIONS: &[&str] = &[
     "master_add_node",
     "citus_remove_node",
     "master_remove_node",
+    "start_metadata_sync_to_node",
+    "stop_metadata_sync_to_node",
     "recover_prepared_transactions",
     "citus_cleanup_orphaned_resources",
 ];

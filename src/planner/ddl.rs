@@ -113,6 +113,8 @@ impl DdlPlan {
                             | At::AtDisableRowSecurity
                             | At::AtForceRowSecurity
                             | At::AtNoForceRowSecurity
+                            | At::AtSetRelOptions
+                            | At::AtResetRelOptions
                     ),
                     _ => false,
                 });
@@ -407,6 +409,8 @@ fn check_alter_cmd(
             Ok(())
         }
         At::AtDropNotNull | At::AtSetNotNull | At::AtSetStatistics => Ok(()),
+        // Storage parameters (`SET (parallel_workers = 64)`, seed 004) go to every shard.
+        At::AtSetRelOptions | At::AtResetRelOptions => Ok(()),
         At::AtDropColumn | At::AtAlterColumnType if is_dist(&cmd.name) => {
             Err(partition_column_error())
         }
@@ -684,6 +688,10 @@ pub(crate) mod tests {
         assert_eq!(
             shard_sql("create index on t (v)", &["t_v_idx"]),
             "CREATE INDEX t_v_idx_102008 ON public.t_102008 USING btree (v)"
+        );
+        assert_eq!(
+            shard_sql("ALTER TABLE t SET (parallel_workers=64)", &[]),
+            "ALTER TABLE public.t_102008 SET (parallel_workers=64)"
         );
         assert_eq!(
             shard_sql("ALTER TABLE t ADD COLUMN c int DEFAULT 5", &[]),
