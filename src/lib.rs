@@ -21,4 +21,5 @@ pub mod metrics;
 pub mod planner;
 pub mod sharding;
 pub mod sql;
+pub mod stats;
 pub mod transaction;

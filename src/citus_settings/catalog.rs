@@ -3,7 +3,9 @@
 //! reading it reads instead `pg_settings` with a row per `citus.*` setting, the value
 //! as the client's own backend holds it; `pg_extension` gets a `citus` row (pgshard
 //! answers for the extension: the nodes are plain PostgreSQL). The rewrite is on the
-//! parse tree: each such table reference becomes a subquery of the same name.
+//! parse tree: each such table reference becomes a subquery of the same name. It is
+//! the one rewrite of views pgshard answers: the caller may add others (Citus's
+//! statistics views, `stats::views`), each name with its body.
 
 use super::{Context, Kind, SETTINGS};
 use crate::sql::quote::quote_literal;
@@ -34,8 +36,9 @@ pub fn may_need_rewrite(text: &str) -> bool {
 }
 
 /// The statement with `pg_settings` / `pg_extension` references (and `SHOW ALL`)
-/// made to show Citus's rows; None when it has none.
-pub fn rewrite(node: &N) -> Option<String> {
+/// made to show Citus's rows, and any view `extra` has a body for replaced by it;
+/// None when it has none.
+pub fn rewrite(node: &N, extra: &dyn Fn(&str) -> Option<String>) -> Option<String> {
     if let N::VariableShowStmt(v) = node {
         if v.name.eq_ignore_ascii_case("all") {
             return Some(show_all_sql());
@@ -54,7 +57,10 @@ pub fn rewrite(node: &N) -> Option<String> {
         let body = match rv.relname.as_str() {
             "pg_settings" => pg_settings_sql(),
             "pg_extension" => pg_extension_sql(),
-            _ => return false,
+            other => match extra(other) {
+                Some(body) => body,
+                None => return false,
+            },
         };
         let alias = rv.alias.clone().unwrap_or(protobuf::Alias {
             aliasname: rv.relname.clone(),
@@ -180,7 +186,7 @@ mod tests {
 
     fn rewritten(sql: &str) -> Option<String> {
         let node = crate::sql::parse::first_statement_for_tests(sql);
-        rewrite(&node)
+        rewrite(&node, &|_| None)
     }
 
     #[test]

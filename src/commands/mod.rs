@@ -193,6 +193,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
     ("recover_prepared_transactions", &[]),
     ("citus_cleanup_orphaned_resources", &[]),
     ("citus_version", &[]),
+    ("citus_stat_statements_reset", &[]),
     // Run by the session as the client's role (`executor::session::run_command`).
     ("run_command_on_workers", &["command", "parallel"]),
     (
@@ -235,6 +236,7 @@ pub fn utility_reads_only(name: &str) -> bool {
             | "citus_table_size"
             | "citus_total_relation_size"
             | "citus_version"
+            | "citus_stat_statements_reset"
     )
 }
 
@@ -377,6 +379,10 @@ pub async fn call_utility(
             type_oid::TEXT,
             Some(crate::citus_settings::catalog::citus_version()),
         )),
+        "citus_stat_statements_reset" => {
+            crate::stats::statements::reset();
+            Ok(UtilityResult::void(&name))
+        }
         _ => Err(PgError::internal(format!("{name}() is run by the session"))),
     }
 }

@@ -30,6 +30,7 @@ const SUPERUSER_FUNCTIONS: &[&str] = &[
     "stop_metadata_sync_to_node",
     "recover_prepared_transactions",
     "citus_cleanup_orphaned_resources",
+    "citus_stat_statements_reset",
 ];
 
 /// Whether `function` (lower-case, unqualified) is for superusers only.

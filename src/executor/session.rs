@@ -99,6 +99,7 @@ mod simple;
 /// SQL-level PREPARE / EXECUTE of statements on distributed tables.
 mod sql_prepare;
 /// Recursively planned statements: subplans into intermediate results, then the rest.
+mod stats;
 mod subplans;
 /// A client's own PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED.
 mod two_phase;
@@ -132,6 +133,8 @@ struct StatementMeta {
 /// A client's prepared statement.
 struct Prepared {
     sql: String,
+    /// The client's text, and its shape for `citus_stat_statements`, computed once.
+    text: Arc<crate::stats::statements::PreparedText>,
     stmt: Statement,
     plan: Plan,
     catalog_version: i64,
@@ -282,6 +285,12 @@ pub struct Session {
     /// The session's distributed transaction: the node connections it holds and
     /// its block (`transaction::distributed`).
     tx: DistributedTransaction,
+    /// What the session is doing, as `citus_stat_activity` shows it (`stats.rs`).
+    activity: crate::stats::activity::SessionActivity,
+    /// `citus.stat_statements_track = all`: its distributed statements are counted.
+    stat_track: bool,
+    /// Who the session is for `citus_stat_statements`.
+    stat_runner: crate::stats::statements::Runner,
 }
 
 /// A node connection's settings fingerprint when they are not known (a SET ran on
@@ -320,7 +329,11 @@ impl Session {
             settings.push("SET application_name TO ''".to_string());
         }
         let typed = citus_settings::Typed::from_values(&identity.citus_start);
+        let stat_runner = stats::runner(&identity.creds, &identity.citus_start);
         Session {
+            activity: cancel.activity,
+            stat_track: typed.stat_statements_track,
+            stat_runner,
             shared,
             creds: identity.creds,
             home: identity.home,

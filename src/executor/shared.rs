@@ -20,6 +20,8 @@ pub type PipelinedBatch = Arc<Mutex<Option<(Arc<crate::backend::mux::Mux>, u64)>
 pub struct CancelTargets {
     pub backends: RunningBackends,
     pub pipelined: PipelinedBatch,
+    /// What the session is doing, for `citus_stat_activity` (`stats::activity`).
+    pub activity: crate::stats::activity::SessionActivity,
 }
 
 pub struct Shared {
@@ -28,7 +30,8 @@ pub struct Shared {
     pub pools: Pools,
     pub coordinator: NodeAddr,
     pub statements: StatementRegistry,
-    /// (process id, secret key) given to a client -> what its session runs on.
+    /// (process id, secret key) given to a client -> what its session runs on: the
+    /// process's registry of client sessions.
     pub cancel_keys: Mutex<HashMap<(i32, i32), CancelTargets>>,
     /// ParameterStatus values reported to clients at startup (the coordinator node's).
     pub server_params: Vec<(String, String)>,

@@ -35,8 +35,9 @@ pub enum StringForm {
     /// the coordinator node may read it, as written.
     SessionOnly,
     /// pgshard extended it to show Citus's settings and extension in `pg_settings`,
-    /// `SHOW ALL` and `pg_extension` (`citus_settings::catalog`): `text` is what runs,
-    /// on the coordinator node too.
+    /// `SHOW ALL` and `pg_extension` (`citus_settings::catalog`), or the rows of
+    /// Citus's statistics views (`stats::views`): `text` is what runs, on the
+    /// coordinator node too.
     CitusViews,
 }
 

@@ -206,7 +206,7 @@ async fn live_instances(
 }
 
 /// The control connection to `addr`, (re)opened when needed.
-async fn client<'a>(
+pub(crate) async fn client<'a>(
     cfg: &Config,
     clients: &'a mut HashMap<NodeAddr, Client>,
     addr: &NodeAddr,
@@ -223,6 +223,36 @@ async fn client<'a>(
         }
     }
     Ok(&clients[addr])
+}
+
+/// The lock waits between this process's sessions now, as the detector's wait-for
+/// graph has them (one reading of `nodes`, no confirmation): (waiting session,
+/// blocking session), sessions as `held` numbers them. For `citus_lock_waits`.
+pub async fn session_waits(
+    cfg: &Config,
+    clients: &mut HashMap<NodeAddr, Client>,
+    nodes: &[NodeAddr],
+    held: &SessionBackends,
+) -> Vec<(usize, usize)> {
+    let read = read_nodes(cfg, clients, nodes).await;
+    let graph = Graph::build(nodes, &read, held, &HashSet::new());
+    // A member's session, through any backend of it that a session holds.
+    let owner = owners(nodes, held);
+    let mut session_of: HashMap<usize, usize> = HashMap::new();
+    for (key, (member, _)) in &graph.backends {
+        if let Some(&s) = owner.get(key) {
+            session_of.insert(*member, s);
+        }
+    }
+    let mut out: Vec<(usize, usize)> = graph
+        .waits
+        .iter()
+        .filter_map(|(w, _, _)| Some((*session_of.get(&w.waiter)?, *session_of.get(&w.blocker)?)))
+        .filter(|(w, b)| w != b)
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// Each backend in a transaction on one node: its start, the backends it waits for

@@ -38,15 +38,27 @@ pub async fn session_start_values(
 }
 
 /// Statements reading `pg_settings` / `pg_extension` (or `SHOW ALL`) made to show
-/// Citus's settings and extension (`citus_settings::catalog`).
-pub(super) fn with_citus_views(stmts: Vec<Statement>) -> Vec<Statement> {
+/// Citus's settings and extension (`citus_settings::catalog`), and those reading
+/// Citus's statistics views made to read `live`'s rows (`stats::views`).
+pub(super) fn with_citus_views(
+    stmts: Vec<Statement>,
+    live: Option<&crate::stats::views::Live>,
+) -> Vec<Statement> {
+    let extra = |name: &str| live.and_then(|l| l.body(name));
     stmts
         .into_iter()
         .map(|stmt| {
-            if stmt.form != Default::default() || !cs::catalog::may_need_rewrite(&stmt.text) {
+            if stmt.form != Default::default()
+                || !(cs::catalog::may_need_rewrite(&stmt.text)
+                    || (live.is_some() && crate::stats::views::mentioned(&stmt.text)))
+            {
                 return stmt;
             }
-            let Some(text) = stmt.node.as_ref().and_then(cs::catalog::rewrite) else {
+            let Some(text) = stmt
+                .node
+                .as_ref()
+                .and_then(|n| cs::catalog::rewrite(n, &extra))
+            else {
                 return stmt;
             };
             match parse::parse_with(&text, Default::default()) {
@@ -68,6 +80,7 @@ pub(super) struct Typed {
     pub explain_all_tasks: bool,
     pub max_intermediate_kb: i64,
     pub enable_repartition_joins: bool,
+    pub stat_statements_track: bool,
 }
 
 impl Typed {
@@ -93,6 +106,7 @@ impl Typed {
                 .and_then(|kb| kb.parse().ok())
                 .unwrap_or(1024 * 1024),
             enable_repartition_joins: get("citus.enable_repartition_joins") == "on",
+            stat_statements_track: get("citus.stat_statements_track") == "all",
         }
     }
 }
@@ -128,6 +142,7 @@ impl Session {
             "citus.enable_repartition_joins" => {
                 self.enable_repartition_joins = t.enable_repartition_joins
             }
+            "citus.stat_statements_track" => self.stat_track = t.stat_statements_track,
             _ => {}
         }
     }
@@ -142,6 +157,9 @@ impl Session {
             "citus.multi_shard_commit_protocol" => self.commit_protocol.clone(),
             "citus.explain_all_tasks" => on_off(self.explain_all_tasks),
             "citus.enable_repartition_joins" => on_off(self.enable_repartition_joins),
+            "citus.stat_statements_track" => {
+                if self.stat_track { "all" } else { "none" }.to_string()
+            }
             "citus.max_intermediate_result_size" => cs::find(name)?
                 .check(&self.max_intermediate_kb.to_string())
                 .ok()?,
@@ -157,6 +175,7 @@ impl Session {
         self.explain_all_tasks = t.explain_all_tasks;
         self.max_intermediate_kb = t.max_intermediate_kb;
         self.enable_repartition_joins = t.enable_repartition_joins;
+        self.stat_track = t.stat_statements_track;
     }
 
     /// `SET [LOCAL] citus.x` / `RESET citus.x` / `SET citus.x TO DEFAULT`: checked as

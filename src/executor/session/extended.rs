@@ -111,6 +111,7 @@ impl Session {
             ));
         }
         let stmt = stmts.remove(0);
+        let text = crate::stats::statements::PreparedText::new(&sql);
         // A statement pgshard extended (Citus's rows in pg_settings) runs as extended.
         let sql = if stmt.form == crate::sql::parse::StringForm::CitusViews {
             stmt.text.clone()
@@ -129,7 +130,9 @@ impl Session {
         self.isolate_if_stateful(&stmt, &plan).await?;
         let mut home_name = None;
         let meta = match &plan {
-            Plan::Local if !name.is_empty() => {
+            // One reading Citus's statistics views is rewritten at each Bind (fresh
+            // rows), so it is not prepared on the home connection.
+            Plan::Local if !name.is_empty() && !reads_live_views(&stmt, &text) => {
                 let meta = self.prepare_on_home(name, &sql, declared).await?;
                 home_name = Some(name.to_string());
                 meta
@@ -142,6 +145,7 @@ impl Session {
         let evaluates = self.prepared_evaluates(&stmt, &plan).await;
         Ok(Arc::new(Prepared {
             sql,
+            text,
             stmt,
             plan,
             catalog_version: catalog.version,
@@ -175,6 +179,7 @@ impl Session {
         let evaluates = self.prepared_evaluates(&p.stmt, &plan).await;
         let fresh = Arc::new(Prepared {
             sql: p.sql.clone(),
+            text: p.text.clone(),
             stmt: p.stmt.clone(),
             plan,
             catalog_version: catalog.version,
@@ -217,6 +222,7 @@ impl Session {
             true => match self.evaluate_once(&stmt.stmt, &stmt.plan, &catalog).await? {
                 Some((s, plan)) => Arc::new(Prepared {
                     sql: s.text.clone(),
+                    text: stmt.text.clone(),
                     stmt: s,
                     plan,
                     catalog_version: stmt.catalog_version,
@@ -235,9 +241,19 @@ impl Session {
             Plan::Local => {
                 let coord = self.shared.coordinator.clone();
                 let write = !is_read_only_local(&stmt.stmt);
+                let fresh = if stmt.home_name.is_none() && reads_live_views(&stmt.stmt, &stmt.text)
+                {
+                    self.activity_started(stmt.text.text.clone());
+                    self.parse_client(&stmt.text.text)
+                        .await?
+                        .pop()
+                        .map(|s| s.text)
+                } else {
+                    None
+                };
                 let target = match &stmt.home_name {
                     Some(name) => BackendStatement::Home(name),
-                    None => BackendStatement::Unnamed(&stmt.sql),
+                    None => BackendStatement::Unnamed(fresh.as_deref().unwrap_or(&stmt.sql)),
                 };
                 self.bind_on_backend(&coord, target, &stmt.meta.param_types, &bind, write)
                     .await?;
@@ -401,6 +417,14 @@ impl Session {
             ));
         };
         crate::metrics::statement(crate::metrics::StatementKind::of(&portal.stmt.plan));
+        crate::stats::activity::started(&self.activity, portal.stmt.text.text.clone());
+        if self.stat_track {
+            let (stmt, bind) = (portal.stmt.clone(), portal.bind.clone());
+            self.count_prepared(&stmt, &bind);
+        }
+        let Some(portal) = self.portals.get_mut(name) else {
+            return Err(PgError::internal("portal lost"));
+        };
         match &mut portal.target {
             PortalTarget::Backend(addr) => {
                 let addr = addr.clone();
@@ -573,4 +597,11 @@ impl Session {
     }
 
     // ---- simple protocol -------------------------------------------------
+}
+
+/// Whether a prepared statement reads Citus's statistics views (`stats::views`): its
+/// rows are gathered again at each Bind.
+fn reads_live_views(stmt: &Statement, text: &crate::stats::statements::PreparedText) -> bool {
+    stmt.form == crate::sql::parse::StringForm::CitusViews
+        && crate::stats::views::mentioned(&text.text)
 }

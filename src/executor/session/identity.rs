@@ -359,6 +359,7 @@ impl Session {
         }
         let status = self.status_byte();
         msg::write_ready_for_query(&mut self.out, status);
+        self.activity_ready();
     }
 
     /// Whether the client's own coordinator-node backend is gone (terminated,

@@ -73,6 +73,10 @@ impl Session {
             return Ok(Some(bind));
         };
         let (id, sql) = self.shard_statement(&stmt, r, shard.shard_id, catalog.version as u64);
+        self.activity_started(stmt.text.text.clone());
+        if self.stat_track {
+            self.count_prepared(&stmt, &bind);
+        }
         let Some(mux) = self.mux_for(&addr).await else {
             return Ok(Some(bind));
         };

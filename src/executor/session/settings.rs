@@ -21,6 +21,7 @@ pub(super) struct CitusValues {
     explain_all_tasks: bool,
     max_intermediate_kb: i64,
     enable_repartition_joins: bool,
+    stat_track: bool,
 }
 
 /// Everything of the session's settings a rollback can restore.
@@ -222,6 +223,7 @@ impl Session {
             explain_all_tasks: self.explain_all_tasks,
             max_intermediate_kb: self.max_intermediate_kb,
             enable_repartition_joins: self.enable_repartition_joins,
+            stat_track: self.stat_track,
         }
     }
 
@@ -231,6 +233,7 @@ impl Session {
         self.explain_all_tasks = v.explain_all_tasks;
         self.max_intermediate_kb = v.max_intermediate_kb;
         self.enable_repartition_joins = v.enable_repartition_joins;
+        self.stat_track = v.stat_track;
     }
 
     fn settings_snapshot(&self) -> Box<SettingsSnapshot> {

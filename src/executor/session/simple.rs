@@ -6,12 +6,15 @@ use super::*;
 impl Session {
     pub(super) async fn simple_query(&mut self, sql: &str) -> PgResult<()> {
         let catalog = self.shared.catalog.snapshot();
-        // Statements differing from an earlier one only in constants reuse its plan.
-        let scanned = if self.tx.state != TxnState::Failed && !self.strings_matter(sql) {
-            fastpath::scan(sql)
-        } else {
-            None
-        };
+        self.activity_started(sql.into());
+        // Statements differing from an earlier one only in constants reuse its plan
+        // (not while statements are counted: their shapes and keys come from the plan).
+        let scanned =
+            if self.tx.state != TxnState::Failed && !self.stat_track && !self.strings_matter(sql) {
+                fastpath::scan(sql)
+            } else {
+                None
+            };
         if let Some(sc) = &scanned {
             let version = (catalog.version, self.names_epoch(&catalog));
             if let Some(fast) = self.shapes.lookup(version, sc, sql) {
@@ -86,7 +89,10 @@ impl Session {
                 client_text::write_warning(&mut self.out, w);
             }
         }
-        for plan in &plans {
+        for (stmt, plan) in stmts.iter().zip(&plans) {
+            if self.stat_track {
+                self.count_statement(stmt, plan);
+            }
             crate::metrics::statement(crate::metrics::StatementKind::of(plan));
         }
         let mut stateful = false;
