@@ -73,6 +73,13 @@ pub struct Config {
     pub node_sslmode: NodeSslMode,
     /// The coordinator node's PostgreSQL: catalog and every non-distributed table.
     pub coordinator: ServerAddr,
+    /// Streaming standbys of the coordinator node, in order of preference (the
+    /// synchronous one first; `cluster up --standbys N` writes them). When the
+    /// coordinator node stays unreachable for `failover_after_ms`, pgshard follows the
+    /// one already promoted, or promotes one (`failover/coordinator.rs`). Empty: the
+    /// coordinator node does not fail over.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub coordinator_standbys: Vec<ServerAddr>,
     /// Database served (the same name on the coordinator node and the workers).
     pub database: String,
     /// The role pgshard itself uses on every node (a superuser).
@@ -312,6 +319,7 @@ mod tests {
             (500, 2_000, 10_000)
         );
         assert_eq!(cfg.node_keepalive_count, 3);
+        assert!(cfg.coordinator_standbys.is_empty());
         let again: Config = toml::from_str(&cfg.to_toml()).unwrap();
         assert_eq!(again.coordinator, cfg.coordinator);
     }

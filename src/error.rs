@@ -44,6 +44,7 @@ pub mod sqlstate {
     pub const TOO_MANY_CONNECTIONS: &str = "53300";
     pub const QUERY_CANCELED: &str = "57014";
     pub const ADMIN_SHUTDOWN: &str = "57P01";
+    pub const SERIALIZATION_FAILURE: &str = "40001";
     pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
     pub const INVALID_OBJECT_DEFINITION: &str = "42P17";
     pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";

@@ -44,8 +44,11 @@ impl NodeAddr {
 pub type NodeStream = Either<super::tls::NodeTcp, UnixStream>;
 
 /// Opens the stream to `addr`: its socket file when the host is a directory; over TCP,
-/// TLS is negotiated first when configured.
+/// TLS is negotiated first when configured. The coordinator node's configured address
+/// leads to the server serving it now (`failover::coordinator::physical`).
 async fn connect_stream(addr: &NodeAddr) -> std::io::Result<NodeStream> {
+    let now = crate::failover::coordinator::physical(addr);
+    let addr = &*now;
     if addr.is_unix_socket() {
         let path = format!("{}/.s.PGSQL.{}", addr.host.trim_end_matches('/'), addr.port);
         Ok(Either::Right(UnixStream::connect(path).await?))
@@ -216,7 +219,10 @@ impl BackendConn {
         let fail = |e: std::io::Error| {
             PgError::new(
                 sqlstate::CONNECTION_FAILURE,
-                format!("could not connect to node {addr}: {e}"),
+                format!(
+                    "could not connect to node {}: {e}",
+                    crate::failover::coordinator::physical(addr)
+                ),
             )
         };
         let stream = connect_stream(addr).await.map_err(fail)?;

@@ -20,7 +20,11 @@ pub const APPLICATION_NAME: &str = "pgshard control";
 const SESSION_OPTIONS: &str =
     "-c DateStyle=ISO,MDY -c IntervalStyle=postgres -c extra_float_digits=3";
 
+/// The coordinator node's configured address leads to the server serving it now
+/// (`failover::coordinator::physical`).
 fn client_config(cfg: &Config, host: &str, port: u16) -> tokio_postgres::Config {
+    let (host, port) = crate::failover::coordinator::physical_host_port(host, port);
+    let host = host.as_str();
     let mut pc = tokio_postgres::Config::new();
     pc.host(host)
         .port(port)

@@ -148,6 +148,8 @@ fn recent_verdict(addr: &NodeAddr) -> Option<bool> {
 /// an error such as "too many connections": the server is running either way). The
 /// connection is closed before authenticating, which PostgreSQL does not log.
 async fn probe(addr: &NodeAddr, s: &NodeTimeouts) -> bool {
+    let now = crate::failover::coordinator::physical(addr);
+    let addr = &*now;
     let mut startup = bytes::BytesMut::new();
     let params = [
         ("user", s.probe_user.as_str()),

@@ -205,18 +205,13 @@ impl NodePool {
     /// A new connection to `target`; when the node is unreachable and can fail over,
     /// one to its group's primary once the failover is done (`failover::unreachable`).
     async fn open(&self, target: &NodeAddr) -> PgResult<BackendConn> {
-        match BackendConn::connect(target, &self.creds, &self.application_name).await {
-            Ok(c) => Ok(c),
-            Err(e) if failover::may_fail_over(target, &e) => {
-                let next = failover::unreachable(target)
-                    .await
-                    .map_err(|held| held.with_detail(e.message.clone()))?;
-                BackendConn::connect(&next, &self.creds, &self.application_name)
-                    .await
-                    .map_err(statement_error)
-            }
-            Err(e) => Err(statement_error(e)),
-        }
+        open_following(
+            target,
+            &self.creds,
+            &[("application_name", &self.application_name)],
+        )
+        .await
+        .map_err(statement_error)
     }
 
     /// A `single` pool whose connection was lost (closed as broken, not taken).
@@ -226,6 +221,26 @@ impl NodePool {
 
     pub fn idle_count(&self) -> usize {
         self.idle.lock().unwrap().len()
+    }
+}
+
+/// A new connection to `target` with startup `parameters`; when the node is
+/// unreachable and can fail over, one to the node's new server once the failover is
+/// done (`failover::unreachable`, waiting at most `failover_hold_ms`).
+pub async fn open_following(
+    target: &NodeAddr,
+    creds: &Credentials,
+    parameters: &[(&str, &str)],
+) -> PgResult<BackendConn> {
+    match BackendConn::connect_with_parameters(target, creds, parameters).await {
+        Ok(c) => Ok(c),
+        Err(e) if failover::may_fail_over(target, &e) => {
+            let next = failover::unreachable(target)
+                .await
+                .map_err(|held| held.with_detail(e.message.clone()))?;
+            BackendConn::connect_with_parameters(&next, creds, parameters).await
+        }
+        Err(e) => Err(e),
     }
 }
 

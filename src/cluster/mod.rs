@@ -452,11 +452,41 @@ fn on_each_server(nodes: Vec<Node>, f: impl Fn(&Node) -> Result<()> + Sync) -> R
     })
 }
 
-/// pgshard.toml is written once: later edits by hand are kept.
+/// The coordinator node's standbys as pgshard.toml lists them (`coordinator_standbys`).
+fn coordinator_standbys(cluster: &Cluster) -> Vec<crate::config::ServerAddr> {
+    let host = cluster.node_host();
+    cluster
+        .layout
+        .standby_ports
+        .first()
+        .map(|ports| {
+            ports
+                .iter()
+                .map(|&port| crate::config::ServerAddr {
+                    host: host.clone(),
+                    port,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// pgshard.toml is written once: later edits by hand are kept, except that standbys
+/// of the coordinator node added by this `up` are appended to `coordinator_standbys`.
 fn write_serve_config(cluster: &Cluster) -> Result<()> {
     let path = cluster.config_file();
+    let standbys = coordinator_standbys(cluster);
     if path.exists() {
-        return Ok(());
+        let mut cfg = crate::config::Config::load(&path)?;
+        let missing: Vec<_> = standbys
+            .into_iter()
+            .filter(|s| !cfg.coordinator_standbys.contains(s))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        cfg.coordinator_standbys.extend(missing);
+        return write_private(&path, &cfg.to_toml());
     }
     // Built as a value and deserialised so that Config's own serde defaults fill the rest.
     let (cert, key) = certificate::files(&cluster.dir);
@@ -471,6 +501,7 @@ fn write_serve_config(cluster: &Cluster) -> Result<()> {
         "user": USER,
         "password": cluster.layout.password,
         "coordinator": { "host": cluster.node_host(), "port": cluster.layout.coordinator_port },
+        "coordinator_standbys": standbys,
         "unix_socket_directory": cluster.layout.socket_dir,
         "worker_threads": local_serving_threads(
             std::thread::available_parallelism().map_or(1, |n| n.get())

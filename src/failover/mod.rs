@@ -1,7 +1,9 @@
-//! Automatic failover of worker primaries (issue 21): every pgshard process checks the
-//! health of every primary in `pg_dist_node` (`monitor.rs`), and when one stays
-//! unreachable for `failover_after_ms` while its group has a secondary, one process
-//! promotes the most advanced standby and repoints the catalog (`promote.rs`).
+//! Automatic failover of worker primaries and of the coordinator node (issue 21):
+//! every pgshard process checks the health of every primary in `pg_dist_node` and of
+//! the coordinator node (`monitor.rs`), and when a worker primary stays unreachable for
+//! `failover_after_ms` while its group has a secondary, one process promotes the most
+//! advanced standby and repoints the catalog (`promote.rs`); the coordinator node
+//! fails over to a standby listed in the config (`coordinator.rs`).
 //!
 //! This file is the process-wide state the data path consults (`route`, `hold`): which
 //! primaries can fail over (they have a secondary), which of them look down, and where
@@ -14,6 +16,7 @@
 //! one server. While no node is down or retired, the data path pays one atomic load.
 
 pub mod conninfo;
+pub mod coordinator;
 pub mod fence;
 pub mod monitor;
 pub mod promote;
@@ -31,6 +34,8 @@ use tokio::sync::Notify;
 struct State {
     /// Primaries whose group has an active secondary (they can fail over).
     candidates: HashSet<NodeAddr>,
+    /// The coordinator node's (configured) address while it can fail over.
+    coordinator: Option<NodeAddr>,
     /// Primaries seen unreachable, since when (by a health check or a statement).
     down: HashMap<NodeAddr, Instant>,
     /// Retired primaries (inactive rows of a group) → the group's primary now.
@@ -46,6 +51,13 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 static CHANGED: Notify = Notify::const_new();
 /// Wakes the monitor for a check now (a statement found a node unreachable).
 static CHECK_NOW: Notify = Notify::const_new();
+
+impl State {
+    /// Whether `addr` is a primary that can fail over.
+    fn fails_over(&self, addr: &NodeAddr) -> bool {
+        self.candidates.contains(addr) || self.coordinator.as_ref() == Some(addr)
+    }
+}
 
 fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> T {
     let mut guard = STATE.lock().unwrap_or_else(|e| e.into_inner());
@@ -68,7 +80,7 @@ pub fn route(addr: &NodeAddr) -> Option<NodeAddr> {
         if let Some(to) = s.redirects.get(addr) {
             return Some(to.clone());
         }
-        if s.candidates.contains(addr) && s.down.contains_key(addr) {
+        if s.fails_over(addr) && s.down.contains_key(addr) {
             return None;
         }
         Some(addr.clone())
@@ -103,7 +115,7 @@ pub fn may_fail_over(addr: &NodeAddr, e: &PgError) -> bool {
     let unreachable = e.code == sqlstate::CONNECTION_FAILURE
         || e.code == sqlstate::CONNECTION_EXCEPTION
         || e.code == sqlstate::CANNOT_CONNECT_NOW;
-    unreachable && with_state(|s| s.candidates.contains(addr) || s.redirects.contains_key(addr))
+    unreachable && with_state(|s| s.fails_over(addr) || s.redirects.contains_key(addr))
 }
 
 /// A statement could not reach `addr`: the monitor checks it now, and the statement
@@ -166,15 +178,36 @@ fn set_topology(
         s.hold = hold;
         // A node no longer a primary that can fail over is not waited on as "down".
         let State {
-            down, candidates, ..
+            down,
+            candidates,
+            coordinator,
+            ..
         } = s;
-        down.retain(|a, _| candidates.contains(a));
+        down.retain(|a, _| candidates.contains(a) || coordinator.as_ref() == Some(a));
         (changed, retired)
     });
     if changed {
         CHANGED.notify_waiters();
     }
     retired
+}
+
+/// The coordinator node's address while it can fail over (a listed standby is left),
+/// else None: its statements are then not held when it is down.
+fn set_coordinator(addr: Option<NodeAddr>) {
+    let changed = with_state(|s| {
+        if s.coordinator == addr {
+            return false;
+        }
+        if let Some(old) = s.coordinator.take() {
+            s.down.remove(&old);
+        }
+        s.coordinator = addr;
+        true
+    });
+    if changed {
+        CHANGED.notify_waiters();
+    }
 }
 
 /// Asks the monitor to read the catalog and check the primaries now.

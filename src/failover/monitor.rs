@@ -5,9 +5,11 @@
 //! `health_check_interval_ms`, or at once when a statement found one unreachable, and
 //! starts the failover of a primary unreachable for `failover_after_ms`
 //! (`promote::fail_over`; every process may start one, the catalog lock lets one act).
-//! Primaries without a secondary are not checked: nothing changes for them.
+//! Primaries without a secondary are not checked: nothing changes for them. The
+//! coordinator node is checked the same way while a standby of it is listed in the
+//! config (as "group 0"), and failed over by `coordinator::fail_over`.
 
-use super::{promote, set_health, set_topology, CHECK_NOW};
+use super::{coordinator, promote, set_coordinator, set_health, set_topology, CHECK_NOW};
 use crate::backend::{control, NodeAddr};
 use crate::catalog::cache::CatalogCache;
 use crate::config::Config;
@@ -155,7 +157,14 @@ async fn run(cache: Arc<CatalogCache>) {
     // Groups whose failover this process is running, and when it last tried each.
     let running: Arc<Mutex<HashSet<i32>>> = Arc::default();
     let mut attempted: HashMap<i32, Instant> = HashMap::new();
+    // The coordinator node: statements for it are held while it fails over.
+    set_topology(HashSet::new(), HashMap::new(), hold);
+    let coordinator_name = coordinator::configured();
     loop {
+        let coordinator_target = coordinator_name
+            .clone()
+            .filter(|_| coordinator::can_fail_over());
+        set_coordinator(coordinator_target.clone());
         let round = Instant::now();
         let version = cache.snapshot().version;
         let stale = read_at.map_or(true, |(at, v)| {
@@ -185,10 +194,12 @@ async fn run(cache: Arc<CatalogCache>) {
                 }
             }
         }
+        // Group 0 (never a worker group) stands for the coordinator node.
         let targets: Vec<(i32, NodeAddr)> = groups
             .iter()
             .filter(|g| g.secondaries().next().is_some())
             .filter_map(|g| g.primary().map(|p| (g.id, p.addr.clone())))
+            .chain(coordinator_target.map(|a| (0, a)))
             .collect();
         checks.retain(|a, _| targets.iter().any(|(_, t)| t == a));
         let results = futures_util::future::join_all(targets.iter().map(|(_, addr)| {
@@ -211,12 +222,22 @@ async fn run(cache: Arc<CatalogCache>) {
             }
             attempted.insert(*group, Instant::now());
             tracing::warn!(
-                "failover: primary {addr} of group {group} unreachable for {} ms",
+                "failover: primary {} of group {group} unreachable for {} ms",
+                if *group == 0 {
+                    format!("{} (the coordinator node)", coordinator::physical(&addr))
+                } else {
+                    addr.to_string()
+                },
                 since.elapsed().as_millis()
             );
             let (cache, running, group) = (cache.clone(), running.clone(), *group);
             tokio::spawn(async move {
-                match promote::fail_over(&cache, group, &addr).await {
+                let outcome = if group == 0 {
+                    coordinator::fail_over(&cache).await
+                } else {
+                    promote::fail_over(&cache, group, &addr).await
+                };
+                match outcome {
                     Ok(outcome) => tracing::info!("failover of group {group}: {outcome}"),
                     Err(e) => tracing::warn!("failover of group {group} ({addr}) failed: {e}"),
                 }

@@ -203,7 +203,7 @@ async fn choose(cfg: &Config, group: &Group) -> Result<(Member, Client, bool), P
 
 /// Points the remaining secondaries at the new primary and names those that stream in
 /// its `synchronous_standby_names`. Failures are logged: the group serves anyway.
-async fn follow(cfg: &Config, primary: &Client, new: &NodeAddr, others: &[Member]) {
+pub(super) async fn follow(cfg: &Config, primary: &Client, new: &NodeAddr, others: &[Member]) {
     let mut names = Vec::new();
     for m in others {
         match repoint(cfg, primary, new, m).await {

@@ -117,6 +117,10 @@ async fn start(cfg: Config) -> anyhow::Result<Arc<Shared>> {
     for warning in hba::warnings(&cfg.hba, cfg.ssl) {
         tracing::warn!("{warning}");
     }
+    // The coordinator node's address now: the configured one, or a standby promoted
+    // while this process was down.
+    crate::failover::coordinator::init(&cfg);
+    crate::failover::coordinator::follow_at_start(&cfg).await;
     let catalog = CatalogCache::start(cfg.clone())
         .await
         .map_err(|e| anyhow::anyhow!("catalog: {e}"))?;

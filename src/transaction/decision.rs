@@ -35,9 +35,11 @@ const INSERT_SQL: &str = "INSERT INTO pg_catalog.pg_dist_transaction (groupid, g
 /// int4[] and text[].
 const INSERT_TYPES: [u32; 2] = [1007, 1009];
 
-/// One committing transaction's records: (group id, gid) per prepared participant.
+/// One committing transaction's records: (group id, gid) per prepared participant,
+/// and the liveness count when it began to commit (`transaction::liveness_holds`).
 struct Request {
     rows: Vec<(i32, String)>,
+    epoch: u64,
     done: oneshot::Sender<PgResult<()>>,
 }
 
@@ -58,10 +60,12 @@ thread_local! {
 ///
 /// Ok: the records are committed and flushed. An error with SQLSTATE 08006 means the
 /// outcome is unknown (the connection was lost around the commit); any other error
-/// means nothing was recorded.
-pub async fn record(target: &Target, rows: Vec<(i32, String)>) -> PgResult<()> {
+/// means nothing was recorded: 40001 when this process's liveness lock was not held
+/// on the coordinator node's server throughout since `epoch` (the transaction's
+/// prepared parts may have been rolled back by another process's recovery meanwhile).
+pub async fn record(target: &Target, rows: Vec<(i32, String)>, epoch: u64) -> PgResult<()> {
     let (done, outcome) = oneshot::channel();
-    let mut request = Request { rows, done };
+    let mut request = Request { rows, epoch, done };
     for _ in 0..2 {
         let sender = WRITER.with(|w| {
             let mut w = w.borrow_mut();
@@ -105,6 +109,23 @@ async fn run_writer(target: Target, mut requests: mpsc::UnboundedReceiver<Reques
                 Ok(r) => batch.push(r),
                 Err(_) => break,
             }
+        }
+        // After a failover or restart of the coordinator node, before this process
+        // holds its liveness lock there again: nothing is recorded.
+        let (holding, refused): (Vec<Request>, Vec<Request>) = batch
+            .drain(..)
+            .partition(|r| super::liveness_holds(r.epoch));
+        for r in refused {
+            let _ = r.done.send(Err(PgError::new(
+                sqlstate::SERIALIZATION_FAILURE,
+                "the coordinator node changed (failover or restart) while the transaction \
+                 was committing: it was rolled back",
+            )
+            .with_hint("Retry the transaction.")));
+        }
+        batch = holding;
+        if batch.is_empty() {
+            continue;
         }
         let rows = batch.iter().flat_map(|r| r.rows.iter());
         let outcome = write(&target, &mut conn, array_params(rows)).await;

@@ -142,7 +142,7 @@ async fn two_phase(
         services.txn_serial
     );
     // Recovery leaves the transaction alone until this function returns.
-    let _in_flight = InFlight::register(prefix.clone());
+    let in_flight = InFlight::register(prefix.clone());
     let group_of = |addr: &NodeAddr| {
         catalog
             .workers
@@ -176,7 +176,7 @@ async fn two_phase(
     // before any COMMIT PREPARED, written together with the records of other
     // sessions committing at the same time.
     let rows = tpc::decision_rows(&participants);
-    let decided = decision::record(services.decisions, rows).await;
+    let decided = decision::record(services.decisions, rows, in_flight.epoch()).await;
     if let Err(e) = decided {
         if e.code == sqlstate::CONNECTION_FAILURE {
             // The record may or may not be committed: recovery decides the same for

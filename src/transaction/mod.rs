@@ -48,6 +48,65 @@ pub fn parse_gid(gid: &str) -> Option<(&str, &str)> {
     Some((instance, prefix))
 }
 
+/// This process's liveness lock: a count raised whenever it is taken or lost, and the
+/// server it is held on (None while not held).
+struct Liveness {
+    epoch: u64,
+    on: Option<crate::backend::NodeAddr>,
+}
+
+static LIVENESS: Mutex<Liveness> = Mutex::new(Liveness { epoch: 0, on: None });
+
+fn liveness() -> std::sync::MutexGuard<'static, Liveness> {
+    LIVENESS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The liveness lock was taken on `on` (the coordinator node's server then).
+pub(crate) fn liveness_taken(on: Option<crate::backend::NodeAddr>) {
+    let mut l = liveness();
+    l.epoch += 1;
+    l.on = on;
+}
+
+/// The liveness lock's session ended.
+pub(crate) fn liveness_lost() {
+    let mut l = liveness();
+    l.epoch += 1;
+    l.on = None;
+}
+
+/// The liveness lock's count now: a transaction notes it before its first PREPARE.
+pub fn liveness_epoch() -> u64 {
+    liveness().epoch
+}
+
+/// Whether this process's liveness lock has been held on the coordinator node's
+/// current server, without a break, since the count was `epoch`. A commit decision
+/// may be written only then: other processes' recovery rolls back the prepared
+/// transactions of a process whose lock it can take (after a failover of the
+/// coordinator node or a restart of it, until this process takes its lock again), so
+/// a decision written after such a gap could commit a transaction already rolled back
+/// on some node.
+pub fn liveness_holds(epoch: u64) -> bool {
+    let l = liveness();
+    let now = crate::failover::coordinator::current();
+    l.epoch == epoch && l.on == now
+}
+
+/// Waits (at most `limit`) until the liveness lock is held on `on`.
+pub async fn wait_liveness_on(on: &crate::backend::NodeAddr, limit: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if liveness().on.as_ref() == Some(on) {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Transactions of this process between their first PREPARE and the end of their
 /// commit or abort, by gid prefix: recovery never touches them.
 fn in_flight() -> &'static Mutex<HashSet<String>> {
@@ -55,14 +114,21 @@ fn in_flight() -> &'static Mutex<HashSet<String>> {
     SET.get_or_init(|| Mutex::new(HashSet::new()))
 }
 
-/// Marks a transaction (gid prefix) in flight until dropped.
-pub struct InFlight(String);
+/// Marks a transaction (gid prefix) in flight until dropped, with the liveness count
+/// when it began (`liveness_holds`).
+pub struct InFlight(String, u64);
 
 impl InFlight {
     /// Registers `prefix`; register before the first PREPARE TRANSACTION.
     pub fn register(prefix: String) -> InFlight {
+        let epoch = liveness_epoch();
         in_flight().lock().unwrap().insert(prefix.clone());
-        InFlight(prefix)
+        InFlight(prefix, epoch)
+    }
+
+    /// The liveness count when the transaction began to commit.
+    pub fn epoch(&self) -> u64 {
+        self.1
     }
 }
 

@@ -52,15 +52,18 @@ pub fn decide(is_own: bool, owner_dead: bool, own_in_flight: bool, recorded: boo
 
 /// Holds this process's liveness lock for its whole life, on a dedicated coordinator
 /// connection; reconnects and takes it again when that connection is lost (a
-/// coordinator restart). Returns once the lock is held the first time (or after a
-/// few failed attempts, so that pgshard can still start while the coordinator node
-/// is down).
+/// coordinator restart) or the coordinator node moved to another server (a failover:
+/// `failover::coordinator::current`), checked every 100 ms. Returns once the lock is
+/// held the first time (or after a few failed attempts, so that pgshard can still
+/// start while the coordinator node is down). Where it is held is what
+/// `transaction::liveness_holds` checks.
 pub async fn hold_liveness_lock(cache: Arc<CatalogCache>) {
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         let mut ready = Some(ready_tx);
         let key = lock_key(instance_id()).expect("instance ids are 8 hex digits");
         loop {
+            let at = crate::failover::coordinator::current();
             match control::connect_coordinator(cache.config()).await {
                 Ok(client) => {
                     let taken = client
@@ -71,21 +74,36 @@ pub async fn hold_liveness_lock(cache: Arc<CatalogCache>) {
                         .await;
                     match taken {
                         Ok(_) => {
+                            super::liveness_taken(at.clone());
                             if let Some(tx) = ready.take() {
                                 let _ = tx.send(());
                             }
-                            // Keep the session; notice when it ends.
-                            while client.simple_query("SELECT 1").await.is_ok() {
-                                tokio::time::sleep(Duration::from_secs(1)).await;
+                            // Keep the session; notice when it ends or the coordinator
+                            // node moves.
+                            let mut round = 0u32;
+                            loop {
+                                tokio::time::sleep(Duration::from_millis(100)).await;
+                                if crate::failover::coordinator::current() != at {
+                                    break;
+                                }
+                                round += 1;
+                                if round % 10 == 0 && client.simple_query("SELECT 1").await.is_err()
+                                {
+                                    break;
+                                }
                             }
+                            super::liveness_lost();
                             tracing::warn!("liveness lock connection lost; taking the lock again");
+                            if crate::failover::coordinator::current() != at {
+                                continue;
+                            }
                         }
                         Err(e) => tracing::warn!("cannot take the liveness lock: {e}"),
                     }
                 }
                 Err(e) => tracing::debug!("liveness lock: {e}"),
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     });
     let _ = tokio::time::timeout(Duration::from_secs(10), ready_rx).await;

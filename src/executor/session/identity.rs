@@ -77,7 +77,11 @@ pub async fn open_home(
     for (setting, value) in crate::citus_settings::SETTINGS.iter().zip(&citus_start) {
         parameters.push((setting.name, value));
     }
-    let conn = BackendConn::connect_with_parameters(&shared.coordinator, &creds, &parameters)
+    // Held while the coordinator node fails over, then opened on its new server.
+    let target = crate::failover::target(&shared.coordinator)
+        .await?
+        .unwrap_or_else(|| shared.coordinator.clone());
+    let conn = crate::backend::pool::open_following(&target, &creds, &parameters)
         .await
         .map_err(|mut e| {
             // The node's own words (permission denied for database, too many
