@@ -30,7 +30,7 @@ pub struct InlineCall {
 
 /// Every Citus function pgshard runs itself has one of these in its name: a statement
 /// whose text has none calls none of them (a cheap test before walking its tree).
-pub const UTILITY_NAME_HINTS: [&str; 8] = [
+pub const UTILITY_NAME_HINTS: [&str; 9] = [
     "citus_",
     "master_",
     "distribut",
@@ -39,6 +39,7 @@ pub const UTILITY_NAME_HINTS: [&str; 8] = [
     "reference",
     "recover_prepared",
     "run_command_on",
+    "metadata_sync",
 ];
 
 /// `SELECT citus_function(args)` with nothing else in the statement.
