@@ -47,6 +47,7 @@ pub mod sqlstate {
     pub const SERIALIZATION_FAILURE: &str = "40001";
     pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
     pub const INVALID_OBJECT_DEFINITION: &str = "42P17";
+    pub const INVALID_TABLE_DEFINITION: &str = "42P16";
     pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
     pub const WRONG_OBJECT_TYPE: &str = "42809";
     pub const DUPLICATE_OBJECT: &str = "42710";

@@ -11,8 +11,8 @@
 //! the shards node by node in parallel; a failure stops there and says which shards
 //! already have the change.
 
-use super::twopc;
 use super::{abbreviate, begin_catalog_change, db_err};
+use super::{foreign_keys, twopc};
 use crate::backend::control;
 use crate::catalog::cache::{bump_version, CatalogCache};
 use crate::catalog::{shard_table_name, Catalog, DistTable, GroupId, Oid};
@@ -118,7 +118,7 @@ pub(super) async fn run_on_node(
     port: u16,
     stmts: &[(i64, String)],
 ) -> Result<(), PgError> {
-    for (shard_id, sql) in stmts {
+    for (shard_id, sql) in stmts.iter().filter(|(_, sql)| !sql.is_empty()) {
         client.batch_execute(sql).await.map_err(|e| {
             PgError::from_client_error(&shard_context(*shard_id, host, port, sql), &e)
         })?;
@@ -231,6 +231,11 @@ pub async fn propagate_ddl(
     } else {
         object_names(&coord, table.relid).await?
     };
+    let keys_before = if plan.foreign_keys {
+        foreign_keys::names(&coord, table.relid).await?
+    } else {
+        Vec::new()
+    };
     run_as_caller(&coord, caller, &plan.text).await?;
     let resolved = if plan.unnamed.is_empty() {
         Vec::new()
@@ -238,8 +243,35 @@ pub async fn propagate_ddl(
         let after = object_names(&coord, table.relid).await?;
         resolve_unnamed(&plan.unnamed, &before, &after)?
     };
+    // The foreign keys the statement made on the shell, checked and paired.
+    let new_keys = if plan.foreign_keys {
+        foreign_keys::resolve(
+            &coord,
+            table.relid,
+            foreign_keys::side_of_table(table),
+            table.shards.iter().any(|s| s.placement_groups.len() > 1),
+            &table
+                .shards
+                .iter()
+                .map(|s| (s.shard_id, s.min))
+                .collect::<Vec<_>>(),
+            &keys_before,
+        )
+        .await?
+    } else {
+        Vec::new()
+    };
     let catalog = cache.snapshot();
-    let per_node = work_per_node(&catalog, table, |id| shard_statement(plan, id, &resolved))?;
+    let per_node = work_per_node(&catalog, table, |id| {
+        let mut sql = shard_statement(plan, id, &resolved)?;
+        for key in &new_keys {
+            if !sql.is_empty() {
+                sql.push_str(";\n");
+            }
+            sql.push_str(&key.shard_sql(&table.schema, &table.name, id)?);
+        }
+        Ok(sql)
+    })?;
     let mut participants =
         super::shards::open_participants(cache.config(), per_node.keys().cloned()).await?;
     let results = join_all(participants.iter().map(|p| {

@@ -16,6 +16,7 @@
 //! 4. Two-phase commit (`twopc`): workers PREPARE, the coordinator node empties the
 //!    shell, bumps the catalog version and commits; then COMMIT PREPARED.
 
+use super::foreign_keys::{self, ShardForeignKey, Side};
 use super::privileges::{self, TableSecurity};
 use super::twopc::{self, Participant};
 use super::{
@@ -53,7 +54,7 @@ const MAX_IDENTIFIER: usize = 63;
 const MAX_SHARD_COUNT: i64 = 64_000;
 
 /// Citus's SQLSTATE for "table ... is already distributed".
-const INVALID_TABLE_DEFINITION: &str = "42P16";
+const INVALID_TABLE_DEFINITION: &str = sqlstate::INVALID_TABLE_DEFINITION;
 
 /// A column of the table being distributed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +105,8 @@ pub struct TableDef {
     pub indexes: Vec<IndexDef>,
     /// Owner, ACL, row-level security and policies, which every shard gets too.
     pub security: TableSecurity,
+    /// Foreign keys, made on each shard after its constraints and indexes.
+    pub foreign_keys: Vec<ShardForeignKey>,
 }
 
 /// One shard of the new table.
@@ -259,7 +262,7 @@ pub fn rewrite_index_ddl(
     })
 }
 
-/// Statements that complete a loaded shard: constraints then indexes.
+/// Statements that complete a loaded shard: constraints, indexes, then foreign keys.
 pub fn shard_post_load_sql(def: &TableDef, shard_id: i64) -> Result<Vec<String>, PgError> {
     let shard = shard_table_name(&def.name, shard_id);
     let qualified = quote_qualified(&def.schema, &shard);
@@ -278,6 +281,9 @@ pub fn shard_post_load_sql(def: &TableDef, shard_id: i64) -> Result<Vec<String>,
             &shard,
             &shard_object_name(&i.name, shard_id),
         )?);
+    }
+    for fk in &def.foreign_keys {
+        out.push(fk.shard_sql(&def.schema, &def.name, shard_id)?);
     }
     Ok(out)
 }
@@ -408,7 +414,8 @@ pub(crate) async fn read_columns(coord: &Client, relid: Oid) -> Result<Vec<Colum
         .collect())
 }
 
-/// Constraints and indexes; checks foreign keys and unique constraints on the way.
+/// Constraints (foreign keys aside: `foreign_keys`) and indexes; checks unique
+/// constraints on the way.
 pub(crate) async fn read_constraints_and_indexes(
     coord: &Client,
     relid: Oid,
@@ -420,7 +427,7 @@ pub(crate) async fn read_constraints_and_indexes(
             "SELECT conname::text, contype::text, pg_catalog.pg_get_constraintdef(oid), \
                     coalesce(conkey, '{}')::int2[] \
              FROM pg_catalog.pg_constraint \
-             WHERE (conrelid = $1 AND contype IN ('p', 'u', 'c', 'x', 'f')) OR (confrelid = $1 AND contype = 'f') \
+             WHERE conrelid = $1 AND contype IN ('p', 'u', 'c', 'x') \
              ORDER BY CASE contype WHEN 'p' THEN 0 WHEN 'u' THEN 1 WHEN 'x' THEN 2 ELSE 3 END, oid",
             &[&relid],
         )
@@ -430,11 +437,6 @@ pub(crate) async fn read_constraints_and_indexes(
     for r in &rows {
         let kind: String = r.get(1);
         let name: String = r.get(0);
-        if kind == "f" {
-            return Err(PgError::not_supported(format!(
-                "cannot distribute table \"{table}\": foreign key \"{name}\" is not supported by pgshard yet"
-            )));
-        }
         let keys: Vec<i16> = r.get(3);
         if kind == "x" && dist_attnum.is_some_and(|d| !keys.contains(&d)) {
             return Err(unique_without_dist_column(table));
@@ -676,8 +678,10 @@ pub(crate) async fn create_distributed_table(
         constraints,
         indexes,
         security: privileges::read_table_security(&coord, relid).await?,
+        foreign_keys: Vec::new(),
     };
     check_definition(&def, &dist)?;
+    let mut def = def;
 
     // Co-location, ranges and placements.
     let nodes = read_nodes(&coord).await?;
@@ -724,6 +728,19 @@ pub(crate) async fn create_distributed_table(
         })
         .collect();
     insert_catalog_rows(&coord, relid, &dist, &placement, replication, &shards).await?;
+    // Its foreign keys, checked with the co-location group it joined (a new group
+    // matches no other table).
+    let referencing = Side::Hash {
+        dist_attnum: dist.attnum,
+        colocation_id: if placement.new_group {
+            -1
+        } else {
+            placement.colocation_id
+        },
+    };
+    let own: Vec<(i64, i32)> = shards.iter().map(|s| (s.shard_id, s.min)).collect();
+    def.foreign_keys =
+        foreign_keys::resolve(&coord, relid, referencing, replication > 1, &own, &[]).await?;
 
     // Any local rows?
     let has_rows: bool = coord

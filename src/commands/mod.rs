@@ -10,6 +10,7 @@
 //! - `distribute`: `create_distributed_table` (shard creation, data copy, 2PC)
 //! - `reference`: `create_reference_table`, writes to every placement
 //! - `ddl`: DDL propagation to shells and shards
+//! - `foreign_keys`: foreign keys of distributed and reference tables, per shard pair
 //! - `shards`: `get_shard_id_for_distribution_column`, the size functions,
 //!   `undistribute_table`, and the helpers `drop_distributed_table` and
 //!   `maintain_shards` for the executor
@@ -24,6 +25,7 @@
 pub mod ddl;
 pub mod dependencies;
 pub mod distribute;
+pub mod foreign_keys;
 pub mod functions;
 pub mod nodes;
 pub mod privileges;

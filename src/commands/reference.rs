@@ -78,7 +78,9 @@ pub(crate) async fn create_reference_table(
         constraints,
         indexes,
         security: privileges::read_table_security(&coord, relid).await?,
+        foreign_keys: Vec::new(),
     };
+    let mut def = def;
     let nodes = read_nodes(&coord).await?;
     if nodes.is_empty() {
         return Err(PgError::new(
@@ -131,6 +133,26 @@ pub(crate) async fn create_reference_table(
         )
         .await
         .map_err(db_err("cannot insert into pg_dist_placement"))?;
+    // Foreign keys to other reference tables (Citus refuses any other).
+    def.foreign_keys = super::foreign_keys::resolve(
+        &coord,
+        relid,
+        super::foreign_keys::Side::Reference,
+        false,
+        &[(shard_id, i32::MIN)],
+        &[],
+    )
+    .await?;
+    // A shell referenced by a local table's foreign key cannot be truncated: only
+    // one with rows is (PostgreSQL then refuses, as it would).
+    let has_rows: bool = coord
+        .query_one(
+            format!("SELECT EXISTS (SELECT 1 FROM ONLY {qualified})").as_str(),
+            &[],
+        )
+        .await
+        .map_err(db_err("cannot read the table"))?
+        .get(0);
 
     let node_by_group: HashMap<_, _> = nodes.iter().map(|n| (n.group, n)).collect();
     let deps = super::dependencies::read(&coord, relid).await?;
@@ -155,10 +177,12 @@ pub(crate) async fn create_reference_table(
         return Err(e);
     }
     twopc::commit_distributed(&coord, &mut participants, "ref", || async {
-        coord
-            .batch_execute(&format!("TRUNCATE ONLY {qualified}"))
-            .await
-            .map_err(db_err(&format!("cannot empty the local table {qualified}")))?;
+        if has_rows {
+            coord
+                .batch_execute(&format!("TRUNCATE ONLY {qualified}"))
+                .await
+                .map_err(db_err(&format!("cannot empty the local table {qualified}")))?;
+        }
         coord
             .execute(crate::catalog::guard::GUARD_ONE_SQL, &[&relid])
             .await

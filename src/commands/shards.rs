@@ -195,6 +195,27 @@ pub(crate) async fn open_participants(
     }
 }
 
+/// `DROP TABLE` of distributed tables: one after another, a table referencing
+/// another of the list (foreign key) first, as PostgreSQL drops them together.
+pub async fn drop_distributed_tables(
+    cache: &CatalogCache,
+    relids: &[Oid],
+    cascade: bool,
+    caller: &str,
+) -> Result<(), PgError> {
+    let order = match relids.len() {
+        0 | 1 => relids.to_vec(),
+        _ => {
+            let coord = crate::backend::control::connect_coordinator(cache.config()).await?;
+            super::foreign_keys::drop_order(&coord, relids).await?
+        }
+    };
+    for relid in order {
+        drop_table(cache, relid, true, cascade, caller).await?;
+    }
+    Ok(())
+}
+
 /// Drops a distributed table's shards on the workers and deletes its catalog rows,
 /// atomically (2PC). With `drop_shell`, the coordinator node's shell table is dropped
 /// in the same transaction; without, the shell may already be gone (the names then
@@ -205,6 +226,19 @@ pub async fn drop_distributed_table(
     drop_shell: bool,
     caller: &str,
 ) -> Result<(), PgError> {
+    drop_table(cache, relid, drop_shell, false, caller).await
+}
+
+/// [`drop_distributed_table`]; with `cascade`, `DROP ... CASCADE` on the shards and
+/// the shell (other tables' foreign keys to it go too).
+async fn drop_table(
+    cache: &CatalogCache,
+    relid: Oid,
+    drop_shell: bool,
+    cascade: bool,
+    caller: &str,
+) -> Result<(), PgError> {
+    let behavior = if cascade { " CASCADE" } else { "" };
     let coord = begin_catalog_change(cache).await?;
     if drop_shell {
         super::privileges::ensure_owner(&coord, caller, relid).await?;
@@ -246,7 +280,7 @@ pub async fn drop_distributed_table(
             .iter()
             .map(|id| quote_qualified(&schema, &shard_table_name(&name, *id)))
             .collect();
-        let sql = format!("DROP TABLE IF EXISTS {}", names.join(", "));
+        let sql = format!("DROP TABLE IF EXISTS {}{behavior}", names.join(", "));
         async move {
             p.client.batch_execute(&sql).await.map_err(|e| {
                 PgError::from_client_error(
@@ -265,7 +299,7 @@ pub async fn drop_distributed_table(
     twopc::commit_distributed(&coord, &mut participants, "drop", || async {
         if drop_shell {
             coord
-                .batch_execute(&format!("DROP TABLE IF EXISTS {shell}"))
+                .batch_execute(&format!("DROP TABLE IF EXISTS {shell}{behavior}"))
                 .await
                 .map_err(db_err(&format!("cannot drop {shell}")))?;
         }
@@ -505,6 +539,7 @@ pub(crate) async fn undistribute_table(
     let relid = args.relation(0, &coord).await?;
     super::privileges::ensure_owner(&coord, caller, relid).await?;
     partition_method(&coord, relid, table_arg, "undistribute the table").await?;
+    super::foreign_keys::refuse_undistribute(&coord, relid, table_arg).await?;
     let (schema, name) = relation_name(&coord, relid).await?.ok_or_else(|| {
         PgError::new(
             sqlstate::UNDEFINED_TABLE,

@@ -45,18 +45,27 @@ pub fn applies(node: &N) -> bool {
     }
 }
 
-/// Whether the only distributed tables a CREATE TABLE names are LIKE sources (not
-/// INHERITS, PARTITION OF or REFERENCES: those are refused later).
+/// Whether the only distributed tables a CREATE TABLE names are LIKE sources or the
+/// targets of its foreign keys (not INHERITS or PARTITION OF: those are refused
+/// later). A foreign key to a distributed or reference table is on the shells, for
+/// the new table to be distributed next (`create_distributed_table` checks it and
+/// makes it per shard pair, `commands::foreign_keys`).
 pub fn only_like_sources(c: &protobuf::CreateStmt, dist: &[(&RelRef, Arc<DistTable>)]) -> bool {
-    let like_at: Vec<usize> = c
-        .table_elts
-        .iter()
-        .filter_map(|e| match e.node.as_ref() {
-            Some(N::TableLikeClause(l)) => l.relation.as_ref().map(|r| r.location.max(0) as usize),
-            _ => None,
-        })
-        .collect();
-    !dist.is_empty() && dist.iter().all(|(r, _)| like_at.contains(&r.location))
+    let location = |r: &protobuf::RangeVar| r.location.max(0) as usize;
+    let key_target = |n: &protobuf::Node| match n.node.as_ref() {
+        Some(N::Constraint(k)) => k.pktable.as_ref().map(location),
+        _ => None,
+    };
+    let mut allowed: Vec<usize> = Vec::new();
+    for e in &c.table_elts {
+        match e.node.as_ref() {
+            Some(N::TableLikeClause(l)) => allowed.extend(l.relation.as_ref().map(location)),
+            Some(N::ColumnDef(cd)) => allowed.extend(cd.constraints.iter().filter_map(key_target)),
+            Some(N::Constraint(_)) => allowed.extend(key_target(e)),
+            _ => {}
+        }
+    }
+    !dist.is_empty() && dist.iter().all(|(r, _)| allowed.contains(&r.location))
 }
 
 /// Plans a CREATE TABLE AS / SELECT INTO whose query reads distributed tables.

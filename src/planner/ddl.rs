@@ -40,6 +40,10 @@ pub struct DdlPlan {
     pub new_dist_column: Option<String>,
     /// Unnamed objects, in the order [`shard_statement`] meets them.
     pub unnamed: Vec<Unnamed>,
+    /// The statement adds foreign keys: made on the shell by the client's statement,
+    /// then read back and made per shard pair (`commands::foreign_keys`), not by
+    /// [`shard_statement`].
+    pub foreign_keys: bool,
     /// The command tag sent to the client.
     pub tag: String,
 }
@@ -67,6 +71,7 @@ impl DdlPlan {
             new_table_name: None,
             new_dist_column: None,
             unnamed: Vec::new(),
+            foreign_keys: false,
             tag: tag.to_string(),
         }
     }
@@ -92,6 +97,9 @@ impl DdlPlan {
         }
         if !self.unnamed.is_empty() {
             return Some("an index or constraint without a name (name it)");
+        }
+        if self.foreign_keys {
+            return Some("adding a foreign key");
         }
         match &self.stmt {
             N::IndexStmt(_) | N::CreatePolicyStmt(_) | N::AlterPolicyStmt(_) | N::DropStmt(_) => {
@@ -170,8 +178,23 @@ pub fn plan_ddl(
                 return None;
             }
             // A local table's: the caller's rules apply (a constraint naming a
-            // distributed table is a reference in its tree).
-            let table = resolve(a.relation.as_ref()?)?;
+            // distributed table is a reference in its tree), foreign keys to
+            // distributed or reference tables aside: Citus's refusals.
+            let Some(table) = resolve(a.relation.as_ref()?) else {
+                let targets = added_foreign_keys(a)
+                    .into_iter()
+                    .filter_map(|c| resolve(c.pktable.as_ref()?));
+                return targets
+                    .map(|t| match t.method {
+                        PartitionMethod::Reference => {
+                            Err(crate::commands::foreign_keys::local_to_reference())
+                        }
+                        PartitionMethod::Hash => {
+                            Err(crate::commands::foreign_keys::local_to_distributed())
+                        }
+                    })
+                    .next();
+            };
             let mut p = base(&table, node, text, "ALTER TABLE");
             for c in &a.cmds {
                 let Some(N::AlterTableCmd(cmd)) = c.node.as_ref() else {
@@ -181,6 +204,7 @@ pub fn plan_ddl(
                     return Some(Err(e));
                 }
             }
+            p.foreign_keys = !added_foreign_keys(a).is_empty();
             p
         }
         N::RenameStmt(r) => {
@@ -289,11 +313,8 @@ fn check_constraint(
                 'u'
             }
         }
-        ConstrType::ConstrForeign => {
-            return Err(PgError::not_supported(
-                "pgshard does not support foreign keys on distributed tables yet",
-            ))
-        }
+        // Checked against Citus's rules once the shell has it (`commands::foreign_keys`).
+        ConstrType::ConstrForeign => return Ok(()),
         ConstrType::ConstrExclusion => {
             return Err(PgError::not_supported(
                 "pgshard does not support exclusion constraints on distributed tables yet",
@@ -321,6 +342,37 @@ fn check_constraint(
         unnamed.push(Unnamed::Constraint(name_kind, columns));
     }
     Ok(())
+}
+
+fn is_foreign(n: &protobuf::Node) -> Option<&protobuf::Constraint> {
+    match n.node.as_ref() {
+        Some(N::Constraint(c)) if c.contype == ConstrType::ConstrForeign as i32 => Some(c),
+        _ => None,
+    }
+}
+
+/// The foreign keys an ALTER TABLE adds: `ADD [CONSTRAINT] FOREIGN KEY` and
+/// `ADD COLUMN ... REFERENCES`.
+pub fn added_foreign_keys(a: &protobuf::AlterTableStmt) -> Vec<&protobuf::Constraint> {
+    let mut out = Vec::new();
+    for c in &a.cmds {
+        let Some(N::AlterTableCmd(cmd)) = c.node.as_ref() else {
+            continue;
+        };
+        let Some(def) = cmd.def.as_deref() else {
+            continue;
+        };
+        match At::try_from(cmd.subtype).unwrap_or(At::Undefined) {
+            At::AtAddConstraint => out.extend(is_foreign(def)),
+            At::AtAddColumn => {
+                if let Some(N::ColumnDef(cd)) = def.node.as_ref() {
+                    out.extend(cd.constraints.iter().filter_map(is_foreign));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// The columns an expression refers to.
@@ -466,6 +518,17 @@ pub fn shard_statement(plan: &DdlPlan, shard_id: ShardId, resolved: &[String]) -
             if let Some(rv) = a.relation.as_mut() {
                 shard_rel(rv);
             }
+            // Foreign keys are made per shard pair from the shell's definition.
+            a.cmds.retain(|c| match c.node.as_ref() {
+                Some(N::AlterTableCmd(cmd)) => {
+                    cmd.subtype != At::AtAddConstraint as i32
+                        || cmd.def.as_deref().and_then(is_foreign).is_none()
+                }
+                _ => true,
+            });
+            if a.cmds.is_empty() {
+                return Ok(String::new());
+            }
             for c in &mut a.cmds {
                 let Some(N::AlterTableCmd(cmd)) = c.node.as_mut() else {
                     continue;
@@ -482,6 +545,7 @@ pub fn shard_statement(plan: &DdlPlan, shard_id: ShardId, resolved: &[String]) -
                         if let Some(N::ColumnDef(cd)) =
                             cmd.def.as_mut().and_then(|d| d.node.as_mut())
                         {
+                            cd.constraints.retain(|c| is_foreign(c).is_none());
                             for c in &mut cd.constraints {
                                 if let Some(N::Constraint(c)) = c.node.as_mut() {
                                     name_constraint(c, shard_id, &mut take)?;
@@ -728,6 +792,44 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn foreign_keys_are_left_to_the_shell_definition() {
+        let p = plan("ALTER TABLE t ADD FOREIGN KEY (v) REFERENCES t (k)")
+            .unwrap()
+            .unwrap();
+        assert!(p.foreign_keys);
+        assert_eq!(p.not_in_block(), Some("adding a foreign key"));
+        assert_eq!(
+            shard_sql("ALTER TABLE t ADD FOREIGN KEY (v) REFERENCES t (k)", &[]),
+            ""
+        );
+        assert_eq!(
+            shard_sql(
+                "ALTER TABLE t ADD COLUMN w int REFERENCES t (k) NOT NULL, ADD CONSTRAINT c CHECK (w > 0), \
+                 ADD CONSTRAINT f FOREIGN KEY (w) REFERENCES t (k)",
+                &[]
+            ),
+            "ALTER TABLE public.t_102008 ADD COLUMN w int NOT NULL, ADD CONSTRAINT c_102008 CHECK (w > 0)"
+        );
+        assert!(
+            !plan("ALTER TABLE t ADD CONSTRAINT c CHECK (v > 0)")
+                .unwrap()
+                .unwrap()
+                .foreign_keys
+        );
+        // A local table referencing a distributed one: Citus's refusal.
+        let e = plan("ALTER TABLE local_t ADD FOREIGN KEY (a) REFERENCES t (k)")
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            e.message.contains("citus local tables to distributed"),
+            "{e}"
+        );
+        assert!(
+            plan("ALTER TABLE local_t ADD FOREIGN KEY (a) REFERENCES other_local (k)").is_none()
+        );
+    }
+
+    #[test]
     fn refuses_unsafe_shapes() {
         assert!(refused("ALTER TABLE t ADD PRIMARY KEY (v)"));
         assert!(refused("ALTER TABLE t ADD CONSTRAINT u UNIQUE (v)"));
@@ -738,9 +840,6 @@ pub(crate) mod tests {
         assert!(refused("ALTER TABLE t ADD COLUMN s serial"));
         assert!(refused(
             "ALTER TABLE t ALTER COLUMN v SET DEFAULT nextval('s')"
-        ));
-        assert!(refused(
-            "ALTER TABLE t ADD FOREIGN KEY (v) REFERENCES t (k)"
         ));
         assert!(refused("ALTER TABLE t CLUSTER ON i"));
         assert_eq!(

@@ -156,7 +156,7 @@ pub const LADDER: &[(&str, PlanStep)] = &[
         steps::create_as,
     ),
     (
-        "create table (like a distributed table)",
+        "create table (like / references a distributed table)",
         steps::create_like,
     ),
     ("SQL-level prepare", steps::sql_prepare),

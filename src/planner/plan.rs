@@ -48,6 +48,9 @@ pub enum Plan {
     /// DROP TABLE naming distributed tables.
     DropTables {
         tables: Vec<Arc<DistTable>>,
+        /// `DROP TABLE ... CASCADE`: dependent objects go too (foreign keys of
+        /// other tables, on the shells and on the shards).
+        cascade: bool,
     },
     /// CREATE INDEX / ALTER TABLE / RENAME on a distributed table: the shell and
     /// every shard (`commands::ddl`).

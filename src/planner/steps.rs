@@ -168,8 +168,8 @@ pub(super) fn create_as(i: &PlanInput) -> PgResult<Step> {
     }
 }
 
-/// CREATE TABLE naming distributed tables only as LIKE sources: the coordinator
-/// node makes it from the shell.
+/// CREATE TABLE naming distributed tables only as LIKE sources or foreign key
+/// targets: the coordinator node makes it from (or referencing) the shell.
 pub(super) fn create_like(i: &PlanInput) -> PgResult<Step> {
     let N::CreateStmt(c) = i.node else {
         return Ok(Step::NotMine);
@@ -496,7 +496,10 @@ fn plan_drop_tables(d: &protobuf::DropStmt, catalog: &Catalog, names: &Names) ->
             "DROP TABLE mixing distributed and local tables is not supported yet: drop them separately",
         ));
     }
-    Plan::DropTables { tables }
+    Plan::DropTables {
+        tables,
+        cascade: d.behavior == protobuf::DropBehavior::DropCascade as i32,
+    }
 }
 
 /// Where the relation a CREATE statement makes is named (its RangeVar's location).

@@ -30,7 +30,7 @@ impl Session {
                 port: *port,
             };
             let n = self.bulk_conn(&addr, true).await?;
-            for (shard_id, sql) in stmts {
+            for (shard_id, sql) in stmts.iter().filter(|(_, sql)| !sql.is_empty()) {
                 // As outside blocks: the message names shard, node and statement.
                 self.tx.held[n]
                     .conn

@@ -107,7 +107,7 @@ impl Session {
                     .await
             }
             Plan::Explain(e) => self.explain(e, params, formats, describe, sink).await,
-            Plan::DropTables { tables } => {
+            Plan::DropTables { tables, cascade } => {
                 if self.tx.string_block {
                     return Err(implicit::refused_in_string(
                         "DROP TABLE of a distributed table",
@@ -118,10 +118,14 @@ impl Session {
                 }
                 // Shards, catalog rows and the shell go in one catalog transaction.
                 let caller = self.caller().await?;
-                for t in tables {
-                    commands::drop_distributed_table(&self.shared.catalog, t.relid, true, &caller)
-                        .await?;
-                }
+                let relids: Vec<_> = tables.iter().map(|t| t.relid).collect();
+                commands::shards::drop_distributed_tables(
+                    &self.shared.catalog,
+                    &relids,
+                    *cascade,
+                    &caller,
+                )
+                .await?;
                 self.shared.catalog.reload().await;
                 sink.complete("DROP TABLE");
                 Ok(())
