@@ -8,6 +8,9 @@
 //! - `nodes`: `citus_add_node`, `citus_remove_node`, `citus_get_active_worker_nodes`
 //! - `distribute`: `create_distributed_table` (shard creation, data copy, 2PC)
 //! - `reference`: `create_reference_table`, writes to every placement
+//! - `replicate`: `replicate_reference_tables` (and `citus_add_node`'s copies)
+//! - `nodes` also: `citus_set_coordinator_host`; `shards` also:
+//!   `truncate_local_data_after_distributing_table`
 //! - `ddl`: DDL propagation to shells and shards
 //! - `shards`: `get_shard_id_for_distribution_column`, the size functions,
 //!   `undistribute_table`, and the helpers `drop_distributed_table` and
@@ -27,6 +30,7 @@ pub mod functions;
 pub mod nodes;
 pub mod privileges;
 pub mod reference;
+pub mod replicate;
 pub mod roles;
 pub mod shards;
 pub mod twopc;
@@ -187,6 +191,15 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
     ("recover_prepared_transactions", &[]),
     ("citus_cleanup_orphaned_resources", &[]),
     ("citus_version", &[]),
+    ("replicate_reference_tables", &["shard_transfer_mode"]),
+    (
+        "citus_set_coordinator_host",
+        &["host", "port", "node_role", "node_cluster"],
+    ),
+    (
+        "truncate_local_data_after_distributing_table",
+        &["function_name"],
+    ),
     // Run by the session as the client's role (`executor::session::run_command`).
     ("run_command_on_workers", &["command", "parallel"]),
     (
@@ -364,6 +377,11 @@ pub async fn call_utility(
                 Some(n.to_string()),
             ))
         }
+        "replicate_reference_tables" => replicate::replicate_reference_tables(cache, &args).await,
+        "citus_set_coordinator_host" => nodes::set_coordinator_host(cache, &args).await,
+        "truncate_local_data_after_distributing_table" => {
+            shards::truncate_local_data(cache, &args, caller).await
+        }
         "citus_version" => Ok(UtilityResult::scalar(
             &name,
             type_oid::TEXT,
@@ -387,6 +405,10 @@ pub struct UtilityCall<'a> {
 pub fn is_table_arg(function: &str, i: usize, value: &str) -> bool {
     match utility_arg_names(function).get(i) {
         Some(&"table_name") | Some(&"logicalrelid") => true,
+        // Citus names this regclass argument so.
+        Some(&"function_name") => {
+            normalize(function) == "truncate_local_data_after_distributing_table"
+        }
         Some(&"colocate_with") => {
             !matches!(value.to_ascii_lowercase().as_str(), "default" | "none")
         }

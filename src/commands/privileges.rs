@@ -28,6 +28,8 @@ const SUPERUSER_FUNCTIONS: &[&str] = &[
     "master_remove_node",
     "recover_prepared_transactions",
     "citus_cleanup_orphaned_resources",
+    "replicate_reference_tables",
+    "citus_set_coordinator_host",
 ];
 
 /// Whether `function` (lower-case, unqualified) is for superusers only.

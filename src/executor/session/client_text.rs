@@ -53,7 +53,10 @@ impl Session {
             StringSettings::default()
         };
         let own = match parse::parse_with(sql, settings) {
-            Ok(stmts) => return Ok(citus_settings::with_citus_views(stmts)),
+            Ok(stmts) => {
+                let stmts = citus_settings::with_citus_views(stmts);
+                return self.with_shard_sizes(stmts).await;
+            }
             Err(e) => e,
         };
         match self.parse_on_coordinator(sql).await {
