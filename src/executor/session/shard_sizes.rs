@@ -45,7 +45,7 @@ fn rewrite(node: &N, sizes: &[(i64, i64)]) -> Option<String> {
          FROM pg_catalog.citus_shards v LEFT JOIN {sized} AS s (shardid, size) \
            ON s.shardid = v.shardid"
     );
-    let subquery = pg_query::parse(&body)
+    let subquery = pg_query::parse(&body, 0)
         .ok()?
         .protobuf
         .stmts
