@@ -156,7 +156,10 @@ CREATE OR REPLACE VIEW pg_catalog.citus_shards AS
            CASE p.partmethod WHEN 'n' THEN 'reference' ELSE 'distributed' END AS citus_table_type,
            p.colocationid AS colocation_id,
            dn.nodename,
-           dn.nodeport
+           dn.nodeport,
+           -- Filled by pgshard in the statements naming the view
+           -- (executor/session/shard_sizes.rs), NULL when read here directly.
+           NULL::bigint AS shard_size
     FROM pg_catalog.pg_dist_shard s
     JOIN pg_catalog.pg_dist_partition p ON p.logicalrelid = s.logicalrelid
     JOIN pg_catalog.pg_class c ON c.oid = s.logicalrelid

@@ -9,6 +9,9 @@
 //!   `start_metadata_sync_to_node` / `stop_metadata_sync_to_node`
 //! - `distribute`: `create_distributed_table` (shard creation, data copy, 2PC)
 //! - `reference`: `create_reference_table`, writes to every placement
+//! - `replicate`: `replicate_reference_tables` (and `citus_add_node`'s copies)
+//! - `nodes` also: `citus_set_coordinator_host`; `shards` also:
+//!   `truncate_local_data_after_distributing_table`
 //! - `ddl`: DDL propagation to shells and shards
 //! - `foreign_keys`: foreign keys of distributed and reference tables, per shard pair
 //! - `shards`: `get_shard_id_for_distribution_column`, the size functions,
@@ -30,6 +33,7 @@ pub mod functions;
 pub mod nodes;
 pub mod privileges;
 pub mod reference;
+pub mod replicate;
 pub mod roles;
 pub mod shards;
 pub mod twopc;
@@ -196,6 +200,15 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
     ("citus_cleanup_orphaned_resources", &[]),
     ("citus_version", &[]),
     ("citus_stat_statements_reset", &[]),
+    ("replicate_reference_tables", &["shard_transfer_mode"]),
+    (
+        "citus_set_coordinator_host",
+        &["host", "port", "node_role", "node_cluster"],
+    ),
+    (
+        "truncate_local_data_after_distributing_table",
+        &["function_name"],
+    ),
     // Run by the session as the client's role (`executor::session::run_command`).
     ("run_command_on_workers", &["command", "parallel"]),
     (
@@ -376,6 +389,11 @@ pub async fn call_utility(
                 Some(n.to_string()),
             ))
         }
+        "replicate_reference_tables" => replicate::replicate_reference_tables(cache, &args).await,
+        "citus_set_coordinator_host" => nodes::set_coordinator_host(cache, &args).await,
+        "truncate_local_data_after_distributing_table" => {
+            shards::truncate_local_data(cache, &args, caller).await
+        }
         "citus_version" => Ok(UtilityResult::scalar(
             &name,
             type_oid::TEXT,
@@ -403,6 +421,10 @@ pub struct UtilityCall<'a> {
 pub fn is_table_arg(function: &str, i: usize, value: &str) -> bool {
     match utility_arg_names(function).get(i) {
         Some(&"table_name") | Some(&"logicalrelid") => true,
+        // Citus names this regclass argument so.
+        Some(&"function_name") => {
+            normalize(function) == "truncate_local_data_after_distributing_table"
+        }
         Some(&"colocate_with") => {
             !matches!(value.to_ascii_lowercase().as_str(), "default" | "none")
         }

@@ -6,7 +6,11 @@
 //! and that it accepts two-phase commit (`max_prepared_transactions > 0`), then copies
 //! every role and membership of the coordinator node onto it (`roles`). Like Citus,
 //! adding an existing node returns its id, and a new node gets no shards of tables
-//! distributed before (no automatic rebalance).
+//! distributed before (no automatic rebalance), but a placement of every reference
+//! table, copied before the node is committed (`replicate`).
+//!
+//! `citus_set_coordinator_host(host, port, node_role, node_cluster)` registers the
+//! coordinator node (group 0, no shards) in `pg_dist_node`, or moves its row.
 //!
 //! A standby is added as in Citus with `noderole => 'secondary'` and the group id of its
 //! primary (0 for the coordinator node's): it gets no roles or objects (it replays its
@@ -181,12 +185,17 @@ pub(crate) async fn add_node(
         .await
         .map_err(db_err("cannot add the node to pg_dist_node"))?;
     let id: i32 = row.get(0);
-    bump_version(&coord).await?;
-    coord
-        .batch_execute("COMMIT")
-        .await
-        .map_err(db_err("cannot commit the new node"))?;
-    cache.reload().await;
+    if secondary || group == 0 {
+        bump_version(&coord).await?;
+        coord
+            .batch_execute("COMMIT")
+            .await
+            .map_err(db_err("cannot commit the new node"))?;
+        cache.reload().await;
+    } else {
+        // A new worker gets every reference table, committed with the node.
+        super::replicate::commit_with_copies(cache, coord, true).await?;
+    }
     Ok(UtilityResult::scalar(
         args.name,
         type_oid::INT4,
@@ -195,7 +204,8 @@ pub(crate) async fn add_node(
 }
 
 /// `citus_remove_node(nodename, nodeport)`: refused while a primary holds placements
-/// (a secondary holds none of its own).
+/// (a secondary holds none of its own) other than reference tables' copies held
+/// elsewhere too; those placements are removed with the node.
 pub(crate) async fn remove_node(
     cache: &CatalogCache,
     args: &Args<'_>,
@@ -207,7 +217,11 @@ pub(crate) async fn remove_node(
         .query_opt(
             "SELECT n.nodeid, n.groupid, \
                     (SELECT count(*) FROM pg_catalog.pg_dist_placement p \
-                     WHERE p.groupid = n.groupid AND n.noderole = 'primary') \
+                     JOIN pg_catalog.pg_dist_shard s ON s.shardid = p.shardid \
+                     JOIN pg_catalog.pg_dist_partition t ON t.logicalrelid = s.logicalrelid \
+                     WHERE p.groupid = n.groupid AND n.noderole = 'primary' AND (t.partmethod <> 'n' \
+                       OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_placement o \
+                                      WHERE o.shardid = p.shardid AND o.groupid <> p.groupid))) \
              FROM pg_catalog.pg_dist_node n WHERE n.nodename = $1 AND n.nodeport = $2",
             &[&host, &port],
         )
@@ -230,6 +244,22 @@ pub(crate) async fn remove_node(
         )
         .with_hint("Move its shards to other nodes or drop the distributed tables first."));
     }
+    // Its reference table placements go with it (as in Citus: the tables stay on the
+    // node, replaced if it is added again).
+    let group: i32 = row.get(1);
+    coord
+        .execute(
+            "DELETE FROM pg_catalog.pg_dist_placement p USING pg_catalog.pg_dist_shard s, \
+               pg_catalog.pg_dist_partition t \
+             WHERE p.groupid = $1 AND s.shardid = p.shardid AND t.logicalrelid = s.logicalrelid \
+               AND t.partmethod = 'n' AND EXISTS (SELECT 1 FROM pg_catalog.pg_dist_node n \
+                 WHERE n.nodeid = $2 AND n.noderole = 'primary')",
+            &[&group, &node_id],
+        )
+        .await
+        .map_err(db_err(
+            "cannot remove the node's reference table placements",
+        ))?;
     coord
         .execute(
             "DELETE FROM pg_catalog.pg_dist_node WHERE nodeid = $1",
@@ -317,4 +347,79 @@ pub(crate) async fn active_worker_nodes(cache: &CatalogCache) -> Result<UtilityR
             })
             .collect(),
     })
+}
+
+/// `citus_set_coordinator_host(host, port => current_setting('port'), node_role =>
+/// 'primary', node_cluster => 'default')`: the coordinator node's `pg_dist_node` row
+/// (group 0, `shouldhaveshards` false), added or given the new host and port.
+pub(crate) async fn set_coordinator_host(
+    cache: &CatalogCache,
+    args: &Args<'_>,
+) -> Result<UtilityResult, PgError> {
+    let host = args.required(0)?.to_string();
+    match args.get(2).unwrap_or("primary") {
+        "primary" => {}
+        "secondary" | "unavailable" => {
+            return Err(PgError::not_supported(
+                "pgshard registers the coordinator node only as a primary (add its standbys with citus_add_node(..., groupid => 0, noderole => 'secondary'))",
+            ))
+        }
+        role => {
+            return Err(PgError::new(
+                sqlstate::INVALID_TEXT_REPRESENTATION,
+                format!("invalid input value for enum noderole: \"{role}\""),
+            ))
+        }
+    }
+    if args.get(3).is_some_and(|c| c != "default") {
+        return Err(PgError::not_supported(
+            "pgshard supports only the default node cluster",
+        ));
+    }
+    let coord = begin_catalog_change(cache).await?;
+    let port: i32 = match args.get(1) {
+        Some(_) => i32::from(node_port(args, 1)?),
+        None => coord
+            .query_one("SELECT pg_catalog.current_setting('port')::int", &[])
+            .await
+            .map_err(db_err("cannot read the coordinator node's port"))?
+            .get(0),
+    };
+    let existing = coord
+        .query_opt(
+            "SELECT nodeid FROM pg_catalog.pg_dist_node WHERE groupid = 0 AND noderole = 'primary'",
+            &[],
+        )
+        .await
+        .map_err(db_err("cannot read pg_dist_node"))?;
+    match existing {
+        Some(row) => {
+            let id: i32 = row.get(0);
+            coord
+                .execute(
+                    "UPDATE pg_catalog.pg_dist_node SET nodename = $1, nodeport = $2 WHERE nodeid = $3",
+                    &[&host, &port, &id],
+                )
+                .await
+                .map_err(db_err("cannot update the coordinator node in pg_dist_node"))?;
+        }
+        None => {
+            coord
+                .execute(
+                    "INSERT INTO pg_catalog.pg_dist_node (groupid, nodename, nodeport, hasmetadata, \
+                       metadatasynced, noderole, shouldhaveshards) \
+                     VALUES (0, $1, $2, true, true, 'primary', false)",
+                    &[&host, &port],
+                )
+                .await
+                .map_err(db_err("cannot add the coordinator node to pg_dist_node"))?;
+        }
+    }
+    bump_version(&coord).await?;
+    coord
+        .batch_execute("COMMIT")
+        .await
+        .map_err(db_err("cannot commit the coordinator node's row"))?;
+    cache.reload().await;
+    Ok(UtilityResult::void(args.name))
 }

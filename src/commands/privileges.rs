@@ -31,6 +31,8 @@ const SUPERUSER_FUNCTIONS: &[&str] = &[
     "recover_prepared_transactions",
     "citus_cleanup_orphaned_resources",
     "citus_stat_statements_reset",
+    "replicate_reference_tables",
+    "citus_set_coordinator_host",
 ];
 
 /// Whether `function` (lower-case, unqualified) is for superusers only.

@@ -6,7 +6,7 @@
 //! each worker, in its own transaction, the shard table, its rows (one
 //! `COPY ... TO STDOUT` on the coordinator node streamed into every worker's
 //! `COPY ... FROM STDIN`), constraints and indexes; then two-phase commit with the
-//! shell emptied. Workers added later get no placement (not supported yet).
+//! shell emptied. Workers added later get a placement from `replicate.rs`.
 
 use super::distribute::{
     create_shard_table_sql, prepare_workers, read_columns, read_constraints_and_indexes,
@@ -62,25 +62,12 @@ pub(crate) async fn create_reference_table(
         .batch_execute(&format!("LOCK TABLE ONLY {qualified} IN EXCLUSIVE MODE"))
         .await
         .map_err(db_err(&format!("cannot lock table {qualified}")))?;
-    let columns = read_columns(&coord, relid).await?;
-    if columns.iter().any(|c| c.uses_sequence || c.identity) {
+    let mut def = table_def(&coord, relid).await?;
+    if def.columns.iter().any(|c| c.uses_sequence || c.identity) {
         return Err(PgError::not_supported(format!(
             "cannot create reference table \"{name}\": columns using sequences are not supported by pgshard yet"
         )));
     }
-    let (constraints, indexes) = read_constraints_and_indexes(&coord, relid, &name, None).await?;
-    let def = TableDef {
-        schema: schema.clone(),
-        name: name.clone(),
-        unlogged: persistence == "u",
-        columns,
-        reloptions: row.get(4),
-        constraints,
-        indexes,
-        security: privileges::read_table_security(&coord, relid).await?,
-        foreign_keys: Vec::new(),
-    };
-    let mut def = def;
     let nodes = read_nodes(&coord).await?;
     if nodes.is_empty() {
         return Err(PgError::new(
@@ -171,7 +158,9 @@ pub(crate) async fn create_reference_table(
         nodes.iter().map(|n| (n.group, n.host.clone(), n.port)),
     )
     .await?;
-    let result = load_placements(&coord, &participants, &def, shard_id).await;
+    let shell = quote_qualified(&def.schema, &def.name);
+    let all: Vec<&Participant> = participants.iter().collect();
+    let result = load_placements(&coord, &shell, &all, &def, shard_id).await;
     if let Err(e) = result {
         twopc::abort(&participants).await;
         return Err(e);
@@ -194,10 +183,43 @@ pub(crate) async fn create_reference_table(
     Ok(UtilityResult::void(args.name))
 }
 
-/// Creates the shard on every participant and streams the shell's rows to all.
-async fn load_placements(
+/// What a reference table's shard is built from, read on the coordinator node.
+pub(super) async fn table_def(
     coord: &tokio_postgres::Client,
-    participants: &[Participant],
+    relid: u32,
+) -> Result<TableDef, PgError> {
+    let row = coord
+        .query_one(
+            "SELECT n.nspname::text, c.relname::text, c.relpersistence::text, \
+                    coalesce(c.reloptions, '{}')::text[] \
+             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.oid = $1",
+            &[&relid],
+        )
+        .await
+        .map_err(db_err("cannot read the table"))?;
+    let name: String = row.get(1);
+    let columns = read_columns(coord, relid).await?;
+    let (constraints, indexes) = read_constraints_and_indexes(coord, relid, &name, None).await?;
+    Ok(TableDef {
+        schema: row.get(0),
+        name,
+        unlogged: row.get::<_, String>(2) == "u",
+        columns,
+        reloptions: row.get(3),
+        constraints,
+        indexes,
+        security: privileges::read_table_security(coord, relid).await?,
+        foreign_keys: Vec::new(),
+    })
+}
+
+/// Creates the shard on every participant and streams the rows of `source_table`
+/// (read on `source`: the shell on the coordinator node, or a placement) to all.
+pub(super) async fn load_placements(
+    source: &tokio_postgres::Client,
+    source_table: &str,
+    participants: &[&Participant],
     def: &TableDef,
     shard_id: i64,
 ) -> Result<(), PgError> {
@@ -212,11 +234,10 @@ async fn load_placements(
     let shard = quote_qualified(&def.schema, &shard_table_name(&def.name, shard_id));
     let in_sql = format!("COPY {shard} ({}) FROM STDIN", cols.join(", "));
     let out_sql = format!(
-        "COPY (SELECT {} FROM ONLY {}) TO STDOUT",
+        "COPY (SELECT {} FROM ONLY {source_table}) TO STDOUT",
         cols.join(", "),
-        quote_qualified(&def.schema, &def.name)
     );
-    let ctx = |p: &Participant, sql: &str| {
+    let ctx = |p: &&Participant, sql: &str| {
         format!(
             "shard {shard_id} on node {}, statement \"{}\"",
             p.node(),
@@ -238,7 +259,7 @@ async fn load_placements(
             .map_err(|e| PgError::from_client_error(&ctx(p, &in_sql), &e))?;
         sinks.push(Box::pin(sink));
     }
-    let stream = coord
+    let stream = source
         .copy_out(out_sql.as_str())
         .await
         .map_err(db_err("cannot read the table's rows"))?;

@@ -1,6 +1,7 @@
 //! Commands over the shards of an existing distributed table:
 //! `get_shard_id_for_distribution_column`, `citus_relation_size` /
-//! `citus_table_size` / `citus_total_relation_size`, `undistribute_table`, and the
+//! `citus_table_size` / `citus_total_relation_size`, `undistribute_table`,
+//! `truncate_local_data_after_distributing_table`, and the
 //! executor's helpers `drop_distributed_table` (DROP TABLE of a distributed table) and
 //! `maintain_shards` (VACUUM / ANALYZE on every shard outside a block).
 //!
@@ -658,6 +659,56 @@ async fn move_shard_rows(
     }
     sink.finish().await.map_err(in_err)?;
     Ok(())
+}
+
+/// `truncate_local_data_after_distributing_table(table)`: Citus empties the
+/// coordinator's own copy of the rows left by `create_distributed_table`; pgshard
+/// empties the shell when it distributes (and guards it), so after Citus's checks
+/// (a Citus table, no local table's foreign key to it, TRUNCATE privilege) there is
+/// nothing left to delete.
+pub(crate) async fn truncate_local_data(
+    cache: &CatalogCache,
+    args: &Args<'_>,
+    caller: &str,
+) -> Result<UtilityResult, PgError> {
+    let coord = control::connect_coordinator(cache.config()).await?;
+    let relid = args.relation(0, &coord).await?;
+    let row = coord
+        .query_one(
+            "SELECT c.relname::text, \
+                    EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid = c.oid), \
+                    (SELECT f.conrelid::regclass::text FROM pg_catalog.pg_constraint f \
+                     WHERE f.contype = 'f' AND f.confrelid = c.oid AND NOT EXISTS \
+                       (SELECT 1 FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid = f.conrelid) \
+                     ORDER BY f.oid LIMIT 1), \
+                    pg_catalog.has_table_privilege($2, c.oid, 'TRUNCATE') \
+             FROM pg_catalog.pg_class c WHERE c.oid = $1",
+            &[&relid, &caller],
+        )
+        .await
+        .map_err(db_err("cannot read the table"))?;
+    let name: String = row.get(0);
+    if !row.get::<_, bool>(1) {
+        return Err(PgError::new(
+            sqlstate::INTERNAL_ERROR,
+            "supplied parameter is not a distributed relation",
+        )
+        .with_detail("This UDF only truncates local records of distributed tables."));
+    }
+    if let Some(referencing) = row.get::<_, Option<String>>(2) {
+        return Err(PgError::new(
+            sqlstate::INTERNAL_ERROR,
+            "cannot truncate a table referenced in a foreign key constraint by a local table",
+        )
+        .with_detail(format!("Table \"{referencing}\" references \"{name}\"")));
+    }
+    if !row.get::<_, bool>(3) {
+        return Err(PgError::new(
+            sqlstate::INSUFFICIENT_PRIVILEGE,
+            format!("permission denied for table {name}"),
+        ));
+    }
+    Ok(UtilityResult::void(args.name))
 }
 
 #[cfg(test)]

@@ -92,6 +92,8 @@ mod run_plan;
 mod session_commands;
 /// SET / SET LOCAL / SET TRANSACTION and `citus.*` values across the nodes of a session.
 mod settings;
+/// `citus_shards.shard_size`: the sizes read from the workers into the statement.
+mod shard_sizes;
 /// UPDATE / DELETE over intermediate results shipped to the workers.
 mod shipped_results;
 /// The simple query protocol.

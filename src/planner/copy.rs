@@ -1,5 +1,6 @@
 //! COPY on distributed tables: `COPY t [(cols)] FROM STDIN` (rows routed to their
-//! shards by pgshard, see `executor::session::bulk`), `COPY t TO STDOUT` and
+//! shards by pgshard, see `executor::session::copy`; a reference table's rows to
+//! every placement), `COPY t TO STDOUT` (a reference table: one placement) and
 //! `COPY (SELECT ...) TO STDOUT` over a plain multi-shard or router selection (one
 //! COPY per shard, outputs concatenated). Files and programs are refused: they would
 //! name paths on the coordinator node, not on the client.
@@ -69,9 +70,6 @@ pub fn plan_copy(
     if c.where_clause.is_some() {
         return refuse("pgshard does not support COPY ... WHERE on distributed tables yet");
     }
-    if table.method == PartitionMethod::Reference {
-        return refuse("pgshard does not support COPY on reference tables yet");
-    }
     let options = match CopyOptions::from_defelems(&c.options) {
         Ok(o) => o,
         Err(e) => return Ok(Plan::Unsupported(e)),
@@ -81,7 +79,7 @@ pub fn plan_copy(
         if c.query.is_some() {
             return refuse("COPY FROM cannot use a query");
         }
-        if table.dist_column.is_none() {
+        if table.dist_column.is_none() && table.method != PartitionMethod::Reference {
             return refuse("the table has no distribution column");
         }
         return Ok(Plan::CopyIn(Arc::new(CopyInPlan {

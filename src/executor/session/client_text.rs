@@ -55,7 +55,8 @@ impl Session {
         let own = match parse::parse_with(sql, settings) {
             Ok(stmts) => {
                 let live = self.live_views_for(&stmts).await;
-                return Ok(citus_settings::with_citus_views(stmts, live.as_ref()));
+                let stmts = citus_settings::with_citus_views(stmts, live.as_ref());
+                return self.with_shard_sizes(stmts).await;
             }
             Err(e) => e,
         };

@@ -6,7 +6,7 @@
 
 use super::bulk::{binary_is_exact, error_with_context, null_key_error};
 use super::*;
-use crate::catalog::DistTable;
+use crate::catalog::{DistTable, PartitionMethod};
 use crate::planner::copy::{CopyInPlan, CopyOutPlan, CopyOutSource};
 use crate::planner::distvalue::input_is_exact;
 use crate::sharding::hash::{self};
@@ -49,7 +49,9 @@ struct ShardBuffer {
     rows: u64,
 }
 
-/// A COPY of rows with `columns` into every shard of `table`, nothing sent yet.
+/// A COPY of rows with `columns` into every shard of `table`, nothing sent yet. A
+/// reference table has one slot per placement (every row goes to each), in the order
+/// its writes take the placements (`reference_nodes`).
 pub(super) fn copy_state(
     table: &Arc<DistTable>,
     columns: &[String],
@@ -58,35 +60,45 @@ pub(super) fn copy_state(
     catalog: &Catalog,
 ) -> PgResult<CopyState> {
     let col_list: Vec<String> = columns.iter().map(|c| quote_ident(c)).collect();
+    let sql = |shard_id| {
+        format!(
+            "COPY {} ({}) FROM STDIN WITH {with}",
+            quote_qualified(&table.schema, &table.shard_name(shard_id)),
+            col_list.join(", ")
+        )
+    };
+    let reference = table.method == PartitionMethod::Reference;
+    let (copy_sql, addrs): (Vec<String>, Vec<NodeAddr>) = if reference {
+        let shard = table.shards.first().ok_or_else(|| {
+            PgError::internal(format!("reference table \"{}\" has no shard", table.name))
+        })?;
+        let nodes = super::reference_write::reference_nodes(catalog, table)?;
+        (vec![sql(shard.shard_id); nodes.len()], nodes)
+    } else {
+        (
+            table.shards.iter().map(|s| sql(s.shard_id)).collect(),
+            table
+                .shards
+                .iter()
+                .map(|s| placement_addr(catalog, s))
+                .collect::<PgResult<_>>()?,
+        )
+    };
     Ok(CopyState {
-        copy_sql: table
-            .shards
-            .iter()
-            .map(|s| {
-                format!(
-                    "COPY {} ({}) FROM STDIN WITH {with}",
-                    quote_qualified(&table.schema, &table.shard_name(s.shard_id)),
-                    col_list.join(", ")
-                )
-            })
-            .collect(),
-        addrs: table
-            .shards
-            .iter()
-            .map(|s| placement_addr(catalog, s))
-            .collect::<PgResult<_>>()?,
-        buffers: table
-            .shards
+        buffers: addrs
             .iter()
             .map(|_| ShardBuffer {
                 data: BytesMut::new(),
                 rows: 0,
             })
             .collect(),
+        copy_sql,
+        addrs,
         conns: Vec::new(),
         copied: 0,
         error: None,
         binary,
+        reference,
         table: table.clone(),
     })
 }
@@ -101,6 +113,8 @@ pub(super) struct CopyState {
     pub(super) copied: u64,
     pub(super) error: Option<PgError>,
     binary: bool,
+    /// A reference table: every row to every slot (placement); rows counted once.
+    reference: bool,
 }
 
 impl Session {
@@ -142,7 +156,7 @@ impl Session {
     ) -> PgResult<()> {
         let catalog = self.shared.catalog.snapshot();
         let table = catalog.current(&plan.table);
-        let col = table.dist_column.clone().expect("planned with a column");
+        let reference = table.method == PartitionMethod::Reference;
         let opts = &plan.options;
         let columns = if plan.columns.is_empty() {
             self.copy_columns(&table).await?
@@ -160,8 +174,27 @@ impl Session {
             }
             plan.columns.clone()
         };
-        let Some(key_index) = columns.iter().position(|c| *c == col.name) else {
-            return Err(null_key_error(&table));
+        // A reference table's rows go to every placement as they are: a column left
+        // to a non-immutable default would differ between placements.
+        if reference {
+            let used = crate::planner::DefaultUse::AllExcept(columns.clone());
+            if let Some((column, name)) = self.volatile_default(&table, &used).await? {
+                return Err(PgError::not_supported(format!(
+                    "pgshard does not support COPY into the reference table \"{}\" that fills \
+                     column \"{column}\" with its default, which calls the non-immutable \
+                     function {name}(): each placement would compute its own value; give the \
+                     column a value",
+                    table.name
+                )));
+            }
+        }
+        // Reference tables have no distribution column: rows are split, not routed.
+        let key_index = match &table.dist_column {
+            Some(col) => match columns.iter().position(|c| *c == col.name) {
+                Some(i) => i,
+                None => return Err(null_key_error(&table)),
+            },
+            None => 0,
         };
         let enc = opts
             .encoding
@@ -176,19 +209,33 @@ impl Session {
         let binary = opts.format == CopyFormat::Binary;
         // Every type routes: values pgshard does not read itself are hashed by
         // PostgreSQL on the coordinator node (`hash_on_coordinator`).
+        let key_name = table.dist_column.as_ref().map(|c| c.name.as_str());
         let key = KeySpec {
             index: key_index,
-            force_null: opts.force_null.contains(&col.name),
-            force_not_null: opts.force_not_null.contains(&col.name),
+            force_null: key_name.is_some_and(|n| opts.force_null.iter().any(|f| f == n)),
+            force_not_null: key_name.is_some_and(|n| opts.force_not_null.iter().any(|f| f == n)),
         };
-        let mut st = copy_state(
-            &table,
-            &columns,
-            &opts.shard_options(false),
-            binary,
-            &catalog,
-        )?;
         let own = self.begin_own_block().await?;
+        let st = match reference {
+            false => copy_state(
+                &table,
+                &columns,
+                &opts.shard_options(false),
+                binary,
+                &catalog,
+            ),
+            true => {
+                self.reference_copy_state(&plan.table, &columns, &opts.shard_options(false), binary)
+                    .await
+            }
+        };
+        let mut st = match st {
+            Ok(st) => st,
+            Err(e) => {
+                self.end_own_block(own, false, extended).await.ok();
+                return Err(e);
+            }
+        };
         // CopyInResponse: the client's format for every column.
         let mut g = BytesMut::new();
         g.extend_from_slice(&[binary as u8]);
@@ -218,6 +265,46 @@ impl Session {
                 Err(e)
             }
         }
+    }
+
+    /// The COPY state of a reference table, its placements read after the first one
+    /// is locked (ROW EXCLUSIVE, as the COPY takes it): `replicate_reference_tables`
+    /// holds that placement EXCLUSIVE while it copies the table to a new node, until
+    /// every pgshard process has the new placement, so a COPY that gets the lock sees
+    /// it.
+    async fn reference_copy_state(
+        &mut self,
+        table: &Arc<DistTable>,
+        columns: &[String],
+        with: &str,
+        binary: bool,
+    ) -> PgResult<CopyState> {
+        let catalog = self.shared.catalog.snapshot();
+        let table = catalog.current(table);
+        let first = super::reference_write::reference_nodes(&catalog, &table)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                PgError::internal(format!(
+                    "reference table \"{}\" has no placement",
+                    table.name
+                ))
+            })?;
+        let shard = table.shards.first().expect("reference_nodes found it");
+        let lock = format!(
+            "LOCK TABLE {} IN ROW EXCLUSIVE MODE",
+            quote_qualified(&table.schema, &table.shard_name(shard.shard_id))
+        );
+        let idx = self.bulk_conn(&first, true).await?;
+        self.tx.held[idx].wrote = true;
+        self.tx.held[idx].conn.simple(&lock).await.map_err(|e| {
+            e.in_context(&format!(
+                "while locking shard {} on node {first}",
+                shard.shard_id
+            ))
+        })?;
+        let catalog = self.shared.catalog.snapshot();
+        copy_state(&catalog.current(&table), columns, with, binary, &catalog)
     }
 
     /// Reads the client's data to its end, routing rows; on failure the rest of the
@@ -395,61 +482,68 @@ impl Session {
                 at += len;
                 continue;
             }
-            let h = match kv {
-                KeyValue::Null => return Err(null_key_error(&st.table)),
-                // Malformed rows go to any one shard: PostgreSQL reports them exactly.
-                KeyValue::Missing => i32::MIN,
-                KeyValue::Value(v) => {
-                    if !utf8 && !v.is_ascii() {
-                        return Err(PgError::not_supported(
-                            "pgshard routes COPY rows with non-ASCII distribution values only in UTF8",
-                        ));
-                    }
-                    // COPY reads the value with the column's typmod (numeric(10,1) rounds).
-                    let hashed = if st.binary {
-                        hash::hash_binary_value_typmod(col_type, col_typmod, &v)
-                    } else {
-                        match std::str::from_utf8(&v) {
-                            Ok(s) => hash::hash_text_value_typmod(col_type, col_typmod, s),
-                            Err(_) => Some(i32::MIN),
+            // The slots the row goes to: its shard's, or every placement's.
+            let (first, last) = if st.reference {
+                (0, st.buffers.len())
+            } else {
+                let h = match kv {
+                    KeyValue::Null => return Err(null_key_error(&st.table)),
+                    // Malformed rows go to any one shard: PostgreSQL reports them exactly.
+                    KeyValue::Missing => i32::MIN,
+                    KeyValue::Value(v) => {
+                        if !utf8 && !v.is_ascii() {
+                            return Err(PgError::not_supported(
+                                "pgshard routes COPY rows with non-ASCII distribution values only in UTF8",
+                            ));
                         }
-                    };
-                    let rust_is_exact = if st.binary {
-                        binary_is_exact(col_type)
-                    } else {
-                        exact_text
-                    };
-                    match hashed {
-                        Some(h) => h,
-                        None if rust_is_exact => i32::MIN,
-                        // Values pgshard does not read itself (timestamptz text, time,
-                        // interval, other spellings): PostgreSQL hashes them.
-                        None => {
-                            let col = st.table.dist_column.clone().expect("routed by a column");
-                            self.hash_on_coordinator(&col, &v, st.binary)
-                                .await?
-                                .unwrap_or(i32::MIN)
+                        // COPY reads the value with the column's typmod (numeric(10,1) rounds).
+                        let hashed = if st.binary {
+                            hash::hash_binary_value_typmod(col_type, col_typmod, &v)
+                        } else {
+                            match std::str::from_utf8(&v) {
+                                Ok(s) => hash::hash_text_value_typmod(col_type, col_typmod, s),
+                                Err(_) => Some(i32::MIN),
+                            }
+                        };
+                        let rust_is_exact = if st.binary {
+                            binary_is_exact(col_type)
+                        } else {
+                            exact_text
+                        };
+                        match hashed {
+                            Some(h) => h,
+                            None if rust_is_exact => i32::MIN,
+                            // Values pgshard does not read itself (timestamptz text, time,
+                            // interval, other spellings): PostgreSQL hashes them.
+                            None => {
+                                let col = st.table.dist_column.clone().expect("routed by a column");
+                                self.hash_on_coordinator(&col, &v, st.binary)
+                                    .await?
+                                    .unwrap_or(i32::MIN)
+                            }
                         }
                     }
-                }
+                };
+                let shard = st
+                    .table
+                    .shard_for_hash(h)
+                    .ok_or_else(|| PgError::internal(format!("no shard covers hash {h}")))?;
+                let slot = st
+                    .table
+                    .shards
+                    .iter()
+                    .position(|s| s.shard_id == shard.shard_id)
+                    .expect("shard of the table");
+                (slot, slot + 1)
             };
-            let shard = st
-                .table
-                .shard_for_hash(h)
-                .ok_or_else(|| PgError::internal(format!("no shard covers hash {h}")))?;
-            let slot = st
-                .table
-                .shards
-                .iter()
-                .position(|s| s.shard_id == shard.shard_id)
-                .expect("shard of the table");
-            let b = &mut st.buffers[slot];
-            if b.data.is_empty() && st.binary {
-                b.data.extend_from_slice(cf::BINARY_SIGNATURE);
-                b.data.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0]);
+            for b in &mut st.buffers[first..last] {
+                if b.data.is_empty() && st.binary {
+                    b.data.extend_from_slice(cf::BINARY_SIGNATURE);
+                    b.data.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0]);
+                }
+                b.data.extend_from_slice(&pending[at..at + len]);
+                b.rows += 1;
             }
-            b.data.extend_from_slice(&pending[at..at + len]);
-            b.rows += 1;
             at += len;
             *rows += 1;
             if *rows % PROGRESS_EVERY == 0 {
@@ -459,13 +553,15 @@ impl Session {
                 msg::write_notice(&mut self.out, &text);
                 self.flush_client().await?;
             }
-            if b.data.len() >= CHUNK_BYTES {
+            if st.buffers[first].data.len() >= CHUNK_BYTES {
                 // Earlier rows of `pending` are consumed before the (awaiting) send.
                 let _ = pending.split_to(at);
                 at = 0;
-                self.send_chunk(st, slot).await?;
-                if st.error.is_some() {
-                    return Ok(());
+                for slot in first..last {
+                    self.send_chunk(st, slot).await?;
+                    if st.error.is_some() {
+                        return Ok(());
+                    }
                 }
             }
         }
@@ -512,12 +608,13 @@ impl Session {
         loop {
             let f = self.tx.held[idx].conn.read().await?;
             match f.tag {
-                b'C' => {
+                // A reference table's rows are counted on its first placement.
+                b'C' if !st.reference || slot == 0 => {
                     st.copied += msg::command_rows(&f.body);
                 }
                 b'E' => {
                     if st.error.is_none() {
-                        let shard = st.table.shards[slot].shard_id;
+                        let shard = st.table.shards[if st.reference { 0 } else { slot }].shard_id;
                         st.error = Some(error_with_context(
                             &f.body,
                             &format!(

@@ -87,14 +87,31 @@ impl Session {
         let shard = table.shards.first().expect("reference_nodes found it");
         let sql = template.for_shard(shard.shard_id);
         let extended = params.bind.is_some();
-        let own = if nodes.len() > 1 {
-            self.begin_own_block().await?
-        } else {
-            false
-        };
+        // pgshard's own block even for one placement: a placement added meanwhile
+        // (see below) joins the write.
+        let own = self.begin_own_block().await?;
         let mut count = None;
         let mut result = Ok(());
-        for addr in nodes {
+        let mut nodes = nodes;
+        let mut i = 0;
+        loop {
+            if i == 1 {
+                // The first placement is held now: a new placement being copied by
+                // `replicate_reference_tables` (it holds the first placement until every
+                // pgshard process has loaded it) is in the catalog by this point.
+                let fresh = self.shared.catalog.snapshot();
+                if let Some(t) = fresh.tables_by_oid.get(&table.relid) {
+                    for n in reference_nodes(&fresh, t).unwrap_or_default() {
+                        if !nodes.contains(&n) {
+                            nodes.push(n);
+                        }
+                    }
+                }
+            }
+            let Some(addr) = nodes.get(i).cloned() else {
+                break;
+            };
+            i += 1;
             let one = [(addr, vec![sql.clone()])];
             let r = if count.is_none() {
                 self.insert_on_nodes(&one, params, formats, describe, sink)
@@ -130,7 +147,7 @@ impl Session {
 
     /// A column the write may fill with a default that is not immutable, with the
     /// first such function its default calls.
-    async fn volatile_default(
+    pub(super) async fn volatile_default(
         &mut self,
         table: &DistTable,
         defaults: &DefaultUse,
