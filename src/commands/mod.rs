@@ -7,6 +7,8 @@
 //!
 //! - `nodes`: `citus_add_node`, `citus_remove_node`, `citus_get_active_worker_nodes`
 //! - `distribute`: `create_distributed_table` (shard creation, data copy, 2PC)
+//! - `shard_load`: new shards created and loaded by COPY (create / alter)
+//! - `alter_table`: `alter_distributed_table` (rows moved into new shards)
 //! - `reference`: `create_reference_table`, writes to every placement
 //! - `ddl`: DDL propagation to shells and shards
 //! - `shards`: `get_shard_id_for_distribution_column`, the size functions,
@@ -20,6 +22,7 @@
 //! - `roles`: roles made equal on every node; `privileges`: the privilege checks of
 //!   these functions, shards' owner/ACL/policies, GRANT propagation
 
+pub mod alter_table;
 pub mod ddl;
 pub mod dependencies;
 pub mod distribute;
@@ -28,6 +31,7 @@ pub mod nodes;
 pub mod privileges;
 pub mod reference;
 pub mod roles;
+pub mod shard_load;
 pub mod shards;
 pub mod twopc;
 
@@ -183,6 +187,16 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
     (
         "undistribute_table",
         &["table_name", "cascade_via_foreign_keys"],
+    ),
+    (
+        "alter_distributed_table",
+        &[
+            "table_name",
+            "distribution_column",
+            "shard_count",
+            "colocate_with",
+            "cascade_to_colocated",
+        ],
     ),
     ("recover_prepared_transactions", &[]),
     ("citus_cleanup_orphaned_resources", &[]),
@@ -348,6 +362,9 @@ pub async fn call_utility(
             shards::relation_size(cache, &name, &args).await
         }
         "undistribute_table" => shards::undistribute_table(cache, &args, &notices, caller).await,
+        "alter_distributed_table" => {
+            alter_table::alter_distributed_table(cache, &args, &notices, caller).await
+        }
         "recover_prepared_transactions" => {
             let n = crate::transaction::recovery::recover(cache).await?;
             Ok(UtilityResult::scalar(
