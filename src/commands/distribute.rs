@@ -7,8 +7,8 @@
 //!    refuse what pgshard cannot distribute yet, pick the co-location group, shard
 //!    ranges (Citus's) and placements (round robin over workers sorted by (host,
 //!    port), or the placements of the co-located table), and insert the catalog rows.
-//! 2. On the workers, a few connections per worker, each in one transaction: create
-//!    its shard tables (columns, defaults, collations), receive their rows, then add
+//! 2. On the workers (`shard_load`), a few connections per worker, each in one
+//!    transaction: create its shard tables (columns, defaults, collations), receive their rows, then add
 //!    constraints (`<name>_<shardid>`) and indexes (rewritten with `pg_query`).
 //! 3. Rows of the local table: one `COPY (SELECT hash, cols FROM ONLY t) TO STDOUT`
 //!    on the coordinator node, the hash computed by PostgreSQL; pgshard splits the
@@ -18,36 +18,24 @@
 
 use super::foreign_keys::{self, ShardForeignKey, Side};
 use super::privileges::{self, TableSecurity};
-use super::twopc::{self, Participant};
+use super::shard_load;
+use super::twopc;
 use super::{
     abbreviate, begin_catalog_change, db_err, is_table_arg, Args, CitusSettings, UtilityResult,
 };
 use crate::backend::control;
 use crate::catalog::cache::{bump_version, CatalogCache};
 use crate::catalog::load::base_type_sql;
-use crate::catalog::{shard_table_name, GroupId, Oid, ShardInterval};
+use crate::catalog::{shard_table_name, GroupId, Oid};
 use crate::config::Config;
 use crate::error::{sqlstate, PgError};
 use crate::sharding::hash::{hash_function_sql, hash_sql_expression};
-use crate::sharding::ranges::{all_ranges, ShardIndexer};
+use crate::sharding::ranges::all_ranges;
 use crate::sql::quote::{quote_ident, quote_literal, quote_qualified};
-use bytes::{Bytes, BytesMut};
-use futures_util::{SinkExt, StreamExt};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
+use std::collections::HashMap;
 use tokio::sync::mpsc;
 use tokio_postgres::Client;
 
-/// Connections (each its own prepared transaction) per worker for loading shards.
-pub const COPY_CONNECTIONS_PER_WORKER: usize = 2;
-/// Bytes of rows buffered per shard before they are sent as one COPY.
-const FLUSH_BYTES: usize = 256 * 1024;
-/// Chunks queued per worker connection (back-pressure on the reader).
-const SLOT_QUEUE: usize = 8;
-/// A progress NOTICE every this many rows.
-const PROGRESS_ROWS: u64 = 100_000;
 /// PostgreSQL's longest identifier, in bytes.
 const MAX_IDENTIFIER: usize = 63;
 /// Most shards Citus accepts.
@@ -304,12 +292,17 @@ fn column_list(def: &TableDef, prefix: &str) -> String {
 /// `COPY (SELECT <hash>, cols FROM ONLY t) TO STDOUT`: the first field is the
 /// distribution hash computed by PostgreSQL (NULL when the value is NULL).
 pub fn copy_out_sql(def: &TableDef, dist: &ColumnDef) -> String {
+    copy_out_sql_from(def, dist, &quote_qualified(&def.schema, &def.name))
+}
+
+/// [`copy_out_sql`] reading `source` (a qualified, quoted table with `def`'s columns:
+/// the table itself or one of its shards).
+pub fn copy_out_sql_from(def: &TableDef, dist: &ColumnDef, source: &str) -> String {
     let col = format!("t.{}", quote_ident(&dist.name));
     format!(
-        "COPY (SELECT CASE WHEN {col} IS NULL THEN NULL ELSE {} END, {} FROM ONLY {} AS t) TO STDOUT",
+        "COPY (SELECT CASE WHEN {col} IS NULL THEN NULL ELSE {} END, {} FROM ONLY {source} AS t) TO STDOUT",
         hash_sql_expression(dist.base_type, &col),
         column_list(def, "t."),
-        quote_qualified(&def.schema, &def.name)
     )
 }
 
@@ -544,11 +537,11 @@ pub(crate) async fn read_table_shards(
 // ---------------------------------------------------------------------------
 
 /// Where the new table's shards go.
-struct Placement {
-    colocation_id: i32,
-    new_group: bool,
+pub(crate) struct Placement {
+    pub(crate) colocation_id: i32,
+    pub(crate) new_group: bool,
     /// (min, max, groups) per shard index.
-    shards: Vec<(i32, i32, Vec<GroupId>)>,
+    pub(crate) shards: Vec<(i32, i32, Vec<GroupId>)>,
 }
 
 pub(crate) async fn create_distributed_table(
@@ -696,37 +689,7 @@ pub(crate) async fn create_distributed_table(
         &nodes,
     )
     .await?;
-    let shard_count = placement.shards.len();
-    let ids: Vec<i64> = coord
-        .query(
-            "SELECT nextval('pg_catalog.pg_dist_shardid_seq') FROM generate_series(1, $1)",
-            &[&(shard_count as i32)],
-        )
-        .await
-        .map_err(db_err("cannot allocate shard ids"))?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let mut ids = ids;
-    ids.sort_unstable();
-    let longest = shard_table_name(&name, *ids.last().expect("at least one shard"));
-    if longest.len() > MAX_IDENTIFIER {
-        return Err(PgError::not_supported(format!(
-            "cannot distribute table \"{name}\": its shard names (\"{longest}\") would exceed {MAX_IDENTIFIER} bytes"
-        ))
-        .with_hint("Rename the table to a shorter name first."));
-    }
-    let shards: Vec<ShardPlan> = placement
-        .shards
-        .iter()
-        .zip(&ids)
-        .map(|((min, max, groups), id)| ShardPlan {
-            shard_id: *id,
-            min: *min,
-            max: *max,
-            groups: groups.clone(),
-        })
-        .collect();
+    let shards = allocate_shards(&coord, &name, &placement).await?;
     insert_catalog_rows(&coord, relid, &dist, &placement, replication, &shards).await?;
     // Its foreign keys, checked with the co-location group it joined (a new group
     // matches no other table).
@@ -753,36 +716,22 @@ pub(crate) async fn create_distributed_table(
         .get(0);
 
     // Worker side.
-    let node_by_group: HashMap<GroupId, &NodeInfo> = nodes.iter().map(|n| (n.group, n)).collect();
-    for s in &shards {
-        for g in &s.groups {
-            if !node_by_group.contains_key(g) {
-                return Err(PgError::new(
-                    sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
-                    format!(
-                        "shard {} would be placed in group {g}, which has no active worker node",
-                        s.shard_id
-                    ),
-                ));
-            }
-        }
-    }
+    let node_by_group = nodes_by_group(&nodes, &shards)?;
     let deps = super::dependencies::read(&coord, relid).await?;
     super::dependencies::record(&coord, &deps).await?;
     prepare_workers(cache.config(), &coord, &def, &deps, &shards, &node_by_group).await?;
-    let slots = plan_slots(&def, &shards, &node_by_group)?;
-    let participants = run_slots(
-        cache.config(),
-        &coord,
-        &def,
-        &dist,
-        &shards,
-        slots,
-        has_rows,
-        notices,
-    )
-    .await?;
-    let mut participants = participants;
+    let slots = shard_load::plan_slots(&def, &shards, &node_by_group)?;
+    let loading = shard_load::Loading::start(cache.config(), slots, shards.len());
+    let fed = if has_rows {
+        let _ = notices.send("Copying data from local table...".to_string());
+        let table = format!("{schema}.{name}");
+        let sql = copy_out_sql(&def, &dist);
+        shard_load::copy_local_rows(&loading, &coord, &sql, &shards, &table, &dist.name, notices)
+            .await
+    } else {
+        Ok(())
+    };
+    let mut participants = loading.finish(fed).await?;
 
     twopc::commit_distributed(&coord, &mut participants, "cdt", || async {
         if has_rows {
@@ -802,9 +751,72 @@ pub(crate) async fn create_distributed_table(
     Ok(UtilityResult::void(args.name))
 }
 
+/// The active workers by group, checked to hold every placement of `shards`.
+pub(crate) fn nodes_by_group<'a>(
+    nodes: &'a [NodeInfo],
+    shards: &[ShardPlan],
+) -> Result<HashMap<GroupId, &'a NodeInfo>, PgError> {
+    let node_by_group: HashMap<GroupId, &NodeInfo> = nodes.iter().map(|n| (n.group, n)).collect();
+    for s in shards {
+        for g in &s.groups {
+            if !node_by_group.contains_key(g) {
+                return Err(PgError::new(
+                    sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                    format!(
+                        "shard {} would be placed in group {g}, which has no active worker node",
+                        s.shard_id
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(node_by_group)
+}
+
+/// Shard ids for `placement`'s shards (from `pg_dist_shardid_seq`, ascending), checked
+/// to give shard table names PostgreSQL keeps whole.
+pub(crate) async fn allocate_shards(
+    coord: &Client,
+    name: &str,
+    placement: &Placement,
+) -> Result<Vec<ShardPlan>, PgError> {
+    let mut ids: Vec<i64> = coord
+        .query(
+            "SELECT nextval('pg_catalog.pg_dist_shardid_seq') FROM generate_series(1, $1)",
+            &[&(placement.shards.len() as i32)],
+        )
+        .await
+        .map_err(db_err("cannot allocate shard ids"))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    ids.sort_unstable();
+    let longest = shard_table_name(name, *ids.last().expect("at least one shard"));
+    if longest.len() > MAX_IDENTIFIER {
+        return Err(PgError::not_supported(format!(
+            "cannot distribute table \"{name}\": its shard names (\"{longest}\") would exceed {MAX_IDENTIFIER} bytes"
+        ))
+        .with_hint("Rename the table to a shorter name first."));
+    }
+    Ok(placement
+        .shards
+        .iter()
+        .zip(&ids)
+        .map(|((min, max, groups), id)| ShardPlan {
+            shard_id: *id,
+            min: *min,
+            max: *max,
+            groups: groups.clone(),
+        })
+        .collect())
+}
+
 /// Refuses a distribution column with a nondeterministic collation, as Citus does: equal
 /// values ('ABC' and 'abc' under a case-insensitive collation) would hash apart.
-async fn ensure_deterministic_collation(coord: &Client, dist: &ColumnDef) -> Result<(), PgError> {
+pub(crate) async fn ensure_deterministic_collation(
+    coord: &Client,
+    dist: &ColumnDef,
+) -> Result<(), PgError> {
     if dist.collation == 0 {
         return Ok(());
     }
@@ -826,7 +838,7 @@ async fn ensure_deterministic_collation(coord: &Client, dist: &ColumnDef) -> Res
 }
 
 /// Refuses a distribution column whose type has no hash function.
-async fn ensure_hashable(coord: &Client, dist: &ColumnDef) -> Result<(), PgError> {
+pub(crate) async fn ensure_hashable(coord: &Client, dist: &ColumnDef) -> Result<(), PgError> {
     if hash_function_sql(dist.base_type).is_some() {
         return Ok(());
     }
@@ -855,7 +867,7 @@ async fn ensure_hashable(coord: &Client, dist: &ColumnDef) -> Result<(), PgError
 }
 
 /// Picks the co-location group, the ranges and the placements.
-async fn choose_placement(
+pub(crate) async fn choose_placement(
     coord: &Client,
     colocate_with: &str,
     colocate_relid: Option<u32>,
@@ -1035,16 +1047,7 @@ async fn insert_catalog_rows(
     shards: &[ShardPlan],
 ) -> Result<(), PgError> {
     let colocation_id = if placement.new_group {
-        coord
-            .query_one(
-                "INSERT INTO pg_catalog.pg_dist_colocation (colocationid, shardcount, replicationfactor, \
-                   distributioncolumntype, distributioncolumncollation) \
-                 VALUES (nextval('pg_catalog.pg_dist_colocationid_seq'), $1, $2, $3, $4) RETURNING colocationid",
-                &[&(shards.len() as i32), &(replication as i32), &dist.base_type, &dist.collation],
-            )
-            .await
-            .map_err(db_err("cannot insert into pg_dist_colocation"))?
-            .get(0)
+        insert_colocation_group(coord, shards.len(), replication, dist).await?
     } else {
         placement.colocation_id
     };
@@ -1057,6 +1060,34 @@ async fn insert_catalog_rows(
         )
         .await
         .map_err(db_err("cannot insert into pg_dist_partition"))?;
+    insert_shard_rows(coord, relid, shards).await
+}
+
+/// A new co-location group for tables distributed by `dist`'s type; its id.
+pub(crate) async fn insert_colocation_group(
+    coord: &Client,
+    shard_count: usize,
+    replication: u32,
+    dist: &ColumnDef,
+) -> Result<i32, PgError> {
+    Ok(coord
+        .query_one(
+            "INSERT INTO pg_catalog.pg_dist_colocation (colocationid, shardcount, replicationfactor, \
+               distributioncolumntype, distributioncolumncollation) \
+             VALUES (nextval('pg_catalog.pg_dist_colocationid_seq'), $1, $2, $3, $4) RETURNING colocationid",
+            &[&(shard_count as i32), &(replication as i32), &dist.base_type, &dist.collation],
+        )
+        .await
+        .map_err(db_err("cannot insert into pg_dist_colocation"))?
+        .get(0))
+}
+
+/// The `pg_dist_shard` and `pg_dist_placement` rows of `shards` of table `relid`.
+pub(crate) async fn insert_shard_rows(
+    coord: &Client,
+    relid: Oid,
+    shards: &[ShardPlan],
+) -> Result<(), PgError> {
     let ids: Vec<i64> = shards.iter().map(|s| s.shard_id).collect();
     let mins: Vec<String> = shards.iter().map(|s| s.min.to_string()).collect();
     let maxs: Vec<String> = shards.iter().map(|s| s.max.to_string()).collect();
@@ -1159,351 +1190,6 @@ pub(crate) async fn prepare_workers(
     }))
     .await;
     results.into_iter().collect()
-}
-
-/// The work of one worker connection.
-struct SlotPlan {
-    host: String,
-    port: u16,
-    group: GroupId,
-    shards: Vec<SlotShard>,
-    security: Arc<TableSecurity>,
-}
-
-struct SlotShard {
-    /// Index of the shard in the table's shard list.
-    index: usize,
-    shard_id: i64,
-    qualified: String,
-    create_sql: String,
-    copy_sql: String,
-    post_sql: Vec<String>,
-}
-
-/// Spreads each worker's shard placements over up to
-/// `COPY_CONNECTIONS_PER_WORKER` connections.
-fn plan_slots(
-    def: &TableDef,
-    shards: &[ShardPlan],
-    nodes: &HashMap<GroupId, &NodeInfo>,
-) -> Result<Vec<SlotPlan>, PgError> {
-    let mut per_group: BTreeMap<GroupId, Vec<usize>> = BTreeMap::new();
-    for (i, s) in shards.iter().enumerate() {
-        for g in &s.groups {
-            per_group.entry(*g).or_default().push(i);
-        }
-    }
-    let mut slots = Vec::new();
-    let security = Arc::new(def.security.clone());
-    for (group, indexes) in per_group {
-        let node = nodes[&group];
-        let count = indexes.len().min(COPY_CONNECTIONS_PER_WORKER);
-        let mut group_slots: Vec<SlotPlan> = (0..count)
-            .map(|_| SlotPlan {
-                host: node.host.clone(),
-                port: node.port,
-                group,
-                shards: Vec::new(),
-                security: security.clone(),
-            })
-            .collect();
-        for (j, i) in indexes.into_iter().enumerate() {
-            let id = shards[i].shard_id;
-            group_slots[j % count].shards.push(SlotShard {
-                index: i,
-                shard_id: id,
-                qualified: quote_qualified(&def.schema, &shard_table_name(&def.name, id)),
-                create_sql: create_shard_table_sql(def, id),
-                copy_sql: copy_in_sql(def, id),
-                post_sql: shard_post_load_sql(def, id)?,
-            });
-        }
-        slots.extend(group_slots);
-    }
-    Ok(slots)
-}
-
-fn aborted() -> PgError {
-    PgError::new(
-        sqlstate::QUERY_CANCELED,
-        "canceled because another part of the operation failed",
-    )
-}
-
-fn statement_error(
-    shard: &SlotShard,
-    host: &str,
-    port: u16,
-    sql: &str,
-    e: &tokio_postgres::Error,
-) -> PgError {
-    PgError::from_client_error(
-        &format!(
-            "shard {} (id {}) on node {host}:{port}, statement \"{}\"",
-            shard.qualified,
-            shard.shard_id,
-            abbreviate(sql)
-        ),
-        e,
-    )
-}
-
-/// One worker connection: creates its shards, loads the chunks it receives, adds
-/// constraints and indexes, and returns the connection still inside its transaction.
-async fn run_slot(
-    cfg: Arc<Config>,
-    slot: SlotPlan,
-    mut rx: mpsc::Receiver<(usize, Bytes)>,
-    abort: Arc<AtomicBool>,
-) -> Result<Participant, PgError> {
-    let client = control::connect(&cfg, &slot.host, slot.port).await?;
-    client
-        .batch_execute("BEGIN")
-        .await
-        .map_err(db_err(&format!(
-            "cannot begin on node {}:{}",
-            slot.host, slot.port
-        )))?;
-    for shard in &slot.shards {
-        if abort.load(Ordering::Relaxed) {
-            return Err(aborted());
-        }
-        client
-            .batch_execute(&shard.create_sql)
-            .await
-            .map_err(|e| statement_error(shard, &slot.host, slot.port, &shard.create_sql, &e))?;
-    }
-    let by_index: HashMap<usize, &SlotShard> = slot.shards.iter().map(|s| (s.index, s)).collect();
-    while let Some((index, chunk)) = rx.recv().await {
-        if abort.load(Ordering::Relaxed) {
-            return Err(aborted());
-        }
-        let shard = by_index[&index];
-        let copy = async {
-            let sink = client.copy_in::<_, Bytes>(shard.copy_sql.as_str()).await?;
-            futures_util::pin_mut!(sink);
-            sink.send(chunk).await?;
-            sink.finish().await
-        };
-        copy.await
-            .map_err(|e| statement_error(shard, &slot.host, slot.port, &shard.copy_sql, &e))?;
-    }
-    for shard in &slot.shards {
-        for sql in &shard.post_sql {
-            if abort.load(Ordering::Relaxed) {
-                return Err(aborted());
-            }
-            client
-                .batch_execute(sql)
-                .await
-                .map_err(|e| statement_error(shard, &slot.host, slot.port, sql, &e))?;
-        }
-        privileges::secure_shard(&client, &slot.security, &shard.qualified)
-            .await
-            .map_err(|(sql, e)| statement_error(shard, &slot.host, slot.port, &sql, &e))?;
-    }
-    Ok(Participant {
-        host: slot.host,
-        port: slot.port,
-        group_id: slot.group,
-        client,
-        gid: None,
-    })
-}
-
-/// Runs every worker connection and, if the table has rows, streams them; returns the
-/// participants ready to prepare, or the first error after rolling all of them back.
-#[allow(clippy::too_many_arguments)]
-async fn run_slots(
-    cfg: &Arc<Config>,
-    coord: &Client,
-    def: &TableDef,
-    dist: &ColumnDef,
-    shards: &[ShardPlan],
-    slots: Vec<SlotPlan>,
-    has_rows: bool,
-    notices: &mpsc::UnboundedSender<String>,
-) -> Result<Vec<Participant>, PgError> {
-    let abort = Arc::new(AtomicBool::new(false));
-    // Shard index -> the slots holding a placement of it.
-    let mut routes: Vec<Vec<usize>> = vec![Vec::new(); shards.len()];
-    let mut senders = Vec::new();
-    let mut handles = Vec::new();
-    for (slot_id, slot) in slots.into_iter().enumerate() {
-        for s in &slot.shards {
-            routes[s.index].push(slot_id);
-        }
-        let (tx, rx) = mpsc::channel(SLOT_QUEUE);
-        senders.push(tx);
-        handles.push(tokio::spawn(run_slot(cfg.clone(), slot, rx, abort.clone())));
-    }
-
-    let copy_result = if has_rows {
-        let _ = notices.send("Copying data from local table...".to_string());
-        copy_rows(coord, def, dist, shards, &routes, &senders, notices).await
-    } else {
-        Ok(())
-    };
-    drop(senders);
-    if copy_result.is_err() {
-        abort.store(true, Ordering::Relaxed);
-    }
-
-    let mut participants = Vec::new();
-    let mut slot_error: Option<PgError> = None;
-    for h in handles {
-        match h.await {
-            Ok(Ok(p)) => participants.push(p),
-            Ok(Err(e)) => {
-                abort.store(true, Ordering::Relaxed);
-                if slot_error.is_none()
-                    || slot_error
-                        .as_ref()
-                        .is_some_and(|s| s.code == sqlstate::QUERY_CANCELED)
-                {
-                    slot_error = Some(e);
-                }
-            }
-            Err(e) => {
-                abort.store(true, Ordering::Relaxed);
-                slot_error.get_or_insert_with(|| {
-                    PgError::internal(format!("shard loading task failed: {e}"))
-                });
-            }
-        }
-    }
-    let error = match (copy_result, slot_error) {
-        (Err(CopyError::Own(e)), _) => Some(e),
-        (_, Some(e)) => Some(e),
-        (Err(CopyError::SlotGone), None) => Some(PgError::internal(
-            "a shard loading connection ended unexpectedly",
-        )),
-        (Ok(()), None) => None,
-    };
-    if let Some(e) = error {
-        twopc::abort(&participants).await;
-        return Err(e);
-    }
-    Ok(participants)
-}
-
-enum CopyError {
-    /// The reader's own failure (NULL distribution value, coordinator error).
-    Own(PgError),
-    /// A worker connection stopped receiving: its own error explains why.
-    SlotGone,
-}
-
-impl From<PgError> for CopyError {
-    fn from(e: PgError) -> Self {
-        CopyError::Own(e)
-    }
-}
-
-/// Reads the local rows with their hashes and sends them, per shard, to the slots.
-async fn copy_rows(
-    coord: &Client,
-    def: &TableDef,
-    dist: &ColumnDef,
-    shards: &[ShardPlan],
-    routes: &[Vec<usize>],
-    senders: &[mpsc::Sender<(usize, Bytes)>],
-    notices: &mpsc::UnboundedSender<String>,
-) -> Result<(), CopyError> {
-    let started = Instant::now();
-    let intervals: Vec<ShardInterval> = shards
-        .iter()
-        .map(|s| ShardInterval {
-            shard_id: s.shard_id,
-            min: s.min,
-            max: s.max,
-            placement_groups: s.groups.clone(),
-        })
-        .collect();
-    let indexer = ShardIndexer::for_intervals(&intervals);
-    let position: HashMap<i64, usize> = shards
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (s.shard_id, i))
-        .collect();
-    let table = format!("{}.{}", def.schema, def.name);
-
-    let sql = copy_out_sql(def, dist);
-    let stream = coord
-        .copy_out(sql.as_str())
-        .await
-        .map_err(|e| PgError::from_client_error(&format!("cannot read the rows of {table}"), &e))?;
-    futures_util::pin_mut!(stream);
-
-    let mut buffers: Vec<BytesMut> = vec![BytesMut::new(); shards.len()];
-    let mut carry = BytesMut::new();
-    let mut rows: u64 = 0;
-
-    async fn flush(
-        index: usize,
-        buffers: &mut [BytesMut],
-        routes: &[Vec<usize>],
-        senders: &[mpsc::Sender<(usize, Bytes)>],
-    ) -> Result<(), CopyError> {
-        if buffers[index].is_empty() {
-            return Ok(());
-        }
-        let chunk = buffers[index].split().freeze();
-        for &slot in &routes[index] {
-            senders[slot]
-                .send((index, chunk.clone()))
-                .await
-                .map_err(|_| CopyError::SlotGone)?;
-        }
-        Ok(())
-    }
-
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| {
-            PgError::from_client_error(&format!("cannot read the rows of {table}"), &e)
-        })?;
-        carry.extend_from_slice(&chunk);
-        let mut start = 0;
-        while let Some(nl) = carry[start..].iter().position(|&b| b == b'\n') {
-            let line = &carry[start..start + nl + 1];
-            start += nl + 1;
-            let (hash, row) = split_copy_line(line)?;
-            let hash = hash.ok_or_else(|| {
-                PgError::new(
-                    sqlstate::NOT_NULL_VIOLATION,
-                    format!("the partition column of table {table} cannot be NULL"),
-                )
-                .with_detail(format!(
-                    "A row of the local table has NULL in column \"{}\".",
-                    dist.name
-                ))
-            })?;
-            let index = indexer
-                .find(&intervals, hash)
-                .and_then(|s| position.get(&s.shard_id).copied())
-                .ok_or_else(|| {
-                    PgError::internal(format!("no shard of {table} covers hash value {hash}"))
-                })?;
-            buffers[index].extend_from_slice(row);
-            rows += 1;
-            if buffers[index].len() >= FLUSH_BYTES {
-                // `carry` is borrowed by `line` only up to here.
-                flush(index, &mut buffers, routes, senders).await?;
-            }
-            if rows % PROGRESS_ROWS == 0 {
-                let _ = notices.send(format!("Copied {rows} rows..."));
-            }
-        }
-        let _ = carry.split_to(start);
-    }
-    for index in 0..buffers.len() {
-        flush(index, &mut buffers, routes, senders).await?;
-    }
-    let _ = notices.send(format!(
-        "Copied {rows} rows from local table {table} in {:.1} s",
-        started.elapsed().as_secs_f64()
-    ));
-    Ok(())
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@
 //! - `nodes`: `citus_add_node`, `citus_remove_node`, `citus_get_active_worker_nodes`,
 //!   `start_metadata_sync_to_node` / `stop_metadata_sync_to_node`
 //! - `distribute`: `create_distributed_table` (shard creation, data copy, 2PC)
+//! - `shard_load`: new shards created and loaded by COPY (create / alter)
+//! - `alter_table`: `alter_distributed_table` (rows moved into new shards)
 //! - `reference`: `create_reference_table`, writes to every placement
 //! - `replicate`: `replicate_reference_tables` (and `citus_add_node`'s copies)
 //! - `nodes` also: `citus_set_coordinator_host`; `shards` also:
@@ -25,6 +27,7 @@
 //! - `roles`: roles made equal on every node; `privileges`: the privilege checks of
 //!   these functions, shards' owner/ACL/policies, GRANT propagation
 
+pub mod alter_table;
 pub mod ddl;
 pub mod dependencies;
 pub mod distribute;
@@ -35,6 +38,7 @@ pub mod privileges;
 pub mod reference;
 pub mod replicate;
 pub mod roles;
+pub mod shard_load;
 pub mod shards;
 pub mod twopc;
 
@@ -195,6 +199,16 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
     (
         "undistribute_table",
         &["table_name", "cascade_via_foreign_keys"],
+    ),
+    (
+        "alter_distributed_table",
+        &[
+            "table_name",
+            "distribution_column",
+            "shard_count",
+            "colocate_with",
+            "cascade_to_colocated",
+        ],
     ),
     ("recover_prepared_transactions", &[]),
     ("citus_cleanup_orphaned_resources", &[]),
@@ -373,6 +387,9 @@ pub async fn call_utility(
             shards::relation_size(cache, &name, &args).await
         }
         "undistribute_table" => shards::undistribute_table(cache, &args, &notices, caller).await,
+        "alter_distributed_table" => {
+            alter_table::alter_distributed_table(cache, &args, &notices, caller).await
+        }
         "recover_prepared_transactions" => {
             let n = crate::transaction::recovery::recover(cache).await?;
             Ok(UtilityResult::scalar(

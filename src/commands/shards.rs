@@ -39,7 +39,10 @@ pub struct PlacementRow {
 
 /// Every placement of a table (by oid, even if its shell is gone), shard and
 /// placement-id order. A placement whose group has no active node is an error.
-async fn read_placements(client: &Client, relid: Oid) -> Result<Vec<PlacementRow>, PgError> {
+pub(crate) async fn read_placements(
+    client: &Client,
+    relid: Oid,
+) -> Result<Vec<PlacementRow>, PgError> {
     let rows = client
         .query(
             "SELECT s.shardid, pl.groupid, n.nodename, n.nodeport \
@@ -72,7 +75,7 @@ async fn read_placements(client: &Client, relid: Oid) -> Result<Vec<PlacementRow
 }
 
 /// Groups placements by node: (group, host, port) -> shard ids.
-fn by_node(placements: &[PlacementRow]) -> BTreeMap<(GroupId, String, u16), Vec<i64>> {
+pub(crate) fn by_node(placements: &[PlacementRow]) -> BTreeMap<(GroupId, String, u16), Vec<i64>> {
     let mut map: BTreeMap<(GroupId, String, u16), Vec<i64>> = BTreeMap::new();
     for p in placements {
         map.entry((p.group, p.host.clone(), p.port))
@@ -106,7 +109,10 @@ async fn partition_method(
 }
 
 /// (schema, name) of a relation that exists.
-async fn relation_name(client: &Client, relid: Oid) -> Result<Option<(String, String)>, PgError> {
+pub(crate) async fn relation_name(
+    client: &Client,
+    relid: Oid,
+) -> Result<Option<(String, String)>, PgError> {
     Ok(client
         .query_opt(
             "SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_class c \
@@ -121,6 +127,22 @@ async fn relation_name(client: &Client, relid: Oid) -> Result<Option<(String, St
 /// Deletes a table's rows from `pg_dist_placement`, `pg_dist_shard`,
 /// `pg_dist_partition`, and its co-location group if it was the last member.
 async fn delete_table_catalog(coord: &Client, relid: Oid) -> Result<(), PgError> {
+    delete_shard_rows(coord, relid).await?;
+    let groups = coord
+        .query(
+            "DELETE FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1::oid::regclass RETURNING colocationid",
+            &[&relid],
+        )
+        .await
+        .map_err(db_err("cannot delete from pg_dist_partition"))?;
+    for g in groups {
+        delete_group_if_empty(coord, g.get(0)).await?;
+    }
+    Ok(())
+}
+
+/// Deletes a table's rows from `pg_dist_placement` and `pg_dist_shard`.
+pub(crate) async fn delete_shard_rows(coord: &Client, relid: Oid) -> Result<(), PgError> {
     coord
         .execute(
             "DELETE FROM pg_catalog.pg_dist_placement WHERE shardid IN \
@@ -136,24 +158,19 @@ async fn delete_table_catalog(coord: &Client, relid: Oid) -> Result<(), PgError>
         )
         .await
         .map_err(db_err("cannot delete from pg_dist_shard"))?;
-    let groups = coord
-        .query(
-            "DELETE FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1::oid::regclass RETURNING colocationid",
-            &[&relid],
+    Ok(())
+}
+
+/// Deletes co-location group `group` if no table is in it any more.
+pub(crate) async fn delete_group_if_empty(coord: &Client, group: i32) -> Result<(), PgError> {
+    coord
+        .execute(
+            "DELETE FROM pg_catalog.pg_dist_colocation c WHERE c.colocationid = $1 \
+             AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p WHERE p.colocationid = c.colocationid)",
+            &[&group],
         )
         .await
-        .map_err(db_err("cannot delete from pg_dist_partition"))?;
-    for g in groups {
-        let group: i32 = g.get(0);
-        coord
-            .execute(
-                "DELETE FROM pg_catalog.pg_dist_colocation c WHERE c.colocationid = $1 \
-                 AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p WHERE p.colocationid = c.colocationid)",
-                &[&group],
-            )
-            .await
-            .map_err(db_err("cannot delete from pg_dist_colocation"))?;
-    }
+        .map_err(db_err("cannot delete from pg_dist_colocation"))?;
     Ok(())
 }
 

@@ -213,6 +213,9 @@ pub struct Session {
     /// Notifications of the client's own backend that pgshard read on its own
     /// (`BackendConn::unforwarded_notifications`): sent before ReadyForQuery.
     pending_notifications: Vec<Frame>,
+    /// Times `out` was written to the client (a statement run again after a moved
+    /// shard must have sent nothing yet: `simple.rs`).
+    client_flushes: u64,
     client: ClientWrite,
     pub reader: ClientReader,
     pub out: BytesMut,
@@ -383,6 +386,7 @@ impl Session {
             own_pools: Mutex::new(None),
             client_ends_at: None,
             pending_notifications: Vec::new(),
+            client_flushes: 0,
         }
     }
 
@@ -395,6 +399,7 @@ impl Session {
         if self.out.is_empty() {
             return Ok(());
         }
+        self.client_flushes += 1;
         // flush: TLS may hold encrypted bytes back otherwise (no-op on plain sockets).
         let r = match self.client.write_all(&self.out).await {
             Ok(()) => self.client.flush().await,
@@ -433,7 +438,7 @@ impl Session {
             b'Q' => {
                 self.stop_batch_clock();
                 match msg::decode_query(&frame.body) {
-                    Ok(sql) => self.simple_query(&sql).await?,
+                    Ok(sql) => self.simple_query_retrying(&sql).await?,
                     Err(e) => self.write_client_error(&e),
                 }
                 self.write_ready_for_query();

@@ -4,6 +4,38 @@
 use super::*;
 
 impl Session {
+    /// [`Self::simple_query`], run once more when its only answer so far is a worker's
+    /// "relation ... does not exist" (42P01) for a shard table and the catalog has
+    /// changed meanwhile: the shard was replaced under the statement
+    /// (`alter_distributed_table` drops the old shards when it commits; a write waits
+    /// for its lock there, then finds it gone). Outside a transaction block only, and
+    /// only when nothing of the string reached the client or ran before it (the error
+    /// was its first output, and the failed statement was rolled back whole), so the
+    /// second run is what the client would do on its own, with the new shards.
+    pub(super) async fn simple_query_retrying(&mut self, sql: &str) -> PgResult<()> {
+        let idle = self.tx.state == TxnState::Idle;
+        let (mark, flushes) = (self.out.len(), self.client_flushes);
+        let version = self.shared.catalog.snapshot().version;
+        self.simple_query(sql).await?;
+        if !idle
+            || self.tx.state != TxnState::Idle
+            || self.client_flushes != flushes
+            || !moved_shard_error(&self.out[mark.min(self.out.len())..])
+        {
+            return Ok(());
+        }
+        if let Err(e) = self.shared.catalog.try_reload().await {
+            tracing::warn!("catalog reload failed: {e}");
+            return Ok(());
+        }
+        if self.shared.catalog.snapshot().version == version {
+            return Ok(());
+        }
+        tracing::debug!("statement run again after its shard was replaced: {sql}");
+        self.out.truncate(mark);
+        self.simple_query(sql).await
+    }
+
     pub(super) async fn simple_query(&mut self, sql: &str) -> PgResult<()> {
         let catalog = self.shared.catalog.snapshot();
         self.activity_started(sql.into());
@@ -445,5 +477,64 @@ impl Session {
                 }
             }
         }
+    }
+}
+
+/// Whether `out` is exactly one ErrorResponse saying a shard table
+/// (`relation "<schema>.<table>_<shardid>" does not exist`, 42P01) is missing.
+fn moved_shard_error(out: &[u8]) -> bool {
+    let [b'E', l0, l1, l2, l3, body @ ..] = out else {
+        return false;
+    };
+    if u32::from_be_bytes([*l0, *l1, *l2, *l3]) as usize != body.len() + 4 {
+        return false;
+    }
+    let e = PgError::from_server_fields(Bytes::copy_from_slice(body));
+    if e.code != sqlstate::UNDEFINED_TABLE {
+        return false;
+    }
+    let Some(name) = e
+        .message
+        .strip_prefix("relation \"")
+        .and_then(|m| m.strip_suffix("\" does not exist"))
+    else {
+        return false;
+    };
+    name.rsplit_once('_').is_some_and(|(table, id)| {
+        !table.is_empty() && !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_a_missing_shard() {
+        let frame = |code: &str, message: &str| {
+            let mut out = BytesMut::new();
+            msg::write_error(&mut out, &PgError::new(code, message));
+            out
+        };
+        assert!(moved_shard_error(&frame(
+            "42P01",
+            "relation \"public.t_102008\" does not exist"
+        )));
+        assert!(!moved_shard_error(&frame(
+            "42P01",
+            "relation \"t\" does not exist"
+        )));
+        assert!(!moved_shard_error(&frame(
+            "42P01",
+            "relation \"t_x\" does not exist"
+        )));
+        assert!(!moved_shard_error(&frame(
+            "23505",
+            "relation \"t_1\" does not exist"
+        )));
+        let mut two = frame("42P01", "relation \"public.t_1\" does not exist");
+        two.extend_from_slice(&frame("42P01", "relation \"public.t_1\" does not exist"));
+        assert!(!moved_shard_error(&two));
+        assert!(!moved_shard_error(b""));
     }
 }
