@@ -39,6 +39,7 @@ pub mod sqlstate {
     pub const ACTIVE_SQL_TRANSACTION: &str = "25001";
     pub const NO_ACTIVE_SQL_TRANSACTION: &str = "25P01";
     pub const NOT_NULL_VIOLATION: &str = "23502";
+    pub const GENERATED_ALWAYS: &str = "428C9";
     pub const INTERNAL_ERROR: &str = "XX000";
     pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
     pub const TOO_MANY_CONNECTIONS: &str = "53300";

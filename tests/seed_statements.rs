@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::{cluster, plain_postgres};
+use common::cluster;
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;

@@ -693,12 +693,14 @@ async fn decision_records_are_written_exactly() {
         )),
         application_name: "decision test".into(),
     };
+    // This process holds no liveness lock: the count it has stays as it is.
+    let epoch = pgshard::transaction::liveness_epoch();
     // Not pgshard gids: recovery leaves these records alone.
     let gid = |t: usize, p: usize| format!("test_decision_{t}_{p}_'q\"b\\");
     let committers = (0..20).map(|t| {
         let target = target.clone();
         let rows = vec![(t as i32, gid(t, 0)), (-(t as i32), gid(t, 1))];
-        async move { decision::record(&target, rows).await }
+        async move { decision::record(&target, rows, epoch).await }
     });
     for r in futures_util::future::join_all(committers).await {
         r.unwrap();
@@ -721,11 +723,12 @@ async fn decision_records_are_written_exactly() {
     let e = decision::record(
         &target,
         vec![(1, "test_decision_new".into()), (0, gid(0, 0))],
+        epoch,
     )
     .await
     .unwrap_err();
     assert_eq!(e.code, "23505", "{e:?}");
-    decision::record(&target, vec![(3, "test_decision_after".into())])
+    decision::record(&target, vec![(3, "test_decision_after".into())], epoch)
         .await
         .unwrap();
     let n: i64 = coord

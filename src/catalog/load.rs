@@ -38,9 +38,21 @@ pub fn column_typmod_sql(type_expr: &str, typmod_expr: &str) -> String {
     )
 }
 
+/// SQL: whether the default `d` (a `pg_attrdef` row, maybe NULL) takes its values from
+/// a sequence: it depends on one (`nextval('s')`, serial) or calls `nextval` at all.
+pub fn default_uses_sequence_sql(d: &str) -> String {
+    format!(
+        "coalesce(EXISTS (SELECT 1 FROM pg_catalog.pg_depend dep \
+           JOIN pg_catalog.pg_class s ON s.oid = dep.refobjid AND s.relkind = 'S' \
+           WHERE dep.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass AND dep.objid = {d}.oid) \
+          OR pg_catalog.pg_get_expr({d}.adbin, {d}.adrelid) ~* 'nextval\\s*\\(', false)"
+    )
+}
+
 fn load_sql() -> String {
     let base_type = base_type_sql("a.atttypid");
     let typmod = column_typmod_sql("a.atttypid", "a.atttypmod");
+    let seq_default = default_uses_sequence_sql("xd");
     format!(
         r#"SELECT
  (SELECT version FROM pg_catalog.pgshard_catalog_version LIMIT 1),
@@ -59,7 +71,13 @@ fn load_sql() -> String {
                       ORDER BY x.attnum),
      'indexes', ARRAY(SELECT ic.relname::text FROM pg_catalog.pg_index i
                       JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
-                      WHERE i.indrelid = p.logicalrelid))), '[]')
+                      WHERE i.indrelid = p.logicalrelid),
+     'sequence_columns', (SELECT coalesce(json_agg(json_build_object(
+                          'name', x.attname, 'always', x.attidentity = 'a') ORDER BY x.attnum), '[]')
+                      FROM pg_catalog.pg_attribute x
+                      LEFT JOIN pg_catalog.pg_attrdef xd ON xd.adrelid = x.attrelid AND xd.adnum = x.attnum
+                      WHERE x.attrelid = p.logicalrelid AND x.attnum > 0 AND NOT x.attisdropped
+                        AND (x.attidentity <> '' OR {seq_default})))), '[]')
   FROM pg_catalog.pg_dist_partition p
   JOIN pg_catalog.pg_class c ON c.oid = p.logicalrelid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -115,6 +133,9 @@ pub struct TableRow {
     /// Names of the shell table's indexes (DROP INDEX planning).
     #[serde(default)]
     pub indexes: Vec<String>,
+    /// Columns filled from a sequence (identity, or a default calling `nextval`).
+    #[serde(default)]
+    pub sequence_columns: Vec<crate::catalog::SequenceColumn>,
 }
 
 /// A row of `pg_dist_shard` with its active placements' groups.
@@ -220,6 +241,7 @@ pub fn build_table(row: TableRow, shard_rows: Vec<ShardRow>) -> Result<DistTable
         shards,
         columns: row.columns,
         indexes: row.indexes,
+        sequence_columns: row.sequence_columns,
         indexer,
     })
 }
@@ -289,6 +311,7 @@ mod tests {
             type_sql: None,
             columns: vec!["id".into(), "v".into()],
             indexes: vec![],
+            sequence_columns: vec![],
         }
     }
 

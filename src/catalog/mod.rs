@@ -59,6 +59,16 @@ pub struct DistColumn {
     pub type_sql: String,
 }
 
+/// A column of a distributed or reference table whose values come from a sequence
+/// of the coordinator node.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct SequenceColumn {
+    pub name: String,
+    /// `GENERATED ALWAYS AS IDENTITY`: a value may be given only with `OVERRIDING
+    /// SYSTEM VALUE`, an UPDATE may set it only to DEFAULT.
+    pub always: bool,
+}
+
 /// One shard: a hash range of a table and the groups (nodes) holding a copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardInterval {
@@ -84,6 +94,10 @@ pub struct DistTable {
     pub columns: Vec<String>,
     /// The shell table's index names (in the table's schema).
     pub indexes: Vec<String>,
+    /// Columns whose values come from a sequence (serial, identity, a default calling
+    /// `nextval`): the sequence lives on the coordinator node only, so a write filling
+    /// one goes through the shell there (see "Sequences" in docs/ARCHITECTURE.md).
+    pub sequence_columns: Vec<SequenceColumn>,
     pub indexer: ShardIndexer,
 }
 

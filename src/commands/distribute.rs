@@ -194,6 +194,9 @@ pub fn create_shard_table_sql(def: &TableDef, shard_id: i64) -> String {
             }
             match (&c.default, c.generated) {
                 (Some(expr), true) => s.push_str(&format!(" GENERATED ALWAYS AS ({expr}) STORED")),
+                // A sequence stays on the coordinator node, which fills the column
+                // (the shell's INSERT): the shard's column has no default.
+                (Some(_), false) if c.uses_sequence => {}
                 (Some(expr), false) => s.push_str(&format!(" DEFAULT {expr}")),
                 _ => {}
             }
@@ -333,33 +336,6 @@ pub fn split_copy_line(line: &[u8]) -> Result<(Option<i32>, &[u8]), PgError> {
     Ok((Some(hash), rest))
 }
 
-/// Refusals that depend only on the definition (Citus's rules, plus what pgshard does
-/// not do yet).
-pub fn check_definition(def: &TableDef, dist: &ColumnDef) -> Result<(), PgError> {
-    for c in &def.columns {
-        if c.identity {
-            return Err(PgError::not_supported(format!(
-                "cannot distribute table \"{}\": column \"{}\" is an identity column",
-                def.name, c.name
-            ))
-            .with_detail("pgshard does not distribute sequences yet: each shard would generate its own values."));
-        }
-        if c.uses_sequence {
-            return Err(PgError::not_supported(format!(
-                "cannot distribute table \"{}\": the default of column \"{}\" calls nextval()",
-                def.name, c.name
-            ))
-            .with_detail(
-                "pgshard does not distribute sequences yet: each shard would generate its own, \
-                 colliding values.",
-            )
-            .with_hint("Drop the column default (or supply the values from the application) before distributing."));
-        }
-    }
-    let _ = dist;
-    Ok(())
-}
-
 // ---------------------------------------------------------------------------
 // Reading the definition
 // ---------------------------------------------------------------------------
@@ -372,17 +348,15 @@ pub(crate) async fn read_columns(coord: &Client, relid: Oid) -> Result<Vec<Colum
                      THEN pg_catalog.quote_ident(cn.nspname) || '.' || pg_catalog.quote_ident(co.collname) END, \
                 a.attnotnull, pg_catalog.pg_get_expr(d.adbin, d.adrelid), a.attgenerated = 's', \
                 a.attidentity IN ('a', 'd'), \
-                coalesce(EXISTS (SELECT 1 FROM pg_catalog.pg_depend dep \
-                   JOIN pg_catalog.pg_class s ON s.oid = dep.refobjid AND s.relkind = 'S' \
-                   WHERE dep.classid = 'pg_catalog.pg_attrdef'::regclass AND dep.objid = d.oid) \
-                  OR pg_catalog.pg_get_expr(d.adbin, d.adrelid) ~* 'nextval\\s*\\(', false) \
+                {uses_sequence} \
          FROM pg_catalog.pg_attribute a \
          JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
          LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
          LEFT JOIN pg_catalog.pg_collation co ON co.oid = a.attcollation \
          LEFT JOIN pg_catalog.pg_namespace cn ON cn.oid = co.collnamespace \
          WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
-        base = base_type_sql("a.atttypid")
+        base = base_type_sql("a.atttypid"),
+        uses_sequence = crate::catalog::load::default_uses_sequence_sql("d"),
     );
     let rows = coord
         .query(sql.as_str(), &[&relid])
@@ -673,7 +647,6 @@ pub(crate) async fn create_distributed_table(
         security: privileges::read_table_security(&coord, relid).await?,
         foreign_keys: Vec::new(),
     };
-    check_definition(&def, &dist)?;
     let mut def = def;
 
     // Co-location, ranges and placements.
@@ -1238,6 +1211,7 @@ mod tests {
                     .into(),
             }],
             security: Default::default(),
+            foreign_keys: Vec::new(),
         }
     }
 
@@ -1328,15 +1302,13 @@ mod tests {
     }
 
     #[test]
-    fn refuses_sequences() {
+    fn shard_columns_have_no_sequence_defaults() {
         let mut d = def();
-        d.columns[1].uses_sequence = true;
-        let e = check_definition(&d, &d.columns[0].clone()).unwrap_err();
-        assert_eq!(e.code, "0A000");
-        assert!(e.message.contains("nextval"));
-        let mut d = def();
-        d.columns[0].identity = true;
-        assert!(check_definition(&d, &d.columns[0].clone()).is_err());
+        d.columns[0].uses_sequence = true;
+        d.columns[0].default = Some("nextval('items_id_seq'::regclass)".into());
+        let sql = create_shard_table_sql(&d, 7);
+        assert!(sql.contains("(\"id\" integer NOT NULL, "), "{sql}");
+        assert!(!sql.contains("nextval"), "{sql}");
     }
 
     #[test]

@@ -539,6 +539,7 @@ mod tests {
         let key = ForeignKey {
             definition: "FOREIGN KEY (company_id, campaign_id) REFERENCES campaigns(company_id, id) ON DELETE CASCADE".into(),
             name: "ads_campaign\"fk".into(),
+            referenced_schema: "my s".into(),
             referenced_name: "campaigns".into(),
             ..fk(&[1, 2], &[1, 2], 'c', 'a')
         };

@@ -63,11 +63,6 @@ pub(crate) async fn create_reference_table(
         .await
         .map_err(db_err(&format!("cannot lock table {qualified}")))?;
     let mut def = table_def(&coord, relid).await?;
-    if def.columns.iter().any(|c| c.uses_sequence || c.identity) {
-        return Err(PgError::not_supported(format!(
-            "cannot create reference table \"{name}\": columns using sequences are not supported by pgshard yet"
-        )));
-    }
     let nodes = read_nodes(&coord).await?;
     if nodes.is_empty() {
         return Err(PgError::new(

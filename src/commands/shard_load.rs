@@ -57,7 +57,10 @@ struct SlotShard {
 }
 
 /// Spreads each worker's shard placements over up to
-/// `COPY_CONNECTIONS_PER_WORKER` connections.
+/// `COPY_CONNECTIONS_PER_WORKER` connections; one per worker when the table has
+/// foreign keys: adding a key locks its referenced shard in SHARE ROW EXCLUSIVE mode,
+/// which conflicts with itself, so two connections of one load adding keys to the
+/// same reference shard would wait on each other until the whole load commits.
 pub(crate) fn plan_slots(
     def: &TableDef,
     shards: &[ShardPlan],
@@ -73,7 +76,12 @@ pub(crate) fn plan_slots(
     let security = Arc::new(def.security.clone());
     for (group, indexes) in per_group {
         let node = nodes[&group];
-        let count = indexes.len().min(COPY_CONNECTIONS_PER_WORKER);
+        let per_worker = if def.foreign_keys.is_empty() {
+            COPY_CONNECTIONS_PER_WORKER
+        } else {
+            1
+        };
+        let count = indexes.len().min(per_worker);
         let mut group_slots: Vec<SlotPlan> = (0..count)
             .map(|_| SlotPlan {
                 host: node.host.clone(),

@@ -59,6 +59,8 @@ pub mod citus_settings;
 mod client_text;
 /// COPY into and out of distributed tables.
 mod copy;
+/// COPY rows given the values of their columns filled from a sequence.
+mod copy_sequences;
 /// CREATE TABLE AS / SELECT INTO reading distributed tables.
 mod create_as;
 /// DECLARE CURSOR over distributed tables.

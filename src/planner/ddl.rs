@@ -290,9 +290,7 @@ fn check_constraint(
         | ConstrType::ConstrAttrImmediate => return Ok(()),
         ConstrType::ConstrDefault => {
             if c.raw_expr.as_deref().is_some_and(uses_sequence) {
-                return Err(PgError::not_supported(
-                    "pgshard does not support defaults using sequences on distributed tables yet",
-                ));
+                return Err(sequence_column_refusal());
             }
             return Ok(());
         }
@@ -397,6 +395,16 @@ fn column_names(n: &protobuf::Node) -> Vec<String> {
     out
 }
 
+/// ADD COLUMN filled from a sequence: PostgreSQL would number the existing rows, and
+/// those live on the shards, not in the shell where the sequence is.
+fn sequence_column_refusal() -> PgError {
+    PgError::not_supported(
+        "pgshard does not support adding a column filled from a sequence (serial, identity, \
+         nextval default) to a distributed table",
+    )
+    .with_hint("Add the column without the default, then set it with ALTER TABLE ... ALTER COLUMN ... SET DEFAULT.")
+}
+
 /// Whether an expression calls `nextval` (sequences exist only on the coordinator).
 fn uses_sequence(n: &protobuf::Node) -> bool {
     let Some(e) = n.node.as_ref() else {
@@ -431,19 +439,13 @@ fn check_alter_cmd(
                 type_name,
                 "serial" | "serial4" | "bigserial" | "serial8" | "smallserial" | "serial2"
             ) {
-                return Err(PgError::not_supported(
-                    "pgshard does not support adding serial columns to distributed tables yet",
-                ));
+                return Err(sequence_column_refusal());
             }
             if !cd.identity.is_empty() {
-                return Err(PgError::not_supported(
-                    "pgshard does not support identity columns on distributed tables yet",
-                ));
+                return Err(sequence_column_refusal());
             }
             if cd.raw_default.as_deref().is_some_and(uses_sequence) {
-                return Err(PgError::not_supported(
-                    "pgshard does not support defaults using sequences on distributed tables yet",
-                ));
+                return Err(sequence_column_refusal());
             }
             for c in &cd.constraints {
                 if let Some(N::Constraint(c)) = c.node.as_ref() {
@@ -452,14 +454,9 @@ fn check_alter_cmd(
             }
             Ok(())
         }
-        At::AtColumnDefault => {
-            if cmd.def.as_deref().is_some_and(uses_sequence) {
-                return Err(PgError::not_supported(
-                    "pgshard does not support defaults using sequences on distributed tables yet",
-                ));
-            }
-            Ok(())
-        }
+        // A default calling nextval stays on the shell: the shards drop theirs
+        // (`shard_statement`), the coordinator node fills the column (`sequences.rs`).
+        At::AtColumnDefault => Ok(()),
         At::AtDropNotNull | At::AtSetNotNull | At::AtSetStatistics => Ok(()),
         // Storage parameters (`SET (parallel_workers = 64)`, seed 004) go to every shard.
         At::AtSetRelOptions | At::AtResetRelOptions => Ok(()),
@@ -555,6 +552,9 @@ pub fn shard_statement(plan: &DdlPlan, shard_id: ShardId, resolved: &[String]) -
                     }
                     At::AtDropConstraint | At::AtValidateConstraint => {
                         cmd.name = obj(&cmd.name);
+                    }
+                    At::AtColumnDefault if cmd.def.as_deref().is_some_and(uses_sequence) => {
+                        cmd.def = None;
                     }
                     _ => {}
                 }
@@ -717,6 +717,7 @@ pub(crate) mod tests {
             shards: vec![],
             columns: vec!["k".into(), "v".into()],
             indexes: vec![],
+            sequence_columns: vec![],
             indexer: ShardIndexer::for_intervals::<crate::catalog::ShardInterval>(&[]),
         });
         c
@@ -838,9 +839,10 @@ pub(crate) mod tests {
         assert!(refused("ALTER TABLE t DROP COLUMN k"));
         assert!(refused("ALTER TABLE t ALTER COLUMN k TYPE bigint"));
         assert!(refused("ALTER TABLE t ADD COLUMN s serial"));
-        assert!(refused(
-            "ALTER TABLE t ALTER COLUMN v SET DEFAULT nextval('s')"
-        ));
+        assert_eq!(
+            shard_sql("ALTER TABLE t ALTER COLUMN v SET DEFAULT nextval('s')", &[]),
+            "ALTER TABLE public.t_102008 ALTER COLUMN v DROP DEFAULT"
+        );
         assert!(refused("ALTER TABLE t CLUSTER ON i"));
         assert_eq!(
             shard_sql("ALTER TABLE t OWNER TO bob, FORCE ROW LEVEL SECURITY", &[]),

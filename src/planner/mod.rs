@@ -31,6 +31,7 @@ mod reference_join;
 pub mod repartition;
 pub mod router;
 pub mod security;
+mod sequences;
 pub mod session_command;
 pub mod sql_prepare;
 mod steps;
@@ -150,6 +151,10 @@ pub const LADDER: &[(&str, PlanStep)] = &[
     ("DDL on a distributed table", steps::ddl),
     ("create view over distributed tables", views::view_ddl),
     ("no distributed table referenced", steps::local),
+    (
+        "writes filling a column from a sequence: through the coordinator node",
+        sequences::step,
+    ),
     ("modifying CTEs", steps::modifying_ctes),
     (
         "create table as / select into from distributed tables",

@@ -172,6 +172,7 @@ mod tests {
             shards: Vec::new(),
             columns: Vec::new(),
             indexes: Vec::new(),
+            sequence_columns: Vec::new(),
             indexer: ShardIndexer::for_intervals::<crate::catalog::ShardInterval>(&[]),
         }
     }

@@ -256,6 +256,7 @@ mod tests {
                 shards: vec![],
                 columns: vec!["k".into(), "v".into()],
                 indexes: vec![],
+                sequence_columns: vec![],
             });
         }
         c

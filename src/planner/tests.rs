@@ -44,6 +44,7 @@ pub(crate) fn catalog_of_t(columns: &[&str]) -> Catalog {
         shards,
         columns: columns.iter().map(|c| c.to_string()).collect(),
         indexes: vec![],
+        sequence_columns: vec![],
     });
     c
 }

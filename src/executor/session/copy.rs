@@ -5,6 +5,7 @@
 //! - COPY TO STDOUT: one COPY per shard, outputs concatenated (one header/trailer).
 
 use super::bulk::{binary_is_exact, error_with_context, null_key_error};
+use super::copy_sequences::SequenceFill;
 use super::*;
 use crate::catalog::{DistTable, PartitionMethod};
 use crate::planner::copy::{CopyInPlan, CopyOutPlan, CopyOutSource};
@@ -174,6 +175,13 @@ impl Session {
             }
             plan.columns.clone()
         };
+        // Columns filled from a sequence: their values appended to each row.
+        let mut fill = self.copy_sequence_fill(&table, &columns, opts).await?;
+        let client_columns = columns.len();
+        let mut columns = columns;
+        if let Some(f) = &fill {
+            columns.extend(f.columns.iter().cloned());
+        }
         // A reference table's rows go to every placement as they are: a column left
         // to a non-immutable default would differ between placements.
         if reference {
@@ -239,14 +247,16 @@ impl Session {
         // CopyInResponse: the client's format for every column.
         let mut g = BytesMut::new();
         g.extend_from_slice(&[binary as u8]);
-        g.extend_from_slice(&(columns.len() as i16).to_be_bytes());
-        for _ in &columns {
+        g.extend_from_slice(&(client_columns as i16).to_be_bytes());
+        for _ in 0..client_columns {
             g.extend_from_slice(&(binary as i16).to_be_bytes());
         }
         msg::write_raw(&mut self.out, b'G', &g);
         self.flush_client().await?;
 
-        let r = self.copy_in_stream(&mut st, opts, key, utf8).await;
+        let r = self
+            .copy_in_stream(&mut st, opts, key, utf8, fill.as_mut())
+            .await;
         let r = match r {
             Ok(()) => match st.error.take() {
                 Some(e) => Err(e),
@@ -315,6 +325,7 @@ impl Session {
         opts: &cf::CopyOptions,
         key: KeySpec,
         utf8: bool,
+        mut fill: Option<&mut SequenceFill>,
     ) -> PgResult<()> {
         let mut pending = BytesMut::new();
         let mut header_left = opts.header;
@@ -356,7 +367,20 @@ impl Session {
                 }
                 continue;
             }
-            pending.extend_from_slice(&f.body);
+            let r = match fill.as_deref_mut() {
+                Some(fill) => {
+                    self.fill_copy_rows(fill, &f.body, &mut pending, opts, eof)
+                        .await
+                }
+                None => {
+                    pending.extend_from_slice(&f.body);
+                    Ok(())
+                }
+            };
+            if let Err(e) = r {
+                failure = Some(e);
+                break;
+            }
             let r = self
                 .route_rows(
                     st,

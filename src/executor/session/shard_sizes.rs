@@ -204,7 +204,7 @@ mod tests {
         )
         .unwrap();
         assert!(
-            sql.contains("(1::pg_catalog.int8, 8192::pg_catalog.int8)"),
+            sql.contains("(1::bigint, 8192::bigint)"),
             "{sql}"
         );
         assert!(sql.contains(") c WHERE c.shardid = 1"), "{sql}");

@@ -66,6 +66,7 @@ pub(crate) fn table(
         shards,
         columns: vec!["k".into(), "v".into(), format!("{name}_only")],
         indexes: vec![],
+        sequence_columns: vec![],
     }
 }
 

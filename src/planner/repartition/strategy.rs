@@ -259,6 +259,7 @@ fn build(
             shards,
             columns,
             indexes: Vec::new(),
+            sequence_columns: Vec::new(),
         });
         overlay.add_table((*table).clone());
         rename(&mut tree, rel, &table)?;
