@@ -79,6 +79,26 @@ CREATE OR REPLACE FUNCTION pg_catalog.pgshard_guard_of(rel regclass) RETURNS reg
      WHERE i.inhparent = rel AND g.relnamespace = pg_catalog.to_regnamespace('pgshard_guard')
 $pgshard$;
 
+-- The checks of a shell's own foreign keys (PostgreSQL's RI_ConstraintTrigger_c_*
+-- triggers) off or on. The shards' keys are enforced by the workers; on the shell, whose
+-- referenced shells are empty, a check would refuse every row pgshard's own statements
+-- insert there (inside a savepoint rolled back at once) to have PostgreSQL compute the
+-- row: defaults, sequences, casts, CHECK constraints.
+CREATE OR REPLACE FUNCTION pg_catalog.pgshard_shell_key_checks(rel regclass, enable boolean) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $pgshard$
+DECLARE
+    t name;
+BEGIN
+    FOR t IN SELECT g.tgname FROM pg_trigger g JOIN pg_constraint c ON c.oid = g.tgconstraint
+              WHERE g.tgrelid = rel AND c.conrelid = rel AND c.contype = 'f'
+                AND (g.tgenabled = 'D') = enable
+    LOOP
+        EXECUTE format('ALTER TABLE %s %s TRIGGER %I', rel,
+                       CASE WHEN enable THEN 'ENABLE' ELSE 'DISABLE' END, t);
+    END LOOP;
+END
+$pgshard$;
+
 CREATE OR REPLACE FUNCTION pg_catalog.pgshard_guard_shell(rel regclass) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $pgshard$
 DECLARE
@@ -89,6 +109,7 @@ BEGIN
         EXECUTE format('CREATE TRIGGER pgshard_shell_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s '
                        'FOR EACH STATEMENT EXECUTE FUNCTION pg_catalog.pgshard_shell_write_guard()', rel);
     END IF;
+    PERFORM pg_catalog.pgshard_shell_key_checks(rel, false);
     IF NOT EXISTS (SELECT 1 FROM pg_foreign_server WHERE srvname = 'pgshard_shell_guard')
        OR pg_catalog.pgshard_guard_of(rel) IS NOT NULL THEN
         RETURN;
@@ -118,6 +139,7 @@ DECLARE
     guard regclass := pg_catalog.pgshard_guard_of(rel);
 BEGIN
     EXECUTE format('DROP TRIGGER IF EXISTS pgshard_shell_guard ON %s', rel);
+    PERFORM pg_catalog.pgshard_shell_key_checks(rel, true);
     IF guard IS NOT NULL THEN
         EXECUTE format('DROP FOREIGN TABLE %s', guard);
     END IF;
@@ -183,6 +205,10 @@ BEGIN
     END IF;
 END
 $pgshard$;
+
+-- pgshard's own (superuser) connections only: they change any table.
+REVOKE EXECUTE ON FUNCTION pg_catalog.pgshard_shell_key_checks(regclass, boolean),
+    pg_catalog.pgshard_guard_shell(regclass), pg_catalog.pgshard_unguard_shell(regclass) FROM PUBLIC;
 
 SELECT pg_catalog.pgshard_guard_shell(logicalrelid) FROM pg_catalog.pg_dist_partition;
 "#;

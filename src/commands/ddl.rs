@@ -295,6 +295,13 @@ pub async fn propagate_ddl(
                 .await
                 .map_err(db_err("cannot update pg_dist_partition"))?;
         }
+        if !new_keys.is_empty() {
+            // The shell's new keys are not checked there (`catalog::guard`).
+            coord
+                .execute(crate::catalog::guard::GUARD_ONE_SQL, &[&relid])
+                .await
+                .map_err(db_err("cannot turn off the shell's key checks"))?;
+        }
         // Column lists, names and types feed planning: every process reloads.
         bump_version(&coord).await
     })

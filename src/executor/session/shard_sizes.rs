@@ -203,10 +203,7 @@ mod tests {
             &[(1, 8192)],
         )
         .unwrap();
-        assert!(
-            sql.contains("(1::bigint, 8192::bigint)"),
-            "{sql}"
-        );
+        assert!(sql.contains("(1::bigint, 8192::bigint)"), "{sql}");
         assert!(sql.contains(") c WHERE c.shardid = 1"), "{sql}");
         assert!(rewrite(&tree("SELECT * FROM other.citus_shards"), &[]).is_none());
         assert!(rewrite(&tree("SELECT 'citus_shards'"), &[]).is_none());
