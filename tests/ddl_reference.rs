@@ -222,7 +222,6 @@ async fn ddl_reaches_every_shard_and_the_shell() {
         "ALTER TABLE ddl_u ADD CONSTRAINT u UNIQUE (v)",
         "CREATE UNIQUE INDEX ON ddl_u (v)",
         "ALTER TABLE ddl_u ADD COLUMN s serial",
-        "ALTER TABLE ddl_u ADD FOREIGN KEY (v) REFERENCES ddl_u (kk)",
         "ALTER TABLE ddl_u CLUSTER ON ddl_u_pkey",
     ] {
         assert_eq!(sqlstate_of(&pgs, refused).await, "0A000", "{refused}");
@@ -232,6 +231,15 @@ async fn ddl_reaches_every_shard_and_the_shell() {
     assert_eq!(
         sqlstate_of(&pgs, "ALTER TABLE ddl_u ADD COLUMN v int").await,
         "42701"
+    );
+    // A key to a column with no unique constraint (foreign keys: tests/foreign_keys.rs).
+    assert_eq!(
+        sqlstate_of(
+            &pgs,
+            "ALTER TABLE ddl_u ADD FOREIGN KEY (v) REFERENCES ddl_u (kk)"
+        )
+        .await,
+        "42830"
     );
     exec(&pgs, "DROP TABLE ddl_u").await;
 }

@@ -106,6 +106,33 @@ pub struct ShardPlan {
     pub groups: Vec<GroupId>,
 }
 
+impl ShardPlan {
+    /// The shards as the catalog will hold them (for routing rows by hash).
+    pub fn intervals(shards: &[ShardPlan]) -> Vec<crate::catalog::ShardInterval> {
+        shards
+            .iter()
+            .map(|s| crate::catalog::ShardInterval {
+                shard_id: s.shard_id,
+                min: s.min,
+                max: s.max,
+                placement_groups: s.groups.clone(),
+            })
+            .collect()
+    }
+}
+
+/// Whether the table `qualified` holds rows of its own (`ONLY`: not its children's).
+pub(crate) async fn has_local_rows(coord: &Client, qualified: &str) -> Result<bool, PgError> {
+    Ok(coord
+        .query_one(
+            format!("SELECT EXISTS (SELECT 1 FROM ONLY {qualified})").as_str(),
+            &[],
+        )
+        .await
+        .map_err(db_err("cannot read the table"))?
+        .get(0))
+}
+
 /// A worker as placement sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NodeInfo {
@@ -678,15 +705,7 @@ pub(crate) async fn create_distributed_table(
     def.foreign_keys =
         foreign_keys::resolve(&coord, relid, referencing, replication > 1, &own, &[]).await?;
 
-    // Any local rows?
-    let has_rows: bool = coord
-        .query_one(
-            format!("SELECT EXISTS (SELECT 1 FROM ONLY {qualified})").as_str(),
-            &[],
-        )
-        .await
-        .map_err(db_err("cannot read the table"))?
-        .get(0);
+    let has_rows = has_local_rows(&coord, &qualified).await?;
 
     // Worker side.
     let node_by_group = nodes_by_group(&nodes, &shards)?;

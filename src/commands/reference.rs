@@ -127,14 +127,7 @@ pub(crate) async fn create_reference_table(
     .await?;
     // A shell referenced by a local table's foreign key cannot be truncated: only
     // one with rows is (PostgreSQL then refuses, as it would).
-    let has_rows: bool = coord
-        .query_one(
-            format!("SELECT EXISTS (SELECT 1 FROM ONLY {qualified})").as_str(),
-            &[],
-        )
-        .await
-        .map_err(db_err("cannot read the table"))?
-        .get(0);
+    let has_rows = super::distribute::has_local_rows(&coord, &qualified).await?;
 
     let node_by_group: HashMap<_, _> = nodes.iter().map(|n| (n.group, n)).collect();
     let deps = super::dependencies::read(&coord, relid).await?;

@@ -236,15 +236,7 @@ impl Loading {
         table: &str,
         dist_column: &str,
     ) -> RowRouter<'a> {
-        let intervals: Vec<ShardInterval> = shards
-            .iter()
-            .map(|s| ShardInterval {
-                shard_id: s.shard_id,
-                min: s.min,
-                max: s.max,
-                placement_groups: s.groups.clone(),
-            })
-            .collect();
+        let intervals = ShardPlan::intervals(shards);
         let indexer = ShardIndexer::for_intervals(&intervals);
         RowRouter {
             loading: self,

@@ -14,7 +14,7 @@ use super::{abbreviate, begin_catalog_change, db_err, type_oid, Args, UtilityRes
 use crate::backend::control;
 use crate::catalog::cache::{bump_version, CatalogCache};
 use crate::catalog::load::base_type_sql;
-use crate::catalog::{shard_table_name, GroupId, Oid, ShardInterval};
+use crate::catalog::{shard_table_name, GroupId, Oid};
 use crate::config::Config;
 use crate::error::{sqlstate, PgError};
 use crate::planner::propagate::TableStatement;
@@ -459,15 +459,7 @@ pub(crate) async fn get_shard_id_for_distribution_column(
         .await
         .map_err(|e| PgError::from_client_error("cannot hash the distribution value", &e))?
         .get(0);
-    let intervals: Vec<ShardInterval> = shards
-        .iter()
-        .map(|s| ShardInterval {
-            shard_id: s.shard_id,
-            min: s.min,
-            max: s.max,
-            placement_groups: s.groups.clone(),
-        })
-        .collect();
+    let intervals = super::distribute::ShardPlan::intervals(&shards);
     let shard = ShardIndexer::for_intervals(&intervals)
         .find(&intervals, hash)
         .ok_or_else(|| {

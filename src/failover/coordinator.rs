@@ -317,6 +317,20 @@ pub async fn fail_over(cache: &Arc<CatalogCache>) -> Result<String, PgError> {
     ))
 }
 
+/// Whether the standby `new` (`client`'s server) is still in recovery.
+async fn in_recovery(client: &Client, new: &NodeAddr) -> Result<bool, PgError> {
+    Ok(client
+        .query_one("SELECT pg_catalog.pg_is_in_recovery()", &[])
+        .await
+        .map_err(|e| {
+            PgError::from_client_error(
+                &format!("cannot read pg_is_in_recovery() on standby {new}"),
+                &e,
+            )
+        })?
+        .get(0))
+}
+
 /// Promotes `new` unless another process does (its advisory lock on `new`) or did;
 /// true when this process called `pg_promote`.
 async fn promote_once(client: &Client, new: &NodeAddr, old: &NodeAddr) -> Result<bool, PgError> {
@@ -335,12 +349,7 @@ async fn promote_once(client: &Client, new: &NodeAddr, old: &NodeAddr) -> Result
     if !locked {
         tracing::info!("coordinator failover: another pgshard process is promoting {new}");
         loop {
-            let in_recovery: bool = client
-                .query_one("SELECT pg_catalog.pg_is_in_recovery()", &[])
-                .await
-                .map_err(|e| err("cannot read pg_is_in_recovery()", e))?
-                .get(0);
-            if !in_recovery {
+            if !in_recovery(client, new).await? {
                 return Ok(false);
             }
             if Instant::now() > deadline {
@@ -352,12 +361,7 @@ async fn promote_once(client: &Client, new: &NodeAddr, old: &NodeAddr) -> Result
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    let in_recovery: bool = client
-        .query_one("SELECT pg_catalog.pg_is_in_recovery()", &[])
-        .await
-        .map_err(|e| err("cannot read pg_is_in_recovery()", e))?
-        .get(0);
-    if !in_recovery {
+    if !in_recovery(client, new).await? {
         return Ok(false);
     }
     tracing::warn!(
