@@ -19,14 +19,16 @@ clients=${4:-8}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-setup="DROP TABLE IF EXISTS fk_child, nofk_child, fk_parent;
-CREATE TABLE fk_parent (id int PRIMARY KEY);
-INSERT INTO fk_parent SELECT generate_series(1, 1000);
-CREATE TABLE fk_child (id bigint, p int REFERENCES fk_parent (id));
+drop="DROP TABLE IF EXISTS fk_child, nofk_child, fk_parent"
+setup="CREATE TABLE fk_parent (id int PRIMARY KEY);
+INSERT INTO fk_parent SELECT generate_series(1, 1000);"
+children="CREATE TABLE fk_child (id bigint, p int REFERENCES fk_parent (id));
 CREATE TABLE nofk_child (id bigint, p int);"
-psql "$plain" -qX -v ON_ERROR_STOP=1 -c "$setup" >/dev/null
-psql "$pgs" -qX -v ON_ERROR_STOP=1 -c "$setup" >/dev/null
-for sql in "SELECT create_reference_table('fk_parent')" \
+psql "$plain" -qX -v ON_ERROR_STOP=1 -c "$drop" -c "$setup" -c "$children" >/dev/null 2>&1
+psql "$pgs" -qX -v ON_ERROR_STOP=1 -c "$drop" -c "$setup" >/dev/null 2>&1
+# The referenced table first: a table with rows referenced by a local one cannot be
+# emptied into shards.
+for sql in "SELECT create_reference_table('fk_parent')" "$children" \
   "SELECT create_distributed_table('fk_child', 'id')" \
   "SELECT create_distributed_table('nofk_child', 'id')"; do
   psql "$pgs" -qX -v ON_ERROR_STOP=1 -c "$sql" >/dev/null

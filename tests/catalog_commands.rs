@@ -686,7 +686,10 @@ async fn catalog_and_distribution_end_to_end() {
     }
     assert_eq!(count(&coord, "SELECT count(*) FROM ONLY bad").await, 5001);
     // early's and ser's shards.
-    assert_eq!(count(&coord, "SELECT count(*) FROM pg_dist_shard").await, 12);
+    assert_eq!(
+        count(&coord, "SELECT count(*) FROM pg_dist_shard").await,
+        12
+    );
     assert_eq!(
         count(&coord, "SELECT count(*) FROM pg_dist_placement").await,
         12
