@@ -435,16 +435,7 @@ pub(crate) async fn alter_distributed_table(
     ensure_deterministic_collation(&coord, &new_dist).await?;
     // Foreign keys are made per shard pair; rebuilding them for the new shards (and
     // those of the tables referencing this one) is not done yet.
-    let with_fk: bool = coord
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE contype = 'f' \
-               AND (conrelid = $1::pg_catalog.oid OR confrelid = $1::pg_catalog.oid))",
-            &[&relid],
-        )
-        .await
-        .map_err(db_err("cannot read the table's foreign keys"))?
-        .get(0);
-    if with_fk {
+    if super::foreign_keys::in_any_key(&coord, relid).await? {
         return Err(PgError::not_supported(format!(
             "pgshard does not support alter_distributed_table on \"{}\" yet: it has or is \
              referenced by foreign keys",

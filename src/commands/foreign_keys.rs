@@ -404,11 +404,9 @@ pub async fn resolve(
     Ok(out)
 }
 
-/// `undistribute_table` of a table in a foreign key (either side), as Citus refuses
-/// it without `cascade_via_foreign_keys` (which pgshard does not do): its rows would
-/// come back into a shell whose key partner is empty or distributed.
-pub async fn refuse_undistribute(coord: &Client, relid: Oid, table: &str) -> Result<(), PgError> {
-    let has_key: bool = coord
+/// Whether `relid` has a foreign key or is referenced by one.
+pub async fn in_any_key(coord: &Client, relid: Oid) -> Result<bool, PgError> {
+    Ok(coord
         .query_one(
             "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE contype = 'f' \
                AND (conrelid = $1 OR confrelid = $1))",
@@ -416,8 +414,14 @@ pub async fn refuse_undistribute(coord: &Client, relid: Oid, table: &str) -> Res
         )
         .await
         .map_err(db_err("cannot read foreign keys"))?
-        .get(0);
-    if !has_key {
+        .get(0))
+}
+
+/// `undistribute_table` of a table in a foreign key (either side), as Citus refuses
+/// it without `cascade_via_foreign_keys` (which pgshard does not do): its rows would
+/// come back into a shell whose key partner is empty or distributed.
+pub async fn refuse_undistribute(coord: &Client, relid: Oid, table: &str) -> Result<(), PgError> {
+    if !in_any_key(coord, relid).await? {
         return Ok(());
     }
     Err(PgError::not_supported(format!(
