@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export DEBIAN_FRONTEND=noninteractive
 
-packages=(postgresql-15 postgresql-client-15 libclang-dev clang sysbench python3-psycopg pkg-config)
+packages=(postgresql-15 postgresql-client-15 libclang-dev clang sysbench python3-psycopg pkg-config jq)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

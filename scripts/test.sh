@@ -7,13 +7,16 @@ cd "$(dirname "$0")/.."
 # The tests check behaviour, not speed: without link-time optimisation the 17 test
 # binaries build minutes faster (the benchmark, scripts/demo.sh, keeps it).
 export CARGO_PROFILE_RELEASE_LTO=false
+# Nor debug line tables (their linking is a minute more; panics still name file and line).
+export CARGO_PROFILE_RELEASE_DEBUG=0
 source scripts/setup.sh
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-# --no-fail-fast: every test binary runs, so the summary shows all failures at once.
-cargo test --release --no-fail-fast 2>&1 | tee "$log" || status=$?
+# Every test binary runs (the summary shows all failures at once), two at a time except
+# those that time something (scripts/run-tests.sh).
+bash scripts/run-tests.sh 2>&1 | tee "$log" || status=$?
 
 # (Further test steps go here.)
 
@@ -27,7 +30,7 @@ DRIVER_SUITES_TIMEOUT=600 bash scripts/driver-suites.sh node-postgres 2>&1 | tee
 
 echo
 echo "== summary =="
-grep -E '^ +(Running|Doc-tests) |^test result: |^error|^driver-suites: [0-9]+ passed' "$log" || true
+grep -E '^ +(Running|Doc-tests) |^test result: |^error|^run-tests: |^driver-suites: [0-9]+ passed' "$log" || true
 if [ "$status" -ne 0 ]; then
   echo "FAILED (exit $status)"
 else

@@ -415,11 +415,39 @@ fn with_filters(skeleton: &str, mut filters: Vec<protobuf::Node>) -> PgResult<St
 
 /// What the row estimate of reference `rel` explains: its needed columns on its
 /// first shard, its own conjuncts and implied filters applied (times its shard count).
+/// When a reference table's filtered keys reduce its move (`semijoin_for` then always
+/// takes it: a reference table is estimated no rows), the estimate has them too, as
+/// `<column> IN (<the keys' query>)` over the reference table's shard on the same node:
+/// TPC-H Q11's 10,000 suppliers are the 400 of GERMANY's key, small enough to broadcast.
 pub fn estimate_query(plan: &RepartitionPlan, rel: usize) -> PgResult<Option<String>> {
     let r = &plan.rels[rel];
-    match r.table.shards.first() {
-        Some(first) => source_select(plan, rel, &r.needed, None, first.shard_id, None).map(Some),
-        None => Ok(None),
+    let Some(first) = r.table.shards.first() else {
+        return Ok(None);
+    };
+    let query = source_select(plan, rel, &r.needed, None, first.shard_id, None)?;
+    let by_reference = plan.semijoins.get(rel).and_then(|s| {
+        s.iter()
+            .find(|sj| sj.source_table.method == PartitionMethod::Reference)
+    });
+    let (Some(sj), Some(source_shard)) = (
+        by_reference,
+        by_reference.and_then(|sj| sj.source_table.shards.first()),
+    ) else {
+        return Ok(Some(query));
+    };
+    let keys = semijoin_key_select(sj, source_shard.shard_id)?;
+    let filter = format!(
+        "SELECT WHERE {}.{} IN ({keys})",
+        quote_ident(r.alias()),
+        quote_ident(&sj.column)
+    );
+    let mut parsed = crate::sql::parse::parse(&filter)?;
+    let Some(N::SelectStmt(s)) = parsed.remove(0).node else {
+        return Ok(Some(query));
+    };
+    match s.where_clause {
+        Some(w) => with_filters(&query, vec![*w]).map(Some),
+        None => Ok(Some(query)),
     }
 }
 

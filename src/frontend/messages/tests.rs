@@ -232,6 +232,13 @@ fn parameter_counts_are_unsigned_16_bits() {
     write_parse(&mut b, "", "select", &types);
     let f = decode_frame(&mut b, MAX_MESSAGE_LEN).unwrap().unwrap();
     assert_eq!(decode_parse(&f.body).unwrap().param_types.len(), 65535);
+    // One more (described, re-parsed after DDL): the count must not wrap to 0 with
+    // 65,536 types after it (PostgreSQL: 08P01 invalid message format).
+    let described = vec![23u32; 65536];
+    let mut b = BytesMut::new();
+    write_parse(&mut b, "", "select", &described);
+    let f = decode_frame(&mut b, MAX_MESSAGE_LEN).unwrap().unwrap();
+    assert_eq!(decode_parse(&f.body).unwrap().param_types.len(), 65535);
     let params = vec![Some(Bytes::from_static(b"1")); 40000];
     let mut b = BytesMut::new();
     write_bind(&mut b, "", "", &[0], &params, &[]);

@@ -3,7 +3,11 @@
 
 use super::*;
 
+/// Parse declaring `types`, at most the 65,535 a Parse can carry: a statement described
+/// with more (PostgreSQL infers a type for each of up to 65,536 parameters; the client
+/// declared at most 65,535) gets the rest inferred again, as at its first Parse.
 pub fn write_parse(buf: &mut BytesMut, name: &str, query: &str, types: &[u32]) {
+    let types = &types[..types.len().min(u16::MAX as usize)];
     let at = begin_msg(buf, b'P');
     put_cstr(buf, name);
     put_cstr(buf, query);

@@ -188,7 +188,11 @@ pub(super) fn equality(
 }
 
 /// Whether a conjunct reads only reference `i`'s columns and nothing evaluated
-/// differently on a worker (parameters, functions, subqueries).
+/// differently on a worker (parameters, functions, subqueries). Functions written in
+/// SQL's own syntax (`substring(x FROM 1 FOR 2)`, `EXTRACT(year FROM d)`, `TRIM(x)`,
+/// `position(a IN b)`, `x AT TIME ZONE z`) are PostgreSQL's built-ins in `pg_catalog`
+/// whatever the search path, none VOLATILE: the same value on any node in the session's
+/// settings (TPC-H Q22's country code filter).
 pub(super) fn only_reads(
     c: &protobuf::Node,
     i: usize,
@@ -205,6 +209,10 @@ pub(super) fn only_reads(
                 Some((r, _)) if r == i => reads_it = true,
                 _ => return false,
             },
+            pg_query::NodeRef::FuncCall(f)
+                if f.funcformat == protobuf::CoercionForm::CoerceSqlSyntax as i32
+                    && f.agg_filter.is_none()
+                    && f.over.is_none() => {}
             pg_query::NodeRef::ParamRef(_)
             | pg_query::NodeRef::FuncCall(_)
             | pg_query::NodeRef::SqlvalueFunction(_)

@@ -207,6 +207,21 @@ fn semijoins_reduce_what_only_matching_rows_serve() {
 }
 
 #[test]
+fn sql_syntax_functions_filter_a_semijoins_source() {
+    // TPC-H Q22: the anti join's inner side (c) serves only the outer rows kept by
+    // a filter written with SQL's substring syntax (a pg_catalog built-in).
+    let sql = "SELECT a.v FROM a WHERE substring(a.a_only::text FROM 1 FOR 2) IN ('13', '31') \
+               AND NOT EXISTS (SELECT 1 FROM c WHERE c.v = a.v)";
+    assert_eq!(semijoins_of(sql, 1), sj("v", "a", "v"));
+    // A function called by name may be anyone's, or VOLATILE: no filter of a's own.
+    for f in ["lower(a.a_only::text) = 'x'", "a.k > random() * 10"] {
+        let sql =
+            format!("SELECT a.v FROM a WHERE {f} AND NOT EXISTS (SELECT 1 FROM c WHERE c.v = a.v)");
+        assert!(semijoins_of(&sql, 1).is_empty(), "{sql}");
+    }
+}
+
+#[test]
 fn semijoins_refused_where_unmatched_rows_matter() {
     for (sql, rel) in [
         // Outer joins: the preserved side keeps unmatched rows; the nullable side's
@@ -315,4 +330,20 @@ fn semijoin_chosen_by_estimates_and_types() {
         ),
         "{k}"
     );
+}
+
+#[test]
+fn a_reference_tables_keys_enter_the_estimate() {
+    // TPC-H Q11: c (supplier) is reduced by the filtered reference r (nation): its
+    // estimate explains the reduction, so that it may be broadcast.
+    let p = repartition_plan(
+        "SELECT count(*) FROM a, c, r WHERE a.v = c.v AND c.v = r.k AND r.r_only = 2",
+    );
+    let q = estimate_query(&p, 1).unwrap().unwrap();
+    assert!(q.contains(" IN (SELECT DISTINCT r.k FROM"), "{q}");
+    assert!(q.contains("r.r_only = 2"), "{q}");
+    // Without a filtered reference table, the plain estimate.
+    let p = repartition_plan("SELECT count(*) FROM a, c WHERE a.v = c.v AND c.c_only = 2");
+    let q = estimate_query(&p, 0).unwrap().unwrap();
+    assert!(!q.contains(" IN ("), "{q}");
 }
