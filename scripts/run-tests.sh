@@ -32,14 +32,13 @@ jq -r 'select(.reason == "compiler-artifact" and .profile.test == true and .exec
   | awk -F'\t' -v long="$long" '{ print ($2 ~ long ? 0 : 1) "\t" $0 }' | sort | cut -f2- \
   >"$out/list"
 
-status=0
 # Prints a finished binary's output and records its failure.
 report() {
-  local name=$1 # the key
-  cat "$out/$name.log"
-  if [ "$(cat "$out/$name.rc")" != 0 ]; then
-    echo "run-tests: $name failed (exit $(cat "$out/$name.rc"))"
-    echo "$name" >>"$out/failed"
+  local key=$1
+  cat "$out/$key.log"
+  if [ "$(cat "$out/$key.rc")" != 0 ]; then
+    echo "run-tests: $key failed (exit $(cat "$out/$key.rc"))"
+    echo "$key" >>"$out/failed"
   fi
 }
 
@@ -75,11 +74,9 @@ while IFS=$'\t' read -r key name src exe; do
   start "$key" "$src" "$exe"
   wait "$!"
   report "$key"
-  pids=()
 done <"$out/list"
 
 if [ -s "$out/failed" ]; then
   echo "error: $(wc -l <"$out/failed") test binaries failed: $(tr '\n' ' ' <"$out/failed")"
-  status=101
+  exit 101
 fi
-exit "$status"

@@ -29,13 +29,14 @@ async fn rows(c: &Client, sql: &str) -> Result<Rows, tokio_postgres::Error> {
 
 // customer: 300 rows (broadcast); orders 20,000 and lineitem 40,000 co-located by
 // order key; part 12,000 (repartitioned).
-const DROP: &str = "DROP TABLE IF EXISTS rj_orders, rj_customer, rj_lineitem, rj_part";
+const DROP: &str = "DROP TABLE IF EXISTS rj_orders, rj_customer, rj_lineitem, rj_part, rj_nation";
 const SETUP: &str = "
 CREATE TABLE rj_customer (c_custkey int PRIMARY KEY, c_name text, c_nation int);
 CREATE TABLE rj_orders (o_orderkey int PRIMARY KEY, o_custkey int, o_total numeric(12,2), o_status char(1));
 CREATE TABLE rj_lineitem (l_orderkey int, l_linenumber int, l_partkey int, l_qty int,
                           PRIMARY KEY (l_orderkey, l_linenumber));
 CREATE TABLE rj_part (p_partkey int PRIMARY KEY, p_name text, p_size int);
+CREATE TABLE rj_nation (n_key int PRIMARY KEY, n_region int);
 -- As TPC-H's Q17 needs: without it the correlated average is quadratic on the oracle.
 CREATE INDEX rj_lineitem_partkey ON rj_lineitem (l_partkey);
 INSERT INTO rj_customer SELECT i, 'cust ' || i, i % 25 FROM generate_series(1, 300) i;
@@ -45,7 +46,8 @@ FROM generate_series(1, 20000) i;
 INSERT INTO rj_lineitem SELECT i / 2 + 1, i % 2, (i * 7919) % 13000 + 1, i % 50
 FROM generate_series(0, 39999) i;
 INSERT INTO rj_part SELECT i, 'part ' || i, i % 40 FROM generate_series(1, 12000) i;
-ANALYZE rj_customer, rj_orders, rj_lineitem, rj_part;
+INSERT INTO rj_nation SELECT i, i % 8 FROM generate_series(0, 39) i;
+ANALYZE rj_customer, rj_orders, rj_lineitem, rj_part, rj_nation;
 ";
 
 async fn setup() -> (Client, Client) {
@@ -61,6 +63,7 @@ async fn setup() -> (Client, Client) {
         "SELECT create_distributed_table('rj_orders', 'o_orderkey')",
         "SELECT create_distributed_table('rj_lineitem', 'l_orderkey', colocate_with => 'rj_orders')",
         "SELECT create_distributed_table('rj_part', 'p_partkey')",
+        "SELECT create_reference_table('rj_nation')",
     ] {
         shard.batch_execute(call).await.unwrap();
     }
@@ -172,9 +175,30 @@ const OR_OF_ANDS: &[&str] = &[
 async fn repartition_joins() {
     let (shard, plain) = setup().await;
     answers_and_strategies(&shard, &plain).await;
+    reductions_decide_strategies(&shard, &plain).await;
     subqueries_run_once(&shard, &plain).await;
     semijoin_reduced_moves(&shard, &plain).await;
     moved_tables_are_cleaned_up(&shard, &plain).await;
+}
+
+/// TPC-H Q11's shape: part (12,000 rows, over the broadcast limit) is reduced by a
+/// filtered reference table's keys, which its estimate counts: broadcast. Q22's: a
+/// filter written in SQL's substring syntax is customer's own, so the orders moved for
+/// the NOT EXISTS are those of the filtered customers' keys.
+async fn reductions_decide_strategies(shard: &Client, plain: &Client) {
+    let q11 = "SELECT count(*), sum(l.l_qty) FROM rj_lineitem l, rj_part p, rj_nation n \
+               WHERE l.l_partkey = p.p_partkey AND p.p_size = n.n_key AND n.n_region = 1";
+    let q22 = "SELECT c_nation, count(*) FROM rj_customer \
+               WHERE substring(c_name FROM 6 FOR 1) IN ('1', '2') \
+               AND NOT EXISTS (SELECT * FROM rj_orders WHERE o_custkey = c_custkey \
+               AND o_orderkey % 50 <> 0) GROUP BY c_nation";
+    for sql in [q11, q22] {
+        same(shard, plain, sql).await;
+    }
+    let e = explain(shard, q11).await;
+    assert!(e.contains("Broadcast rj_part"), "{e}");
+    let e = explain(shard, q22).await;
+    assert!(e.contains("= ANY (keys of rj_customer.c_custkey)"), "{e}");
 }
 
 // Semijoin-reduced moves: sj_fact 60,000 rows (NULL and duplicated keys), sj_dim 20,000

@@ -331,17 +331,26 @@ pub fn move_hash(m: &Move) -> Option<(&str, Oid)> {
     }
 }
 
+/// How a semijoin's keys filter a moved reference's source rows.
+pub enum KeysFilter<'a> {
+    /// `<column> = ANY ($1)`: the keys, read first, a typed array parameter.
+    Param(&'a str),
+    /// `<column> IN (<query>)`: the keys' own query over a shard on the same node
+    /// (a reference table's: the row estimate).
+    Query(&'a str, String),
+}
+
 /// `SELECT <columns>[, <hash of the column>] FROM <shard> AS <alias> WHERE <own
-/// conjuncts and implied filters (`implied.rs`)>[ AND <alias>.<reduced> = ANY ($1)]`:
-/// a moved reference's rows on one shard (the hash last), `reduced` the column a
-/// semijoin's keys (the parameter, a typed array) filter.
+/// conjuncts and implied filters (`implied.rs`)>[ AND <the keys' filter>]`: a moved
+/// reference's rows on one shard (the hash last), `reduced` the filter of a semijoin's
+/// keys.
 pub fn source_select(
     plan: &RepartitionPlan,
     rel: usize,
     columns: &[String],
     hash: Option<(&str, Oid)>,
     shard_id: i64,
-    reduced: Option<&str>,
+    reduced: Option<KeysFilter>,
 ) -> PgResult<String> {
     let r = &plan.rels[rel];
     let alias = quote_ident(r.alias());
@@ -362,7 +371,10 @@ pub fn source_select(
         quote_ident(&r.table.schema),
         quote_ident(&r.table.shard_name(shard_id)),
         match reduced {
-            Some(c) => format!(" WHERE {alias}.{} = ANY ($1)", quote_ident(c)),
+            Some(KeysFilter::Param(c)) => format!(" WHERE {alias}.{} = ANY ($1)", quote_ident(c)),
+            Some(KeysFilter::Query(c, keys)) => {
+                format!(" WHERE {alias}.{} IN ({keys})", quote_ident(c))
+            }
             None => String::new(),
         }
     );
@@ -424,31 +436,20 @@ pub fn estimate_query(plan: &RepartitionPlan, rel: usize) -> PgResult<Option<Str
     let Some(first) = r.table.shards.first() else {
         return Ok(None);
     };
-    let query = source_select(plan, rel, &r.needed, None, first.shard_id, None)?;
     let by_reference = plan.semijoins.get(rel).and_then(|s| {
-        s.iter()
-            .find(|sj| sj.source_table.method == PartitionMethod::Reference)
+        s.iter().find_map(|sj| match sj.source_table.method {
+            PartitionMethod::Reference => sj.source_table.shards.first().map(|sh| (sj, sh)),
+            _ => None,
+        })
     });
-    let (Some(sj), Some(source_shard)) = (
-        by_reference,
-        by_reference.and_then(|sj| sj.source_table.shards.first()),
-    ) else {
-        return Ok(Some(query));
+    let reduced = match by_reference {
+        Some((sj, shard)) => Some(KeysFilter::Query(
+            &sj.column,
+            semijoin_key_select(sj, shard.shard_id)?,
+        )),
+        None => None,
     };
-    let keys = semijoin_key_select(sj, source_shard.shard_id)?;
-    let filter = format!(
-        "SELECT WHERE {}.{} IN ({keys})",
-        quote_ident(r.alias()),
-        quote_ident(&sj.column)
-    );
-    let mut parsed = crate::sql::parse::parse(&filter)?;
-    let Some(N::SelectStmt(s)) = parsed.remove(0).node else {
-        return Ok(Some(query));
-    };
-    match s.where_clause {
-        Some(w) => with_filters(&query, vec![*w]).map(Some),
-        None => Ok(Some(query)),
-    }
+    source_select(plan, rel, &r.needed, None, first.shard_id, reduced).map(Some)
 }
 
 #[cfg(test)]

@@ -16,7 +16,8 @@ use super::tasks::NodeTasks;
 use super::*;
 use crate::planner::repartition::{
     decide, estimate_query, move_hash, semijoin_key_select, source_copy, source_select, ColumnType,
-    Decision, Move, MoveKind, RepartitionPlan, Semijoin, SEMIJOIN_MAX_KEYS, SEMIJOIN_MAX_KEY_BYTES,
+    Decision, KeysFilter, Move, MoveKind, RepartitionPlan, Semijoin, SEMIJOIN_MAX_KEYS,
+    SEMIJOIN_MAX_KEY_BYTES,
 };
 
 /// A destination's rows are copied once this many bytes wait.
@@ -343,7 +344,7 @@ impl Session {
                         &m.table.columns,
                         move_hash(m),
                         *shard_id,
-                        Some(&sj.column),
+                        Some(KeysFilter::Param(&sj.column)),
                     )?,
                     _ => source_copy(plan, m, *shard_id)?,
                 };

@@ -210,9 +210,7 @@ pub(super) fn only_reads(
                 _ => return false,
             },
             pg_query::NodeRef::FuncCall(f)
-                if f.funcformat == protobuf::CoercionForm::CoerceSqlSyntax as i32
-                    && f.agg_filter.is_none()
-                    && f.over.is_none() => {}
+                if f.funcformat == protobuf::CoercionForm::CoerceSqlSyntax as i32 => {}
             pg_query::NodeRef::ParamRef(_)
             | pg_query::NodeRef::FuncCall(_)
             | pg_query::NodeRef::SqlvalueFunction(_)

@@ -319,7 +319,7 @@ fn semijoin_chosen_by_estimates_and_types() {
         &d.moves[0].table.columns,
         move_hash(&d.moves[0]),
         101,
-        Some("v"),
+        Some(KeysFilter::Param("v")),
     )
     .unwrap();
     assert!(q.ends_with("WHERE a.v = ANY($1)"), "{q}");
