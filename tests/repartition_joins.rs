@@ -170,11 +170,45 @@ const OR_OF_ANDS: &[&str] = &[
      WHERE (c.c_nation = 3 AND o.o_orderkey < 100) OR (c.c_name IS NULL AND o.o_orderkey < 1000)",
 ];
 
+/// ON conditions reading one reference filter its rows where they are read when the
+/// join keeps that reference's rows only when matched (an inner join's sides, a LEFT
+/// JOIN's right, a RIGHT JOIN's left), never on a preserved side, a FULL JOIN's, nor
+/// one an outer join inside its side nulls.
+const ON_FILTERS: &[&str] = &[
+    // TPC-H Q13's shape: orders' own ON condition on the nullable side.
+    "SELECT c.c_custkey, count(o.o_orderkey) FROM rj_customer c LEFT JOIN rj_orders o \
+     ON c.c_custkey = o.o_custkey AND o.o_status = 'F' GROUP BY c.c_custkey",
+    // The preserved side's ON condition nulls its non-matching rows' partners only.
+    "SELECT c.c_custkey, o.o_orderkey FROM rj_customer c LEFT JOIN rj_orders o \
+     ON c.c_custkey = o.o_custkey AND c.c_nation = 3 AND o.o_orderkey < 3000",
+    "SELECT c.c_custkey, o.o_orderkey FROM rj_orders o RIGHT JOIN rj_customer c \
+     ON o.o_custkey = c.c_custkey AND o.o_total > 1400 AND c.c_nation < 12",
+    "SELECT c.c_custkey, o.o_orderkey FROM rj_customer c FULL JOIN rj_orders o \
+     ON c.c_custkey = o.o_custkey AND o.o_total > 1400 AND c.c_nation = 3",
+    // part is nulled inside the right side: its condition cannot filter it first.
+    "SELECT c.c_custkey, o.o_orderkey, p.p_size FROM rj_customer c JOIN \
+     (rj_orders o LEFT JOIN rj_part p ON p.p_partkey = o.o_orderkey) \
+     ON c.c_custkey = o.o_custkey AND p.p_size IS NULL AND o.o_orderkey < 13000",
+    "SELECT count(*), sum(l.l_qty) FROM rj_lineitem l JOIN rj_part p \
+     ON l.l_partkey = p.p_partkey AND p.p_size = 3 AND l.l_qty > 10",
+];
+
+async fn on_clause_filters(shard: &Client, plain: &Client) {
+    for sql in ON_FILTERS {
+        same(shard, plain, sql).await;
+    }
+    // Applied where orders are read: o_status neither moves nor is tested again.
+    let e = explain(shard, ON_FILTERS[0]).await;
+    assert!(e.contains("Repartition rj_orders on o_custkey"), "{e}");
+    assert!(!e.contains("o_status"), "{e}");
+}
+
 /// One test: both parts use the same tables.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repartition_joins() {
     let (shard, plain) = setup().await;
     answers_and_strategies(&shard, &plain).await;
+    on_clause_filters(&shard, &plain).await;
     reductions_decide_strategies(&shard, &plain).await;
     subqueries_run_once(&shard, &plain).await;
     semijoin_reduced_moves(&shard, &plain).await;

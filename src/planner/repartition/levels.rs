@@ -5,7 +5,9 @@
 //! join of their level nulls, the column equalities usable to pair shards (top-level
 //! `AND`ed conditions of each level's WHERE and inner joins' ON, correlated ones
 //! included, and the link of a top-level `x IN (SELECT y ...)`), and each reference's
-//! own conjuncts (its level's top-level WHERE conditions reading only it). Column
+//! own conjuncts (its level's top-level WHERE conditions reading only it, when no outer
+//! join nulls it, and the top-level conditions reading only it of the ON clauses that
+//! may filter it before their join: `statement::JoinOn::filterable`). Column
 //! references resolve as PostgreSQL scopes them: the innermost level first.
 //!
 //! The equalities are only hints for the strategy: whatever moves, the renamed
@@ -29,7 +31,8 @@ pub(super) struct Shape {
     /// On the nullable side of an outer join of its level.
     pub nullable: Vec<bool>,
     pub equalities: Vec<ColumnEquality>,
-    /// Each reference's own conjuncts (none when nullable).
+    /// Each reference's own conjuncts (WHERE's none when nullable; ON's where the join
+    /// allows).
     pub own: Vec<Vec<protobuf::Node>>,
     /// Each reference's columns a correlated equality of its level compares with a
     /// column of an enclosing level (looked up once per outer row).
@@ -104,6 +107,20 @@ fn level(
                 .filter(|c| only_reads(c, i, refs, &scope_refs))
                 .cloned()
                 .collect();
+        }
+    }
+    // An ON's conjuncts reading only a reference it may filter (`JoinOn::filterable`:
+    // TPC-H Q13's `o_comment NOT LIKE ...` on a LEFT JOIN's `orders`).
+    for on in &ons {
+        let mut on_conjuncts = Vec::new();
+        conjuncts(&on.quals, &mut on_conjuncts);
+        for &i in &on.filterable {
+            out.own[i].extend(
+                on_conjuncts
+                    .iter()
+                    .filter(|c| only_reads(c, i, refs, &scope_refs))
+                    .cloned(),
+            );
         }
     }
     out.covered.extend(here.iter().copied());

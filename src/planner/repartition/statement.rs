@@ -41,13 +41,27 @@ pub(super) fn from_item(
                     JoinType::JoinFull => (true, true),
                     _ => return None,
                 };
+            // Before this join's own marks: the references of a side whose rows the
+            // join keeps only when matched (the other side is not preserved), that no
+            // outer join inside that side nulls.
+            let filterable: Vec<usize> = [(&left, null_right), (&right, null_left)]
+                .iter()
+                .filter(|(_, other_nulls_it)| !*other_nulls_it)
+                .flat_map(|(side, _)| side.iter().copied())
+                .filter(|i| !nullable[*i])
+                .collect();
             for (side, null) in [(&left, null_left), (&right, null_right)] {
                 if null {
                     side.iter().for_each(|i| nullable[*i] = true);
                 }
             }
             if let Some(q) = j.quals.as_deref() {
-                ons.push((left.clone(), right.clone(), q.clone()));
+                ons.push(JoinOn {
+                    left: left.clone(),
+                    right: right.clone(),
+                    quals: q.clone(),
+                    filterable,
+                });
             }
             for u in &j.using_clause {
                 let Some(N::String(col)) = u.node.as_ref() else {
@@ -76,7 +90,18 @@ pub(super) fn from_item(
 
 /// An ON clause and the references of its two sides (its equalities are read once the
 /// query level's references, its scope, are known).
-pub(super) type JoinOn = (Vec<usize>, Vec<usize>, protobuf::Node);
+pub(super) struct JoinOn {
+    pub left: Vec<usize>,
+    pub right: Vec<usize>,
+    pub quals: protobuf::Node,
+    /// The references whose rows a conjunct of the ON reading only them may filter
+    /// before the join, the result the same: those of a side whose rows the join keeps
+    /// only when matched (an inner join's both, a LEFT JOIN's right, a RIGHT JOIN's
+    /// left, a FULL JOIN's none) that no outer join inside that side nulls. A LEFT
+    /// JOIN's preserved side keeps its rows whatever the ON says; a reference an inner
+    /// outer join nulls would be filtered before its NULL-extended rows are made.
+    pub filterable: Vec<usize>,
+}
 
 /// The equalities of the ON clauses `ons` between their two sides.
 pub(super) fn on_equalities(
@@ -85,9 +110,12 @@ pub(super) fn on_equalities(
     scope: &[&[usize]],
 ) -> Vec<ColumnEquality> {
     let mut out = Vec::new();
-    for (left, right, q) in ons {
+    for JoinOn {
+        left, right, quals, ..
+    } in ons
+    {
         let mut on = Vec::new();
-        conjuncts(q, &mut on);
+        conjuncts(quals, &mut on);
         out.extend(
             on.iter()
                 .filter_map(|c| equality(c, refs, scope))

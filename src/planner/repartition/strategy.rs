@@ -192,6 +192,12 @@ fn build(
 ) -> Option<Decision> {
     let mut overlay = catalog.clone();
     let mut tree = plan.stmt.node.clone()?;
+    // A moved reference's own conjuncts hold for every row moved (applied where they
+    // are read): TRUE in the statement, and the columns only they read stay behind.
+    for (i, _, _) in &assigned {
+        drop_applied(&mut tree, &plan.rels[*i]);
+    }
+    let still_read = crate::planner::pull_columns::NeededColumns::of(&tree);
     let mut moves = Vec::new();
     for (k, (i, how, layout)) in assigned.into_iter().enumerate() {
         let rel = &plan.rels[i];
@@ -200,7 +206,15 @@ fn build(
             std::process::id(),
             NEXT_MOVED.fetch_add(1, Ordering::Relaxed)
         );
-        let mut columns = rel.needed.clone();
+        let mut columns = match still_read.columns_of(rel.alias(), &rel.rel.name, &rel.table) {
+            Some(read) => rel
+                .needed
+                .iter()
+                .filter(|c| read.contains(c))
+                .cloned()
+                .collect(),
+            None => rel.needed.clone(),
+        };
         let (method, dist_column, colocation_id, shards, kind) = match (how, layout) {
             (Some((col, t)), Some(l)) => {
                 if !columns.contains(&col) {
@@ -345,6 +359,29 @@ fn semijoin_for(
         })
         .min_by(|a, b| est[a.source].total_cmp(&est[b.source]))
         .cloned()
+}
+
+/// Replaces reference `rel`'s own conjuncts in the statement (the nodes themselves,
+/// found by equality: their text positions make each unique) by TRUE.
+fn drop_applied(tree: &mut N, rel: &JoinRel) {
+    if rel.own_conjuncts.is_empty() {
+        return;
+    }
+    crate::sql::walk::statement(tree, false, &mut |n, _| {
+        if !rel.own_conjuncts.contains(n) {
+            return false;
+        }
+        *n = protobuf::Node {
+            node: Some(N::AConst(protobuf::AConst {
+                isnull: false,
+                val: Some(protobuf::a_const::Val::Boolval(protobuf::Boolean {
+                    boolval: true,
+                })),
+                location: -1,
+            })),
+        };
+        true
+    });
 }
 
 /// Renames the reference `rel` (and the references merged with it, found by their
