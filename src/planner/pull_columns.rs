@@ -7,7 +7,10 @@
 //! Conservative: any name a column reference of the statement ends with counts for
 //! every table (a superset), and the table's every column is pulled when the statement
 //! is not a SELECT, reads whole rows of it (`t.*`, `*`, `t` as a value, `f(t)`), joins
-//! NATURAL-ly or renames the table's columns by position (`t AS x(a, b)`).
+//! NATURAL-ly or renames the table's columns by position (`t AS x(a, b)`). The bare
+//! `*` of `EXISTS (SELECT * FROM ...)` reads nothing (EXISTS looks only at whether a
+//! row comes) unless the subquery groups, aggregates or is DISTINCT, where the `*`'s
+//! columns decide what is valid.
 
 use super::aggregate::column_refs_json;
 use crate::catalog::DistTable;
@@ -35,6 +38,7 @@ impl NeededColumns {
         if needed.all {
             return needed;
         }
+        let root = &without_exists_stars(root);
         for (fields, _) in column_refs_json(root) {
             match fields.as_slice() {
                 [.., Some(name)] => {
@@ -137,6 +141,62 @@ fn column_target(name: &str) -> protobuf::Node {
     }
 }
 
+/// `root` with the bare `*` select list of each EXISTS subquery that neither groups,
+/// aggregates nor is DISTINCT replaced by a constant (the subquery's rows are only
+/// counted; TPC-H Q21's and Q22's `EXISTS (SELECT * FROM lineitem ...)`).
+fn without_exists_stars(root: &N) -> N {
+    let mut copy = root.clone();
+    crate::sql::walk::statement(&mut copy, false, &mut |n, _| {
+        let Some(N::SubLink(link)) = n.node.as_mut() else {
+            return false;
+        };
+        if link.sub_link_type != protobuf::SubLinkType::ExistsSublink as i32 {
+            return false;
+        }
+        if let Some(N::SelectStmt(sub)) =
+            link.subselect.as_deref_mut().and_then(|x| x.node.as_mut())
+        {
+            if is_bare_star(&sub.target_list)
+                && sub.group_clause.is_empty()
+                && sub.having_clause.is_none()
+                && sub.distinct_clause.is_empty()
+                && sub.window_clause.is_empty()
+            {
+                sub.target_list = vec![protobuf::Node {
+                    node: Some(N::ResTarget(Box::new(protobuf::ResTarget {
+                        val: Some(Box::new(protobuf::Node {
+                            node: Some(N::AConst(protobuf::AConst {
+                                isnull: false,
+                                val: Some(protobuf::a_const::Val::Ival(protobuf::Integer {
+                                    ival: 1,
+                                })),
+                                location: -1,
+                            })),
+                        })),
+                        ..Default::default()
+                    }))),
+                }];
+            }
+        }
+        false
+    });
+    copy
+}
+
+/// A select list of one bare `*`.
+fn is_bare_star(targets: &[protobuf::Node]) -> bool {
+    let [t] = targets else {
+        return false;
+    };
+    let Some(N::ResTarget(rt)) = t.node.as_ref() else {
+        return false;
+    };
+    let Some(N::ColumnRef(cr)) = rt.val.as_deref().and_then(|v| v.node.as_ref()) else {
+        return false;
+    };
+    matches!(cr.fields.as_slice(), [f] if matches!(f.node, Some(N::AStar(_))))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,6 +255,14 @@ mod tests {
             pulled("SELECT l.* FROM l JOIN r ON r.v = l.v", "r"),
             cols(&["v"])
         );
+        // EXISTS only asks whether a row comes: its `*` reads nothing.
+        assert_eq!(
+            pulled(
+                "SELECT l.a FROM l WHERE NOT EXISTS (SELECT * FROM r WHERE r.k = l.a)",
+                "r"
+            ),
+            cols(&["k"])
+        );
     }
 
     #[test]
@@ -206,6 +274,9 @@ mod tests {
             "SELECT l.a FROM l NATURAL JOIN r",
             "SELECT y.a FROM l JOIN r y(a, b) ON y.a = l.a",
             "SELECT count(r) FROM l JOIN r ON r.v = l.v",
+            // The `*` decides what the grouped subquery may select.
+            "SELECT l.a FROM l WHERE EXISTS (SELECT * FROM r WHERE r.k = l.a GROUP BY r.k)",
+            "SELECT l.a FROM l WHERE EXISTS (SELECT DISTINCT * FROM r WHERE r.k = l.a)",
         ] {
             assert_eq!(pulled(sql, "r"), None, "{sql}");
         }

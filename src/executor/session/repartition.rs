@@ -23,6 +23,10 @@ use crate::planner::repartition::{
 /// A destination's rows are copied once this many bytes wait.
 const FLUSH_BYTES: usize = 1 << 20;
 
+/// A semijoin-reduced move reads this many shards of a node in one statement (their
+/// keys parsed and hashed once; its rows, few by the reduction, held until copied).
+const REDUCED_SHARDS_PER_READ: usize = 8;
+
 /// A moved reference's destination tables: (node, table as SQL), and which of them
 /// each shard's rows go to.
 pub(super) struct Destinations {
@@ -155,7 +159,8 @@ impl Session {
              AND EXISTS (SELECT 1 FROM pg_catalog.pg_opclass oc WHERE oc.opcmethod = 405 \
                   AND oc.opcdefault AND (oc.opcintype = a.atttypid \
                   OR (oc.opcintype = 25 AND a.atttypid = 1043) \
-                  OR (oc.opcintype = 3500 AND t.typtype = 'e'))) \
+                  OR (oc.opcintype = 3500 AND t.typtype = 'e'))), \
+             t.typarray \
              FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
              WHERE a.attrelid IN ({}) AND a.attnum > 0 AND NOT a.attisdropped",
             oids.join(", ")
@@ -172,6 +177,7 @@ impl Session {
                     type_oid: text(2).parse().unwrap_or(0),
                     definition: text(3),
                     hashable: text(4) == "t",
+                    array_oid: text(5).parse().unwrap_or(0),
                 },
             );
         }
@@ -278,15 +284,19 @@ impl Session {
     ) -> PgResult<()> {
         let catalog = self.shared.catalog.snapshot();
         let source = catalog.current(&plan.rels[m.rel].table);
+        let started = std::time::Instant::now();
         let dest = self.make_destinations(m, types, made).await?;
+        let made_at = started.elapsed();
         let keys = match &m.semijoin {
             Some(sj) => self.semijoin_keys(sj).await?,
             None => None,
         };
+        let keys_at = started.elapsed();
         if let Some((_, 0)) = keys {
             // No key: no row of the moved reference matters.
             return Ok(());
         }
+        let (mut reading_time, mut rows) = (std::time::Duration::ZERO, 0usize);
         let mut buffers: Vec<BytesMut> = match m.kind {
             MoveKind::Broadcast => vec![BytesMut::new()],
             MoveKind::Repartition { .. } => dest.tables.iter().map(|_| BytesMut::new()).collect(),
@@ -320,21 +330,39 @@ impl Session {
             params: vec![Some(array.clone())],
             result_formats: vec![],
         });
+        // The keys' declared array type: `IN (SELECT unnest($1))`.
+        let keys_type = m
+            .semijoin
+            .as_ref()
+            .and_then(|sj| types.get(&(m.source_relid, sj.column.clone())))
+            .map_or(0, |t| t.array_oid);
         // The source shards by node, in order: round `r` reads every node's `r`-th
-        // shard at once (memory: a shard per node, then the buffers are flushed).
-        let mut by_node: Vec<(NodeAddr, Vec<i64>)> = Vec::new();
+        // shard at once (memory: a shard per node, then the buffers are flushed); a
+        // reduced read takes `REDUCED_SHARDS_PER_READ` shards of a node at once.
+        let per_read = match keys_bind {
+            Some(_) => REDUCED_SHARDS_PER_READ,
+            None => 1,
+        };
+        let mut by_node: Vec<(NodeAddr, Vec<Vec<i64>>)> = Vec::new();
         for shard in &source.shards {
             let addr = placement_addr(&catalog, shard)?;
-            match by_node.iter_mut().find(|(a, _)| *a == addr) {
-                Some((_, ids)) => ids.push(shard.shard_id),
-                None => by_node.push((addr, vec![shard.shard_id])),
+            let reads = match by_node.iter_mut().find(|(a, _)| *a == addr) {
+                Some((_, reads)) => reads,
+                None => {
+                    by_node.push((addr, Vec::new()));
+                    &mut by_node.last_mut().expect("pushed").1
+                }
+            };
+            match reads.last_mut() {
+                Some(ids) if ids.len() < per_read => ids.push(shard.shard_id),
+                _ => reads.push(vec![shard.shard_id]),
             }
         }
-        let rounds = by_node.iter().map(|(_, ids)| ids.len()).max().unwrap_or(0);
+        let rounds = by_node.iter().map(|(_, r)| r.len()).max().unwrap_or(0);
         for round in 0..rounds {
             let mut reading: Vec<(usize, NodeAddr, String)> = Vec::new();
-            for (addr, ids) in &by_node {
-                let Some(shard_id) = ids.get(round) else {
+            for (addr, reads) in &by_node {
+                let Some(shard_ids) = reads.get(round) else {
                     continue;
                 };
                 let sql = match (&keys_bind, &m.semijoin) {
@@ -343,10 +371,13 @@ impl Session {
                         m.rel,
                         &m.table.columns,
                         move_hash(m),
-                        *shard_id,
-                        Some(KeysFilter::Param(&sj.column)),
+                        shard_ids,
+                        Some(KeysFilter::Param {
+                            column: &sj.column,
+                            declared: keys_type != 0,
+                        }),
                     )?,
-                    _ => source_copy(plan, m, *shard_id)?,
+                    _ => source_copy(plan, m, shard_ids[0])?,
                 };
                 let idx = self.bulk_conn(addr, false).await?;
                 reading.push((idx, addr.clone(), sql));
@@ -355,7 +386,11 @@ impl Session {
                 let conn = &mut self.tx.held[*idx].conn;
                 match &keys_bind {
                     Some(bind) => {
-                        msg::write_unnamed_run(&mut conn.wbuf, sql, &[], bind, &[], false);
+                        let declared: &[u32] = match keys_type {
+                            0 => &[],
+                            _ => std::slice::from_ref(&keys_type),
+                        };
+                        msg::write_unnamed_run(&mut conn.wbuf, sql, declared, bind, &[], false);
                         msg::write_sync(&mut conn.wbuf);
                     }
                     None => msg::write_query(&mut conn.wbuf, sql),
@@ -363,6 +398,7 @@ impl Session {
                 conn.flush().await?;
             }
             // Every node's rows read at once, each into buffers of its own.
+            let read_started = std::time::Instant::now();
             let idxs: Vec<usize> = reading.iter().map(|(i, _, _)| *i).collect();
             let reads = self
                 .tx
@@ -385,12 +421,22 @@ impl Session {
                     return Err(shipping_error(e, addr, sql));
                 }
                 for (b, o) in buffers.iter_mut().zip(own) {
+                    rows += o.iter().filter(|c| **c == b'\n').count();
                     b.unsplit(o);
                 }
             }
+            reading_time += read_started.elapsed();
             self.flush_moved(&dest, &mut buffers, FLUSH_BYTES).await?;
         }
-        self.flush_moved(&dest, &mut buffers, 0).await
+        self.flush_moved(&dest, &mut buffers, 0).await?;
+        tracing::debug!(
+            "move of {} ({rows} rows): tables {made_at:?}, keys {:?}, reads {reading_time:?}, \
+             total {:?}",
+            m.table.name,
+            keys_at - made_at,
+            started.elapsed()
+        );
+        Ok(())
     }
 
     /// A semijoin's distinct keys over its source's shards (each node's shards in one
