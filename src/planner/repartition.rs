@@ -99,8 +99,6 @@ pub struct ColumnType {
     pub definition: String,
     /// Equal values hash equally: a hashable type and a deterministic collation.
     pub hashable: bool,
-    /// Its array type (0: none), the declared type of a semijoin's keys.
-    pub array_oid: Oid,
 }
 
 /// How one reference moves.
@@ -201,7 +199,6 @@ pub fn plan_repartition(
             type_oid: 0,
             definition: String::new(),
             hashable: true,
-            array_oid: 0,
         })
     };
     let big = vec![f64::MAX; plan.rels.len()];
@@ -319,8 +316,7 @@ fn qualifier(r: &RelRef) -> &str {
 }
 
 /// `COPY (<source_select>) TO STDOUT` for one shard of a moved reference (a move
-/// reduced by a semijoin reads its rows with the keys as a parameter instead:
-/// `source_select` with `$1`, COPY taking none).
+/// reduced by a semijoin adds its keys table's filter: `KeysFilter::Query`).
 pub fn source_copy(plan: &RepartitionPlan, m: &Move, shard_id: i64) -> PgResult<String> {
     let select = source_select(
         plan,
@@ -343,13 +339,9 @@ pub fn move_hash(m: &Move) -> Option<(&str, Oid)> {
 
 /// How a semijoin's keys filter a moved reference's source rows.
 pub enum KeysFilter<'a> {
-    /// `<column> IN (SELECT pg_catalog.unnest($1))`: the keys, read first, an array
-    /// parameter the Parse declares (a semijoin: one hash of the keys, none of
-    /// `= ANY`'s per-key selectivity estimates, 40 ms a read of 40,000 keys), or
-    /// `<column> = ANY ($1)` when its type has no array type to declare.
-    Param { column: &'a str, declared: bool },
-    /// `<column> IN (<query>)`: the keys' own query over a shard on the same node
-    /// (a reference table's: the row estimate).
+    /// `<column> IN (<query>)`: the keys' own query over a shard on the same node (a
+    /// reference table's: the row estimate), or the table of the keys read first
+    /// (`executor::session::repartition`'s `ship_keys`).
     Query(&'a str, String),
 }
 
@@ -402,16 +394,6 @@ pub fn source_select(
         "SELECT {} FROM {from} AS {alias}{}",
         cols.join(", "),
         match reduced {
-            Some(KeysFilter::Param {
-                column,
-                declared: true,
-            }) => format!(
-                " WHERE {alias}.{} IN (SELECT pg_catalog.unnest($1))",
-                quote_ident(column)
-            ),
-            Some(KeysFilter::Param { column, .. }) => {
-                format!(" WHERE {alias}.{} = ANY ($1)", quote_ident(column))
-            }
             Some(KeysFilter::Query(c, keys)) => {
                 format!(" WHERE {alias}.{} IN ({keys})", quote_ident(c))
             }

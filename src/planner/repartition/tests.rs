@@ -27,7 +27,6 @@ fn int4(_: usize, _: &str) -> Option<ColumnType> {
         type_oid: 23,
         definition: "integer".into(),
         hashable: true,
-        array_oid: 1007,
     })
 }
 
@@ -305,7 +304,6 @@ fn semijoin_chosen_by_estimates_and_types() {
             type_oid: if i == 0 && c == "v" { 20 } else { 23 },
             definition: String::new(),
             hashable: true,
-            array_oid: 0,
         })
     };
     let d = decide(&p, &[1e6, 2e4], &mixed, &catalog(), &|_| false);
@@ -313,37 +311,21 @@ fn semijoin_chosen_by_estimates_and_types() {
         .iter()
         .flat_map(|d| &d.moves)
         .all(|m| m.semijoin.is_none()));
-    // The reduced read: the keys a parameter, never spliced.
+    // The reduced read: the keys a table on the node, never spliced; several shards
+    // read at once.
     let d = decided(sql, &[1e6, 2e4]);
     let q = source_select(
         &p,
         0,
         &d.moves[0].table.columns,
         move_hash(&d.moves[0]),
-        &[101],
-        Some(KeysFilter::Param {
-            column: "v",
-            declared: false,
-        }),
-    )
-    .unwrap();
-    assert!(q.ends_with("WHERE a.v = ANY($1)"), "{q}");
-    // Declared keys, two shards read at once: one semijoin over their union.
-    let q = source_select(
-        &p,
-        0,
-        &d.moves[0].table.columns,
-        move_hash(&d.moves[0]),
         &[101, 103],
-        Some(KeysFilter::Param {
-            column: "v",
-            declared: true,
-        }),
+        Some(KeysFilter::Query("v", "SELECT k FROM keys_table".into())),
     )
     .unwrap();
     assert!(q.contains(" FROM (SELECT "), "{q}");
     assert!(q.contains("FROM public.a_101 UNION ALL SELECT"), "{q}");
-    assert!(q.ends_with("a.v IN (SELECT pg_catalog.unnest($1))"), "{q}");
+    assert!(q.ends_with("a.v IN (SELECT k FROM keys_table)"), "{q}");
     let k = semijoin_key_select(d.moves[0].semijoin.as_ref().unwrap(), 301).unwrap();
     assert!(
         k.starts_with(
