@@ -279,6 +279,9 @@ const SEMIJOIN: &[&str] = &[
      (SELECT 1 FROM sj_dim d WHERE d.d_key = f.f_key AND d.d_flag < 12)",
     "SELECT count(*), sum(f.f_val) FROM sj_fact f WHERE f.f_key NOT IN \
      (SELECT d.d_key FROM sj_dim d WHERE d.d_flag < 12 AND d.d_key IS NOT NULL)",
+    // More keys than a parameter takes (20,000): a keys table on the nodes.
+    "SELECT count(*), sum(f.f_val), max(w.w_id) FROM sj_fact f, sj_wide w \
+     WHERE f.f_key = w.w_key AND w.w_id < 20000",
 ];
 
 async fn semijoin_reduced_moves(shard: &Client, plain: &Client) {
@@ -306,6 +309,7 @@ async fn semijoin_reduced_moves(shard: &Client, plain: &Client) {
         (6, false),
         (7, false),
         (8, false),
+        (9, true),
     ] {
         let e = explain(shard, SEMIJOIN[i]).await;
         assert_eq!(
@@ -327,6 +331,7 @@ async fn semijoin_reduced_moves(shard: &Client, plain: &Client) {
     }
     same(shard, plain, SEMIJOIN[0]).await;
     same(shard, plain, SEMIJOIN[2]).await;
+    same(shard, plain, SEMIJOIN[9]).await;
     for c in [shard, plain] {
         c.batch_execute("ROLLBACK").await.unwrap();
     }

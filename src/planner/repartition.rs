@@ -99,6 +99,8 @@ pub struct ColumnType {
     pub definition: String,
     /// Equal values hash equally: a hashable type and a deterministic collation.
     pub hashable: bool,
+    /// Its array type (0: none): the declared type of a semijoin's keys parameter.
+    pub array_oid: Oid,
 }
 
 /// How one reference moves.
@@ -143,7 +145,9 @@ use statement::needed_columns;
 mod implied;
 mod semijoin;
 mod strategy;
-pub use semijoin::{Semijoin, SEMIJOIN_MAX_KEYS, SEMIJOIN_MAX_KEY_BYTES};
+pub use semijoin::{
+    Semijoin, SEMIJOIN_MAX_KEYS, SEMIJOIN_MAX_KEY_BYTES, SEMIJOIN_PARAMETER_MAX_KEYS,
+};
 pub use strategy::decide;
 
 /// Plans the statement for a run-time strategy, or None when it is no join of
@@ -199,6 +203,7 @@ pub fn plan_repartition(
             type_oid: 0,
             definition: String::new(),
             hashable: true,
+            array_oid: 0,
         })
     };
     let big = vec![f64::MAX; plan.rels.len()];
@@ -339,6 +344,10 @@ pub fn move_hash(m: &Move) -> Option<(&str, Oid)> {
 
 /// How a semijoin's keys filter a moved reference's source rows.
 pub enum KeysFilter<'a> {
+    /// A few keys, read first, an array parameter: `<column> IN (SELECT
+    /// pg_catalog.unnest($1))` when the Parse declares its type (`declared`), else
+    /// `<column> = ANY ($1)` (a per-key estimate each, a shard at a time).
+    Param { column: &'a str, declared: bool },
     /// `<column> IN (<query>)`: the keys' own query over a shard on the same node (a
     /// reference table's: the row estimate), or the table of the keys read first
     /// (`executor::session::repartition`'s `ship_keys`).
@@ -394,6 +403,16 @@ pub fn source_select(
         "SELECT {} FROM {from} AS {alias}{}",
         cols.join(", "),
         match reduced {
+            Some(KeysFilter::Param {
+                column,
+                declared: true,
+            }) => format!(
+                " WHERE {alias}.{} IN (SELECT pg_catalog.unnest($1))",
+                quote_ident(column)
+            ),
+            Some(KeysFilter::Param { column, .. }) => {
+                format!(" WHERE {alias}.{} = ANY ($1)", quote_ident(column))
+            }
             Some(KeysFilter::Query(c, keys)) => {
                 format!(" WHERE {alias}.{} IN ({keys})", quote_ident(c))
             }

@@ -17,17 +17,19 @@ use super::*;
 use crate::planner::repartition::{
     decide, estimate_query, move_hash, semijoin_key_select, source_copy, source_select, ColumnType,
     Decision, KeysFilter, Move, MoveKind, RepartitionPlan, Semijoin, SEMIJOIN_MAX_KEYS,
-    SEMIJOIN_MAX_KEY_BYTES,
+    SEMIJOIN_MAX_KEY_BYTES, SEMIJOIN_PARAMETER_MAX_KEYS,
 };
 
 /// A destination's rows are copied once this many bytes wait.
 const FLUSH_BYTES: usize = 1 << 20;
 
-/// A semijoin-reduced move reads this many shards of a node in one statement. One:
-/// over a `UNION ALL` of 8 shards PostgreSQL probed each shard's index once per key
-/// (TPC-H Q10's 42,509 customers: 1.2 s against 0.15 s a shard at a time), and read
-/// 8 whole shards where one shard's plan used its index (Q20: 0.3 s against 0.03 s).
-const REDUCED_SHARDS_PER_READ: usize = 1;
+/// A move reduced by a few keys (a parameter of `IN (SELECT unnest($1))`) reads this
+/// many shards of a node in one statement: the keys parsed and hashed once (TPC-H
+/// Q20's lineitem by 2,000 keys: 1.3 s a shard at a time with `= ANY`, 0.3 s). Not
+/// for many keys (a keys table, a shard at a time): PostgreSQL guesses an array's
+/// distinct count at 200 and probed each shard's index once per key (Q10's 42,509
+/// customers: 1.2 s, against 0.15 s).
+const REDUCED_SHARDS_PER_READ: usize = 8;
 
 /// A moved reference's destination tables: (node, table as SQL), and which of them
 /// each shard's rows go to.
@@ -161,7 +163,8 @@ impl Session {
              AND EXISTS (SELECT 1 FROM pg_catalog.pg_opclass oc WHERE oc.opcmethod = 405 \
                   AND oc.opcdefault AND (oc.opcintype = a.atttypid \
                   OR (oc.opcintype = 25 AND a.atttypid = 1043) \
-                  OR (oc.opcintype = 3500 AND t.typtype = 'e'))) \
+                  OR (oc.opcintype = 3500 AND t.typtype = 'e'))), \
+             t.typarray \
              FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
              WHERE a.attrelid IN ({}) AND a.attnum > 0 AND NOT a.attisdropped",
             oids.join(", ")
@@ -178,6 +181,7 @@ impl Session {
                     type_oid: text(2).parse().unwrap_or(0),
                     definition: text(3),
                     hashable: text(4) == "t",
+                    array_oid: text(5).parse().unwrap_or(0),
                 },
             );
         }
@@ -326,9 +330,20 @@ impl Session {
         // The source shards by node, in order: round `r` reads every node's `r`-th
         // shard at once (memory: a shard per node, then the buffers are flushed); a
         // reduced read takes `REDUCED_SHARDS_PER_READ` shards of a node at once.
-        let per_read = match keys {
-            Some(_) => REDUCED_SHARDS_PER_READ,
-            None => 1,
+        // A few keys as a parameter of a declared array type: `IN (SELECT unnest($1))`
+        // over `REDUCED_SHARDS_PER_READ` shards at once (one hash of the keys; read
+        // by index at worst once per key and shard: bounded by the few keys).
+        let keys_type = match &keys {
+            Some(k) if k.len() <= SEMIJOIN_PARAMETER_MAX_KEYS => m
+                .semijoin
+                .as_ref()
+                .and_then(|sj| types.get(&(m.source_relid, sj.column.clone())))
+                .map_or(0, |t| t.array_oid),
+            _ => 0,
+        };
+        let per_read = match keys_type {
+            0 => 1,
+            _ => REDUCED_SHARDS_PER_READ,
         };
         let mut by_node: Vec<(NodeAddr, Vec<Vec<i64>>)> = Vec::new();
         for shard in &source.shards {
@@ -345,9 +360,22 @@ impl Session {
                 _ => reads.push(vec![shard.shard_id]),
             }
         }
-        // The keys as a table on every source node (`ship_keys`).
+        // Many keys as a table on every source node (`ship_keys`); a few as an array
+        // parameter of `= ANY ($1)` (its per-key estimates cheap, and they let a
+        // node's plan read an index on the column: TPC-H Q17's and Q20's `l_partkey`
+        // for ~2,000 parts, where the keys table's semijoin read whole shards).
+        let keys_bind = match &keys {
+            Some(k) if k.len() <= SEMIJOIN_PARAMETER_MAX_KEYS => Some(BindMsg {
+                portal: String::new(),
+                statement: String::new(),
+                param_formats: vec![],
+                params: vec![Some(keys_array(k))],
+                result_formats: vec![],
+            }),
+            _ => None,
+        };
         let keys_table = match (&keys, &m.semijoin) {
-            (Some(keys), Some(sj)) => {
+            (Some(keys), Some(sj)) if keys_bind.is_none() => {
                 let nodes: Vec<NodeAddr> = by_node.iter().map(|(a, _)| a.clone()).collect();
                 // The source column's type: the keys are its values.
                 let source_relid = plan.rels[sj.source].table.relid;
@@ -370,6 +398,17 @@ impl Session {
                     continue;
                 };
                 let sql = match (&keys_table, &m.semijoin) {
+                    (None, Some(sj)) if keys_bind.is_some() => source_select(
+                        plan,
+                        m.rel,
+                        &m.table.columns,
+                        move_hash(m),
+                        shard_ids,
+                        Some(KeysFilter::Param {
+                            column: &sj.column,
+                            declared: keys_type != 0,
+                        }),
+                    )?,
                     (Some(table), Some(sj)) => format!(
                         "COPY ({}) TO STDOUT",
                         source_select(
@@ -391,7 +430,17 @@ impl Session {
             }
             for (idx, _, sql) in &reading {
                 let conn = &mut self.tx.held[*idx].conn;
-                msg::write_query(&mut conn.wbuf, sql);
+                match &keys_bind {
+                    Some(bind) => {
+                        let declared: &[u32] = match keys_type {
+                            0 => &[],
+                            _ => std::slice::from_ref(&keys_type),
+                        };
+                        msg::write_unnamed_run(&mut conn.wbuf, sql, declared, bind, &[], false);
+                        msg::write_sync(&mut conn.wbuf);
+                    }
+                    None => msg::write_query(&mut conn.wbuf, sql),
+                }
                 conn.flush().await?;
             }
             // Every node's rows read at once, each into buffers of its own.
@@ -676,9 +725,32 @@ impl Session {
     }
 }
 
-/// One source read's answer on `conn` (a COPY's rows), each row into
-/// `buffers[target(its hash)]` in COPY's text format (the hash, last when `hashed`,
-/// left out), up to ReadyForQuery. Returns the node's error, if any.
+/// `{"k1","k2"}`: an array literal of the keys, every element quoted, backslash and
+/// quote escaped (the text of a parameter, never spliced into SQL).
+fn keys_array(keys: &[Bytes]) -> Bytes {
+    let mut array = BytesMut::with_capacity(keys.iter().map(|k| k.len() + 3).sum::<usize>() + 2);
+    array.extend_from_slice(b"{");
+    for (i, k) in keys.iter().enumerate() {
+        if i > 0 {
+            array.extend_from_slice(b",");
+        }
+        array.extend_from_slice(b"\"");
+        for &c in k.iter() {
+            if c == b'"' || c == b'\\' {
+                array.extend_from_slice(b"\\");
+            }
+            array.extend_from_slice(&[c]);
+        }
+        array.extend_from_slice(b"\"");
+    }
+    array.extend_from_slice(b"}");
+    array.freeze()
+}
+
+/// One source read's answer on `conn` (a COPY's rows, or a read with the keys as a
+/// parameter's DataRows), each row into `buffers[target(its hash)]` in COPY's text
+/// format (the hash, last when `hashed`, left out), up to ReadyForQuery. Returns the
+/// node's error, if any.
 async fn read_moved_rows(
     conn: &mut crate::backend::PooledConn,
     hashed: bool,
@@ -703,6 +775,19 @@ async fn read_moved_rows(
                 let b = &mut buffers[target(hash)];
                 b.extend_from_slice(line);
                 b.extend_from_slice(b"\n");
+            }
+            // A row of a read with the keys as a parameter: its values, the hash last.
+            b'D' if failure.is_none() => {
+                let values = msg::decode_data_row(&f.body)?;
+                let (values, hash) = match hashed {
+                    true => match values.split_last() {
+                        Some((h, v)) => (v, h.as_deref()),
+                        None => (&values[..], None),
+                    },
+                    false => (&values[..], None),
+                };
+                let fields: Vec<Option<&[u8]>> = values.iter().map(|v| v.as_deref()).collect();
+                crate::sql::copy_format::write_text_row(&fields, &mut buffers[target(hash)]);
             }
             b'E' => {
                 failure.get_or_insert(PgError::from_server_fields(f.body));

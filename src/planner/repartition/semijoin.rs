@@ -37,6 +37,9 @@ use std::sync::Arc;
 
 /// More distinct keys than this and a reduction is given up (the move reads all).
 pub const SEMIJOIN_MAX_KEYS: usize = 100_000;
+/// Up to this many keys are a parameter of the reduced reads (`= ANY ($1)`: the node
+/// estimates it key by key, 40 ms a shard for 40,000 keys); more go into a table.
+pub const SEMIJOIN_PARAMETER_MAX_KEYS: usize = 5_000;
 /// Nor when the keys' text takes more than this many bytes.
 pub const SEMIJOIN_MAX_KEY_BYTES: usize = 4 << 20;
 

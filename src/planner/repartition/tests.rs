@@ -27,6 +27,7 @@ fn int4(_: usize, _: &str) -> Option<ColumnType> {
         type_oid: 23,
         definition: "integer".into(),
         hashable: true,
+        array_oid: 1007,
     })
 }
 
@@ -304,6 +305,7 @@ fn semijoin_chosen_by_estimates_and_types() {
             type_oid: if i == 0 && c == "v" { 20 } else { 23 },
             definition: String::new(),
             hashable: true,
+            array_oid: 0,
         })
     };
     let d = decide(&p, &[1e6, 2e4], &mixed, &catalog(), &|_| false);
