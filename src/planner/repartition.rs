@@ -321,7 +321,7 @@ fn qualifier(r: &RelRef) -> &str {
 }
 
 /// `COPY (<source_select>) TO STDOUT` for one shard of a moved reference (a move
-/// reduced by a semijoin adds its keys table's filter: `KeysFilter::Query`).
+/// reduced by a semijoin filters by its keys: `KeysFilter`).
 pub fn source_copy(plan: &RepartitionPlan, m: &Move, shard_id: i64) -> PgResult<String> {
     let select = source_select(
         plan,

@@ -276,9 +276,9 @@ impl Session {
     }
 
     /// One moved reference: its destination tables made, its rows copied there. A
-    /// move reduced by a semijoin reads its source's keys first, copies them into a
-    /// table on each source node (`ship_keys`) and reads only the rows matching them;
-    /// over the cap of keys it reads every row.
+    /// move reduced by a semijoin reads its source's keys first and then only the rows
+    /// matching them (a few keys a parameter, more a table on each source node:
+    /// `ship_keys`); over the cap of keys it reads every row.
     pub(super) async fn run_move(
         &mut self,
         plan: &RepartitionPlan,

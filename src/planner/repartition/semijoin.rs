@@ -3,8 +3,8 @@
 //! reference the move serves reads only rows matching, by an equality chain, some
 //! reference `S` with selective own conjuncts, needs only the rows whose key is among
 //! `S`'s filtered keys: the executor reads those keys first (one bounded query over
-//! `S`'s shards), copies them into a table on `T`'s nodes and adds `T.k IN (SELECT k
-//! FROM <that table>)` to `T`'s source reads (TPC-H Q17: the 6 M
+//! `S`'s shards) and adds `T.k IN (<the keys>)` to `T`'s source reads, the keys a
+//! parameter or, many, a table on `T`'s nodes (TPC-H Q17: the 6 M
 //! `lineitem` rows cut to those of ~200 parts).
 //!
 //! A row of a reference *matters* when it can change the statement's result: it is in
