@@ -335,9 +335,11 @@ fn stop_everything_in(dir: &Path) {
     }
 }
 
-/// `n` consecutive free TCP ports on 127.0.0.1, never handed out twice in this process.
-/// Blocks start at an offset derived from the pid so that concurrent test binaries
-/// rarely probe the same ports.
+/// `n` consecutive free TCP ports on 127.0.0.1, never handed out twice in this process
+/// nor to two test binaries at once (`reserve_port`: `run-tests.sh` runs two at a time,
+/// and a port found free is not bound until its server starts). Blocks start at an
+/// offset derived from the pid so that concurrent test binaries rarely probe the same
+/// ports.
 pub fn alloc_ports(n: u16) -> u16 {
     static NEXT: Mutex<u16> = Mutex::new(0);
     let mut next = NEXT.lock().unwrap();
@@ -350,10 +352,40 @@ pub fn alloc_ports(n: u16) -> u16 {
         }
         let base = *next;
         *next += n;
-        if (base..base + n).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+        if (base..base + n).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok())
+            && (base..base + n).all(reserve_port)
+        {
             return base;
         }
     }
+}
+
+/// Claims `port` for this process across test binaries: a file named after it holding
+/// the pid, created only if absent (or left by a process that is gone).
+fn reserve_port(port: u16) -> bool {
+    let dir = std::env::temp_dir().join("pgshard-test-ports");
+    let _ = std::fs::create_dir_all(&dir);
+    let path = dir.join(port.to_string());
+    let me = std::process::id().to_string();
+    let claim = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, me.as_bytes()))
+            .is_ok()
+    };
+    if claim() {
+        return true;
+    }
+    let owner = std::fs::read_to_string(&path).unwrap_or_default();
+    if owner == me {
+        return true;
+    }
+    let gone = owner.parse::<u32>().map_or(true, |pid| {
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+    });
+    gone && std::fs::remove_file(&path).is_ok() && claim()
 }
 
 /// Runs the real `psql` with `env`, returning trimmed stdout; panics on failure.
