@@ -440,13 +440,7 @@ fn collation_source(s: &protobuf::SelectStmt, args: &[Option<protobuf::Node>]) -
     let probe = protobuf::SelectStmt {
         target_list: targets,
         from_clause: s.from_clause.clone(),
-        where_clause: Some(Box::new(protobuf::Node {
-            node: Some(N::AConst(protobuf::AConst {
-                isnull: false,
-                val: Some(Val::Boolval(protobuf::Boolean { boolval: false })),
-                location: -1,
-            })),
-        })),
+        where_clause: Some(Box::new(super::join::tree::bool_const(false))),
         limit_option: LimitOption::Default as i32,
         op: SetOperation::SetopNone as i32,
         ..Default::default()

@@ -13,6 +13,7 @@
 //! columns decide what is valid.
 
 use super::aggregate::column_refs_json;
+use super::join::tree;
 use crate::catalog::DistTable;
 use pg_query::protobuf::{self, node::Node as N};
 use pg_query::NodeRef;
@@ -162,20 +163,7 @@ fn without_exists_stars(root: &N) -> N {
                 && sub.distinct_clause.is_empty()
                 && sub.window_clause.is_empty()
             {
-                sub.target_list = vec![protobuf::Node {
-                    node: Some(N::ResTarget(Box::new(protobuf::ResTarget {
-                        val: Some(Box::new(protobuf::Node {
-                            node: Some(N::AConst(protobuf::AConst {
-                                isnull: false,
-                                val: Some(protobuf::a_const::Val::Ival(protobuf::Integer {
-                                    ival: 1,
-                                })),
-                                location: -1,
-                            })),
-                        })),
-                        ..Default::default()
-                    }))),
-                }];
+                sub.target_list = vec![tree::target(tree::int_const(1), "")];
             }
         }
         false

@@ -12,7 +12,7 @@
 mod combine;
 mod sublinks;
 pub(super) use sublinks::outermost_sublinks;
-mod tree;
+pub(super) mod tree;
 
 use super::distvalue::{find_equality, ValueSource};
 use super::multishard::{self, Joined};

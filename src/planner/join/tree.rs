@@ -23,7 +23,7 @@ pub(super) fn column(names: &[&str]) -> protobuf::Node {
     }
 }
 
-pub(super) fn target(val: protobuf::Node, name: &str) -> protobuf::Node {
+pub(in crate::planner) fn target(val: protobuf::Node, name: &str) -> protobuf::Node {
     protobuf::Node {
         node: Some(N::ResTarget(Box::new(protobuf::ResTarget {
             name: name.to_string(),
@@ -34,11 +34,23 @@ pub(super) fn target(val: protobuf::Node, name: &str) -> protobuf::Node {
     }
 }
 
-pub(super) fn int_const(i: i32) -> protobuf::Node {
+pub(in crate::planner) fn int_const(i: i32) -> protobuf::Node {
     protobuf::Node {
         node: Some(N::AConst(protobuf::AConst {
             isnull: false,
             val: Some(protobuf::a_const::Val::Ival(protobuf::Integer { ival: i })),
+            location: -1,
+        })),
+    }
+}
+
+pub(in crate::planner) fn bool_const(b: bool) -> protobuf::Node {
+    protobuf::Node {
+        node: Some(N::AConst(protobuf::AConst {
+            isnull: false,
+            val: Some(protobuf::a_const::Val::Boolval(protobuf::Boolean {
+                boolval: b,
+            })),
             location: -1,
         })),
     }

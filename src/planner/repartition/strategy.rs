@@ -371,15 +371,7 @@ fn drop_applied(tree: &mut N, rel: &JoinRel) {
         if !rel.own_conjuncts.contains(n) {
             return false;
         }
-        *n = protobuf::Node {
-            node: Some(N::AConst(protobuf::AConst {
-                isnull: false,
-                val: Some(protobuf::a_const::Val::Boolval(protobuf::Boolean {
-                    boolval: true,
-                })),
-                location: -1,
-            })),
-        };
+        *n = crate::planner::join::tree::bool_const(true);
         true
     });
 }
