@@ -327,24 +327,25 @@ impl Session {
             dest.by_shard[at]
         };
         let hashed = matches!(m.kind, MoveKind::Repartition { .. });
-        // The source shards by node, in order: round `r` reads every node's `r`-th
-        // shard at once (memory: a shard per node, then the buffers are flushed); a
-        // reduced read takes `REDUCED_SHARDS_PER_READ` shards of a node at once.
-        // A few keys as a parameter of a declared array type: `IN (SELECT unnest($1))`
-        // over `REDUCED_SHARDS_PER_READ` shards at once (one hash of the keys; read
-        // by index at worst once per key and shard: bounded by the few keys).
-        let keys_type = match &keys {
-            Some(k) if k.len() <= SEMIJOIN_PARAMETER_MAX_KEYS => m
-                .semijoin
-                .as_ref()
-                .and_then(|sj| types.get(&(m.source_relid, sj.column.clone())))
+        // A few keys are a parameter (typed: `IN (SELECT unnest($1))` over
+        // `REDUCED_SHARDS_PER_READ` shards at once; untyped: `= ANY ($1)`); more go
+        // into a keys table on every source node (`ship_keys`).
+        let few = keys
+            .as_ref()
+            .filter(|k| k.len() <= SEMIJOIN_PARAMETER_MAX_KEYS);
+        let array_oid = match (few, &m.semijoin) {
+            (Some(_), Some(sj)) => types
+                .get(&(m.source_relid, sj.column.clone()))
                 .map_or(0, |t| t.array_oid),
             _ => 0,
         };
-        let per_read = match keys_type {
+        let per_read = match array_oid {
             0 => 1,
             _ => REDUCED_SHARDS_PER_READ,
         };
+        // The source shards by node, in order: round `r` reads every node's `r`-th
+        // read (a shard, or `per_read` of them) at once (memory: a read per node, then
+        // the buffers are flushed).
         let mut by_node: Vec<(NodeAddr, Vec<Vec<i64>>)> = Vec::new();
         for shard in &source.shards {
             let addr = placement_addr(&catalog, shard)?;
@@ -360,22 +361,21 @@ impl Session {
                 _ => reads.push(vec![shard.shard_id]),
             }
         }
-        // Many keys as a table on every source node (`ship_keys`); a few as an array
-        // parameter of `= ANY ($1)` (its per-key estimates cheap, and they let a
-        // node's plan read an index on the column: TPC-H Q17's and Q20's `l_partkey`
-        // for ~2,000 parts, where the keys table's semijoin read whole shards).
-        let keys_bind = match &keys {
-            Some(k) if k.len() <= SEMIJOIN_PARAMETER_MAX_KEYS => Some(BindMsg {
-                portal: String::new(),
-                statement: String::new(),
-                param_formats: vec![],
-                params: vec![Some(keys_array(k))],
-                result_formats: vec![],
-            }),
-            _ => None,
-        };
-        let keys_table = match (&keys, &m.semijoin) {
-            (Some(keys), Some(sj)) if keys_bind.is_none() => {
+        let reduction = match (&keys, few, &m.semijoin) {
+            (_, Some(k), Some(sj)) => Some((
+                sj,
+                Reduction::Param {
+                    bind: BindMsg {
+                        portal: String::new(),
+                        statement: String::new(),
+                        param_formats: vec![],
+                        params: vec![Some(keys_array(k))],
+                        result_formats: vec![],
+                    },
+                    array_oid,
+                },
+            )),
+            (Some(k), None, Some(sj)) => {
                 let nodes: Vec<NodeAddr> = by_node.iter().map(|(a, _)| a.clone()).collect();
                 // The source column's type: the keys are its values.
                 let source_relid = plan.rels[sj.source].table.relid;
@@ -383,10 +383,10 @@ impl Session {
                     .get(&(source_relid, sj.source_column.clone()))
                     .map_or("text", |t| t.definition.as_str())
                     .to_string();
-                Some(
-                    self.ship_keys(&nodes, &m.table.name, &definition, keys, made)
-                        .await?,
-                )
+                let table = self
+                    .ship_keys(&nodes, &m.table.name, &definition, k, made)
+                    .await?;
+                Some((sj, Reduction::Table(table)))
             }
             _ => None,
         };
@@ -397,49 +397,47 @@ impl Session {
                 let Some(shard_ids) = reads.get(round) else {
                     continue;
                 };
-                let sql = match (&keys_table, &m.semijoin) {
-                    (None, Some(sj)) if keys_bind.is_some() => source_select(
+                let read = |filter| {
+                    source_select(
                         plan,
                         m.rel,
                         &m.table.columns,
                         move_hash(m),
                         shard_ids,
-                        Some(KeysFilter::Param {
+                        filter,
+                    )
+                };
+                let sql = match &reduction {
+                    Some((sj, Reduction::Param { array_oid, .. })) => {
+                        read(Some(KeysFilter::Param {
                             column: &sj.column,
-                            declared: keys_type != 0,
-                        }),
-                    )?,
-                    (Some(table), Some(sj)) => format!(
+                            declared: *array_oid != 0,
+                        }))?
+                    }
+                    Some((sj, Reduction::Table(table))) => format!(
                         "COPY ({}) TO STDOUT",
-                        source_select(
-                            plan,
-                            m.rel,
-                            &m.table.columns,
-                            move_hash(m),
-                            shard_ids,
-                            Some(KeysFilter::Query(
-                                &sj.column,
-                                format!("SELECT k FROM {table}")
-                            )),
-                        )?
+                        read(Some(KeysFilter::Query(
+                            &sj.column,
+                            format!("SELECT k FROM {table}")
+                        )))?
                     ),
-                    _ => source_copy(plan, m, shard_ids[0])?,
+                    None => source_copy(plan, m, shard_ids[0])?,
                 };
                 let idx = self.bulk_conn(addr, false).await?;
                 reading.push((idx, addr.clone(), sql));
             }
             for (idx, _, sql) in &reading {
                 let conn = &mut self.tx.held[*idx].conn;
-                match &keys_bind {
-                    Some(bind) => {
-                        let declared: &[u32] = match keys_type {
+                match &reduction {
+                    Some((_, Reduction::Param { bind, array_oid })) => {
+                        let declared: &[u32] = match array_oid {
                             0 => &[],
-                            _ => std::slice::from_ref(&keys_type),
+                            _ => std::slice::from_ref(array_oid),
                         };
                         msg::write_unnamed_run(&mut conn.wbuf, sql, declared, bind, &[], false);
                         msg::write_sync(&mut conn.wbuf);
                     }
-                    None => msg::write_query(&mut conn.wbuf, sql),
+                    _ => msg::write_query(&mut conn.wbuf, sql),
                 }
                 conn.flush().await?;
             }
@@ -457,17 +455,18 @@ impl Session {
                     let count = buffers.len();
                     async move {
                         let mut own: Vec<BytesMut> = (0..count).map(|_| BytesMut::new()).collect();
-                        let failure = read_moved_rows(&mut h.conn, hashed, target, &mut own).await;
-                        (i, own, failure)
+                        let read = read_moved_rows(&mut h.conn, hashed, target, &mut own).await;
+                        (i, own, read)
                     }
                 });
-            for (i, own, failure) in futures_util::future::join_all(reads).await {
+            for (i, own, read) in futures_util::future::join_all(reads).await {
                 let (_, addr, sql) = reading.iter().find(|(x, _, _)| *x == i).expect("read");
-                if let Some(e) = failure? {
+                let (read_rows, failure) = read?;
+                if let Some(e) = failure {
                     return Err(shipping_error(e, addr, sql));
                 }
+                rows += read_rows;
                 for (b, o) in buffers.iter_mut().zip(own) {
-                    rows += o.iter().filter(|c| **c == b'\n').count();
                     b.unsplit(o);
                 }
             }
@@ -725,6 +724,15 @@ impl Session {
     }
 }
 
+/// How a move's reads are reduced to a semijoin's keys.
+enum Reduction {
+    /// A few keys, the array parameter of every read (`array_oid` its declared type,
+    /// 0: undeclared).
+    Param { bind: BindMsg, array_oid: u32 },
+    /// More keys, in this table on every source node (`ship_keys`).
+    Table(String),
+}
+
 /// `{"k1","k2"}`: an array literal of the keys, every element quoted, backslash and
 /// quote escaped (the text of a parameter, never spliced into SQL).
 fn keys_array(keys: &[Bytes]) -> Bytes {
@@ -750,19 +758,20 @@ fn keys_array(keys: &[Bytes]) -> Bytes {
 /// One source read's answer on `conn` (a COPY's rows, or a read with the keys as a
 /// parameter's DataRows), each row into `buffers[target(its hash)]` in COPY's text
 /// format (the hash, last when `hashed`, left out), up to ReadyForQuery. Returns the
-/// node's error, if any.
+/// rows read and the node's error, if any.
 async fn read_moved_rows(
     conn: &mut crate::backend::PooledConn,
     hashed: bool,
     target: &(dyn Fn(Option<&[u8]>) -> usize + Sync),
     buffers: &mut [BytesMut],
-) -> PgResult<Option<PgError>> {
-    let mut failure = None;
+) -> PgResult<(usize, Option<PgError>)> {
+    let (mut rows, mut failure) = (0, None);
     loop {
         let f = conn.read().await?;
         match f.tag {
             // A COPY row: its text, the hash last.
             b'd' if failure.is_none() => {
+                rows += 1;
                 let row: &[u8] = &f.body;
                 let body = row.strip_suffix(b"\n").unwrap_or(row);
                 let (line, hash) = match hashed {
@@ -778,6 +787,7 @@ async fn read_moved_rows(
             }
             // A row of a read with the keys as a parameter: its values, the hash last.
             b'D' if failure.is_none() => {
+                rows += 1;
                 let values = msg::decode_data_row(&f.body)?;
                 let (values, hash) = match hashed {
                     true => match values.split_last() {
@@ -796,7 +806,7 @@ async fn read_moved_rows(
             _ => {}
         }
     }
-    Ok(failure)
+    Ok((rows, failure))
 }
 
 use super::shipped_results::shipping_error;
