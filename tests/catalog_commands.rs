@@ -50,6 +50,7 @@ fn mini() -> &'static Mini {
                 Settings {
                     fast: true,
                     async_commit: false,
+                    parallel_workers_per_gather: None,
                 },
             )
             .expect("initdb");

@@ -632,6 +632,7 @@ async fn grants_made_before_a_new_node_hold_on_its_shards() {
         Settings {
             fast: true,
             async_commit: false,
+            parallel_workers_per_gather: None,
         },
     )
     .expect("initdb");

@@ -323,6 +323,7 @@ fn new_worker(name: &str) -> Node {
         Settings {
             fast: true,
             async_commit: false,
+            parallel_workers_per_gather: None,
         },
     )
     .expect("initdb");

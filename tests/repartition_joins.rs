@@ -11,7 +11,9 @@
 //! row, 21000 on two, DateStyle, parameters, the output column's name. Semijoin-reduced
 //! moves (a moved table read only for the keys of a filtered table it must match) answer
 //! exactly with NULL and duplicated keys, no key, over the cap of keys, and are refused
-//! for outer and anti joins.
+//! for outer and anti joins. A staying reference filtered by a broadcast table's few
+//! keys (TPC-H Q8's lineitem by its parts) answers exactly with keys that need quoting,
+//! NULL keys, in a correlated subquery's level, and not on an outer join's preserved side.
 
 mod common;
 
@@ -212,6 +214,7 @@ async fn repartition_joins() {
     reductions_decide_strategies(&shard, &plain).await;
     subqueries_run_once(&shard, &plain).await;
     semijoin_reduced_moves(&shard, &plain).await;
+    staying_references_filtered(&shard, &plain).await;
     moved_tables_are_cleaned_up(&shard, &plain).await;
 }
 
@@ -283,6 +286,87 @@ const SEMIJOIN: &[&str] = &[
     "SELECT count(*), sum(f.f_val), max(w.w_id) FROM sj_fact f, sj_wide w \
      WHERE f.f_key = w.w_key AND w.w_id < 20000",
 ];
+
+// Staying references filtered by keys: st_doc 6,000 rows (text keys, NULLs), st_tag
+// 400 (names that need quoting in an array and a literal; 40 with flag 1).
+const ST_DROP: &str = "DROP TABLE IF EXISTS st_doc, st_tag";
+const ST_SETUP: &str = r#"
+CREATE TABLE st_doc (d_id int PRIMARY KEY, d_tag text, d_n int);
+CREATE TABLE st_tag (t_id int PRIMARY KEY, t_name text, t_flag int);
+INSERT INTO st_tag SELECT i, CASE i % 5 WHEN 0 THEN 'it''s ' || i WHEN 1 THEN 'a"b\c ' || i
+       WHEN 2 THEN '{x,y} ' || i WHEN 3 THEN NULL ELSE 'tag ' || i END, CASE WHEN i % 10 < 1 THEN 1 ELSE 0 END
+FROM generate_series(1, 400) i;
+INSERT INTO st_doc SELECT i, CASE WHEN i % 11 = 0 THEN NULL
+       ELSE (SELECT t_name FROM st_tag WHERE t_id = i % 400 + 1) END, i % 7
+FROM generate_series(1, 6000) i;
+ANALYZE st_doc, st_tag;
+"#;
+
+const STAYING: &[&str] = &[
+    "SELECT d.d_tag, count(*), sum(d.d_n) FROM st_doc d JOIN st_tag t ON d.d_tag = t.t_name \
+     WHERE t.t_flag = 1 GROUP BY d.d_tag",
+    // The staying reference in a correlated subquery's level.
+    "SELECT d1.d_id, d1.d_tag FROM st_doc d1 WHERE d1.d_n > 4 AND EXISTS \
+     (SELECT 1 FROM st_doc d2, st_tag t WHERE d2.d_id = d1.d_id AND d2.d_tag = t.t_name \
+     AND t.t_flag = 1)",
+    // The preserved side of an outer join keeps its unmatched rows: not filtered.
+    "SELECT count(*), count(t.t_id), sum(d.d_n) FROM st_doc d LEFT JOIN st_tag t \
+     ON d.d_tag = t.t_name AND t.t_flag = 1",
+];
+
+/// A staying reference filtered by the keys of a broadcast one (`staying.rs`).
+async fn staying_references_filtered(shard: &Client, plain: &Client) {
+    plain.batch_execute(ST_DROP).await.unwrap();
+    shard.batch_execute(ST_DROP).await.unwrap();
+    plain.batch_execute(ST_SETUP).await.unwrap();
+    let (create, fill) = ST_SETUP.split_at(ST_SETUP.find("INSERT").unwrap());
+    shard.batch_execute(create).await.unwrap();
+    for (t, c) in [("st_doc", "d_id"), ("st_tag", "t_id")] {
+        let call = format!("SELECT create_distributed_table('{t}', '{c}')");
+        shard.batch_execute(&call).await.unwrap();
+    }
+    // st_doc's rows read st_tag: filled on plain PostgreSQL, copied over.
+    shard
+        .batch_execute(fill.split(";").next().unwrap())
+        .await
+        .unwrap();
+    let docs = unsorted(plain, "SELECT d_id, d_tag, d_n FROM st_doc")
+        .await
+        .unwrap();
+    let values: Vec<String> = docs
+        .iter()
+        .map(|r| {
+            let lit = |v: &Option<String>| match v {
+                Some(v) => format!("'{}'", v.replace('\'', "''")),
+                None => "NULL".into(),
+            };
+            format!("({}, {}, {})", lit(&r[0]), lit(&r[1]), lit(&r[2]))
+        })
+        .collect();
+    let insert = format!("INSERT INTO st_doc VALUES {}", values.join(", "));
+    shard.batch_execute(&insert).await.unwrap();
+    shard.batch_execute("ANALYZE st_doc, st_tag").await.unwrap();
+    for sql in STAYING {
+        same(shard, plain, sql).await;
+    }
+    for (i, filter) in [(0, "d.d_tag"), (1, "d2.d_tag"), (2, "")] {
+        let e = explain(shard, STAYING[i]).await;
+        assert_eq!(
+            e.contains(&format!("Filter {filter} = ANY (keys of t.t_name)")),
+            !filter.is_empty(),
+            "{}\n{e}",
+            STAYING[i]
+        );
+        // The shards' statements carry the keys.
+        assert_eq!(
+            e.contains("d_tag = ANY ('{"),
+            !filter.is_empty(),
+            "{}\n{e}",
+            STAYING[i]
+        );
+    }
+    assert_no_moved_tables().await;
+}
 
 async fn semijoin_reduced_moves(shard: &Client, plain: &Client) {
     plain.batch_execute(SJ_DROP).await.unwrap();
@@ -360,10 +444,15 @@ async fn answers_and_strategies(shard: &Client, plain: &Client) {
     assert!(e.contains("Broadcast rj_customer"), "{e}");
     let e = explain(&shard, IN_SUBQUERIES[4]).await;
     assert!(e.contains("Broadcast rj_part"), "{e}");
-    // Every subplan is a move (recursive planning's would pull the tables).
+    // Every subplan is a move or a staying reference's keys (recursive planning's
+    // would pull the tables).
     for sql in IN_SUBQUERIES {
         let e = explain(&shard, sql).await;
-        let moves = e.matches("Broadcast rj_").count() + e.matches("Repartition rj_").count();
+        let moves = e.matches("Broadcast rj_").count()
+            + e.matches("Repartition rj_").count()
+            + e.lines()
+                .filter(|l| l.trim_start().starts_with("->  Filter ") && l.contains("(keys of"))
+                .count();
         assert_eq!(
             e.matches("Distributed Subplan").count(),
             moves,

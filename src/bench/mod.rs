@@ -713,6 +713,7 @@ async fn bench(opts: &Options, progress: &Progress, started: &mut Started) -> Re
                 Settings {
                     fast: false,
                     async_commit: true,
+                    parallel_workers_per_gather: None,
                 },
             )
             .context("initdb of the plain PostgreSQL")?;

@@ -263,6 +263,7 @@ pub(super) async fn setup(
             let settings = Settings {
                 fast: false,
                 async_commit: true,
+                parallel_workers_per_gather: None,
             };
             for (i, sb) in standbys.iter().enumerate() {
                 sb.create_standby(&primary, &standby::standby_name(i + 1), &pw, settings)?;

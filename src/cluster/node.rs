@@ -144,6 +144,9 @@ pub struct Settings {
     /// a node with asynchronous commit may lose its last commits when it crashes (as one
     /// PostgreSQL would), and pgshard promises no more than its nodes keep.
     pub async_commit: bool,
+    /// `max_parallel_workers_per_gather` when the server shares its host's cores with
+    /// other nodes (`cluster::worker_settings`); None: PostgreSQL's default.
+    pub parallel_workers_per_gather: Option<usize>,
 }
 
 /// One PostgreSQL server: where its files are and where it listens.
@@ -268,6 +271,12 @@ impl Node {
                 "# the reference benchmarks' setting: recent commits may be lost in a crash\n\
                  synchronous_commit = off\n",
             );
+        }
+        if let Some(n) = settings.parallel_workers_per_gather {
+            conf.push_str(&format!(
+                "# this node's share of the host's cores (the workers share them)\n\
+                 max_parallel_workers_per_gather = {n}\n"
+            ));
         }
         if settings.fast {
             conf.push_str("# test cluster: durability off\nfsync = off\nfull_page_writes = off\n");

@@ -87,7 +87,10 @@ impl Cluster {
 /// Creates the missing standbys (a base backup of their running primary), starts those
 /// not running, writes each primary's replication settings and waits until every
 /// standby streams. Nothing to do for a cluster without standbys or `--sync`.
-pub(super) fn ensure_standbys(cluster: &Cluster, settings: Settings) -> Result<()> {
+pub(super) fn ensure_standbys(
+    cluster: &Cluster,
+    settings: &(dyn Fn(&Node) -> Settings + Sync),
+) -> Result<()> {
     let password = &cluster.layout.password;
     let groups = cluster.groups();
     std::thread::scope(|s| {
@@ -105,7 +108,7 @@ pub(super) fn ensure_standbys(cluster: &Cluster, settings: Settings) -> Result<(
                                 primary,
                                 &standby::standby_name(i + 1),
                                 password,
-                                settings,
+                                settings(primary),
                             )?;
                         }
                         let addr = format!("{}:{}", sb.listen_host, sb.port);

@@ -240,7 +240,7 @@ impl Session {
         let own = self.begin_own_block().await?;
         let mut made = Vec::new();
         let explained = async {
-            let Some((d, types)) = self.repartition_strategy(r).await? else {
+            let Some((mut d, types)) = self.repartition_strategy(r).await? else {
                 return self
                     .explain_plan(e, &r.fallback, &r.stmt, params, plan_ids)
                     .await;
@@ -292,6 +292,26 @@ impl Session {
             if e.analyze {
                 self.index_and_analyze_moved(r, &d.moves, &made).await?;
             }
+            // A staying reference filtered by another's keys (read either way).
+            for f in &d.staying {
+                let sj = &f.semijoin;
+                let line = format!(
+                    "Filter {}.{} = ANY (keys of {}.{})",
+                    r.rels[f.rel].alias(),
+                    sj.column,
+                    sj.source_alias(),
+                    sj.source_column
+                );
+                subplans.push(match e.format {
+                    ExplainFormat::Text => Explained::Text(vec![line]),
+                    _ => Explained::Tree(serde_json::json!({
+                        "Node Type": "Semijoin Filter",
+                        "Relation Name": r.rels[f.rel].table.name,
+                        "Filter": line,
+                    })),
+                });
+            }
+            self.filter_staying(r, &mut d).await?;
             let outer = self
                 .explain_plan(e, &d.outer_plan, &d.outer, params, plan_ids)
                 .await?;

@@ -90,6 +90,8 @@ mod repartition;
 pub mod run_command;
 /// Each plan kind to the code that runs it.
 mod run_plan;
+/// Semijoin keys: a reduced move's, a staying reference's filter.
+mod semijoin_keys;
 /// Session commands: transaction control, settings, DISCARD, DEALLOCATE.
 mod session_commands;
 /// SET / SET LOCAL / SET TRANSACTION and `citus.*` values across the nodes of a session.

@@ -136,6 +136,12 @@ pub struct Decision {
     pub moves: Vec<Move>,
     pub outer: Statement,
     pub outer_plan: Plan,
+    /// The staying references filtered by other references' keys once read
+    /// (`staying.rs`; `Decision::with_staying_keys`).
+    pub staying: Vec<StayingFilter>,
+    /// The renamed statement's tree and the catalog overlay it was planned over.
+    renamed: protobuf::node::Node,
+    overlay: Catalog,
 }
 
 mod levels;
@@ -144,10 +150,12 @@ use statement::needed_columns;
 
 mod implied;
 mod semijoin;
+mod staying;
 mod strategy;
 pub use semijoin::{
-    Semijoin, SEMIJOIN_MAX_KEYS, SEMIJOIN_MAX_KEY_BYTES, SEMIJOIN_PARAMETER_MAX_KEYS,
+    keys_array, Semijoin, SEMIJOIN_MAX_KEYS, SEMIJOIN_MAX_KEY_BYTES, SEMIJOIN_PARAMETER_MAX_KEYS,
 };
+pub use staying::{StayingFilter, STAYING_FILTER_MAX_KEYS};
 pub use strategy::decide;
 
 /// Plans the statement for a run-time strategy, or None when it is no join of

@@ -135,6 +135,7 @@ pub fn plain_postgres() -> &'static PlainPg {
             Settings {
                 fast: true,
                 async_commit: false,
+                parallel_workers_per_gather: None,
             },
         )
         .expect("initdb of the plain PostgreSQL");

@@ -15,9 +15,8 @@ use super::subplans::Run;
 use super::tasks::NodeTasks;
 use super::*;
 use crate::planner::repartition::{
-    decide, estimate_query, move_hash, semijoin_key_select, source_copy, source_select, ColumnType,
-    Decision, KeysFilter, Move, MoveKind, RepartitionPlan, Semijoin, SEMIJOIN_MAX_KEYS,
-    SEMIJOIN_MAX_KEY_BYTES, SEMIJOIN_PARAMETER_MAX_KEYS,
+    decide, estimate_query, keys_array, move_hash, source_copy, source_select, ColumnType,
+    Decision, KeysFilter, Move, MoveKind, RepartitionPlan, SEMIJOIN_PARAMETER_MAX_KEYS,
 };
 
 /// A destination's rows are copied once this many bytes wait.
@@ -34,10 +33,10 @@ const REDUCED_SHARDS_PER_READ: usize = 8;
 /// A moved reference's destination tables: (node, table as SQL), and which of them
 /// each shard's rows go to.
 pub(super) struct Destinations {
-    tables: Vec<(NodeAddr, String)>,
+    pub(super) tables: Vec<(NodeAddr, String)>,
     /// Repartition: the destination of each shard of the moved table, by position.
     /// Broadcast: empty (every table gets every row).
-    by_shard: Vec<usize>,
+    pub(super) by_shard: Vec<usize>,
 }
 
 impl Session {
@@ -82,7 +81,7 @@ impl Session {
         made: &mut Vec<(NodeAddr, String)>,
     ) -> PgResult<()> {
         let started = std::time::Instant::now();
-        let Some((decision, types)) = self.repartition_strategy(plan).await? else {
+        let Some((mut decision, types)) = self.repartition_strategy(plan).await? else {
             return self
                 .plan_into(&plan.fallback, &plan.stmt, params, formats, describe, sink)
                 .await;
@@ -94,6 +93,7 @@ impl Session {
         let moved = started.elapsed();
         self.index_and_analyze_moved(plan, &decision.moves, made)
             .await?;
+        self.filter_staying(plan, &mut decision).await?;
         let analyzed = started.elapsed();
         let joined = self
             .plan_into(
@@ -106,7 +106,7 @@ impl Session {
             )
             .await;
         tracing::debug!(
-            "repartition join: strategy {decided:?}, moves {:?}, analyze {:?}, join {:?}",
+            "repartition join: strategy {decided:?}, moves {:?}, analyze and filters {:?}, join {:?}",
             moved - decided,
             analyzed - moved,
             started.elapsed() - analyzed
@@ -484,104 +484,6 @@ impl Session {
         Ok(())
     }
 
-    /// A semijoin's distinct keys (as text) over its source's shards (each node's
-    /// shards in one batch, all nodes at once); None over `SEMIJOIN_MAX_KEYS` keys or
-    /// `SEMIJOIN_MAX_KEY_BYTES` bytes.
-    pub(super) async fn semijoin_keys(&mut self, sj: &Semijoin) -> PgResult<Option<Vec<Bytes>>> {
-        let catalog = self.shared.catalog.snapshot();
-        let source = catalog.current(&sj.source_table);
-        let mut tasks: Vec<NodeTasks> = Vec::new();
-        let shards = match source.method {
-            crate::catalog::PartitionMethod::Hash => &source.shards[..],
-            _ => &source.shards[..source.shards.len().min(1)],
-        };
-        for shard in shards {
-            let addr = placement_addr(&catalog, shard)?;
-            NodeTasks::of(&mut tasks, &addr).push(semijoin_key_select(sj, shard.shard_id)?);
-        }
-        let mut keys: std::collections::HashSet<Bytes> = std::collections::HashSet::new();
-        let mut bytes = 0usize;
-        let mut over = false;
-        let mut on_reply = |f: Frame, _: &mut ResultSink| -> PgResult<()> {
-            if f.tag != b'D' || over {
-                return Ok(());
-            }
-            if let Some(Some(k)) = msg::decode_data_row(&f.body)?.into_iter().next() {
-                bytes += k.len() + 3;
-                keys.insert(k);
-                over = keys.len() > SEMIJOIN_MAX_KEYS || bytes > SEMIJOIN_MAX_KEY_BYTES;
-            }
-            Ok(())
-        };
-        let params = BoundParams {
-            types: &[],
-            bind: None,
-        };
-        let mut ignored = ResultSink::default();
-        self.run_tasks(
-            &tasks,
-            false,
-            &params,
-            &[],
-            Describe::None,
-            &mut ignored,
-            &mut on_reply,
-        )
-        .await?;
-        if over {
-            tracing::debug!("semijoin on {} given up: over the cap of keys", sj.column);
-            return Ok(None);
-        }
-        Ok(Some(keys.into_iter().collect()))
-    }
-
-    /// A semijoin's keys as the table `pgshard_intermediate.<move>_keys (k <type>)` on
-    /// each of `nodes` (made, copied and analyzed in the statement's transaction,
-    /// dropped with the moved tables): the reduced reads join it, its statistics
-    /// letting the nodes hash the keys once per read instead of probing an index once
-    /// per key (an array parameter's distinct count is unknown: 200) or estimating
-    /// `= ANY` key by key (40 ms a shard for 40,000 keys). Returns its name as SQL.
-    async fn ship_keys(
-        &mut self,
-        nodes: &[NodeAddr],
-        move_name: &str,
-        definition: &str,
-        keys: &[Bytes],
-        made: &mut Vec<(NodeAddr, String)>,
-    ) -> PgResult<String> {
-        let table = format!(
-            "{}.{}",
-            quote_ident(crate::planner::repartition::MOVED_SCHEMA),
-            quote_ident(&format!("{move_name}_keys"))
-        );
-        let create = format!("CREATE UNLOGGED TABLE {table} (k {definition})");
-        for addr in nodes {
-            self.ensure_shipped_schema(addr).await?;
-            let idx = self.bulk_conn(addr, true).await?;
-            self.tx.held[idx]
-                .conn
-                .simple(&create)
-                .await
-                .map_err(|e| shipping_error(e, addr, &create))?;
-            made.push((addr.clone(), table.clone()));
-        }
-        let mut rows = BytesMut::new();
-        for k in keys {
-            crate::sql::copy_format::write_text_row(&[Some(&k[..])], &mut rows);
-        }
-        let dest = Destinations {
-            tables: nodes.iter().map(|a| (a.clone(), table.clone())).collect(),
-            by_shard: Vec::new(),
-        };
-        self.flush_moved(&dest, &mut [rows], 0).await?;
-        let mut tasks: Vec<NodeTasks> = Vec::new();
-        for addr in nodes {
-            NodeTasks::of(&mut tasks, addr).push(format!("ANALYZE {table}"));
-        }
-        self.run_tasks_quietly(&tasks).await?;
-        Ok(table)
-    }
-
     /// The destination tables of a move, made empty on their nodes (one statement
     /// per node), recorded in `made` for the drop.
     pub(super) async fn make_destinations(
@@ -660,7 +562,7 @@ impl Session {
     /// Copies the buffered rows holding more than `min` bytes into their tables
     /// (a broadcast's one buffer into every node's table): every node's COPYs written
     /// one after the other without waiting, then their answers read.
-    async fn flush_moved(
+    pub(super) async fn flush_moved(
         &mut self,
         dest: &Destinations,
         buffers: &mut [BytesMut],
@@ -731,28 +633,6 @@ enum Reduction {
     Param { bind: BindMsg, array_oid: u32 },
     /// More keys, in this table on every source node (`ship_keys`).
     Table(String),
-}
-
-/// `{"k1","k2"}`: an array literal of the keys, every element quoted, backslash and
-/// quote escaped (the text of a parameter, never spliced into SQL).
-fn keys_array(keys: &[Bytes]) -> Bytes {
-    let mut array = BytesMut::with_capacity(keys.iter().map(|k| k.len() + 3).sum::<usize>() + 2);
-    array.extend_from_slice(b"{");
-    for (i, k) in keys.iter().enumerate() {
-        if i > 0 {
-            array.extend_from_slice(b",");
-        }
-        array.extend_from_slice(b"\"");
-        for &c in k.iter() {
-            if c == b'"' || c == b'\\' {
-                array.extend_from_slice(b"\\");
-            }
-            array.extend_from_slice(&[c]);
-        }
-        array.extend_from_slice(b"\"");
-    }
-    array.extend_from_slice(b"}");
-    array.freeze()
 }
 
 /// One source read's answer on `conn` (a COPY's rows, or a read with the keys as a

@@ -6,7 +6,7 @@ use super::super::multishard::KNOWN_AGGREGATES;
 use pg_query::protobuf;
 use pg_query::protobuf::node::Node as N;
 
-pub(super) fn string_node(s: &str) -> protobuf::Node {
+pub(in crate::planner) fn string_node(s: &str) -> protobuf::Node {
     protobuf::Node {
         node: Some(N::String(protobuf::String {
             sval: s.to_string(),
@@ -14,7 +14,7 @@ pub(super) fn string_node(s: &str) -> protobuf::Node {
     }
 }
 
-pub(super) fn column(names: &[&str]) -> protobuf::Node {
+pub(in crate::planner) fn column(names: &[&str]) -> protobuf::Node {
     protobuf::Node {
         node: Some(N::ColumnRef(protobuf::ColumnRef {
             fields: names.iter().map(|n| string_node(n)).collect(),
@@ -39,6 +39,19 @@ pub(in crate::planner) fn int_const(i: i32) -> protobuf::Node {
         node: Some(N::AConst(protobuf::AConst {
             isnull: false,
             val: Some(protobuf::a_const::Val::Ival(protobuf::Integer { ival: i })),
+            location: -1,
+        })),
+    }
+}
+
+/// A string constant (`'...'`, deparsed with its quotes doubled).
+pub(in crate::planner) fn str_const(s: &str) -> protobuf::Node {
+    protobuf::Node {
+        node: Some(N::AConst(protobuf::AConst {
+            isnull: false,
+            val: Some(protobuf::a_const::Val::Sval(protobuf::String {
+                sval: s.to_string(),
+            })),
             location: -1,
         })),
     }

@@ -31,6 +31,7 @@ use super::statement::{conjuncts, equality, from_item, on_equalities, only_reads
 use super::{ColumnType, JoinRel};
 use crate::catalog::DistTable;
 use crate::sql::parse::RelRef;
+use bytes::{Bytes, BytesMut};
 use pg_query::protobuf::{self, node::Node as N};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -75,6 +76,28 @@ impl Semijoin {
         matches!((moved, source), (Some(m), Some(s))
             if m.hashable && s.hashable && m.type_oid == s.type_oid)
     }
+}
+
+/// `{"k1","k2"}`: an array literal of the keys, every element quoted, backslash and
+/// quote escaped (the text of a parameter, never spliced into SQL).
+pub fn keys_array(keys: &[Bytes]) -> Bytes {
+    let mut array = BytesMut::with_capacity(keys.iter().map(|k| k.len() + 3).sum::<usize>() + 2);
+    array.extend_from_slice(b"{");
+    for (i, k) in keys.iter().enumerate() {
+        if i > 0 {
+            array.extend_from_slice(b",");
+        }
+        array.extend_from_slice(b"\"");
+        for &c in k.iter() {
+            if c == b'"' || c == b'\\' {
+                array.extend_from_slice(b"\\");
+            }
+            array.extend_from_slice(&[c]);
+        }
+        array.extend_from_slice(b"\"");
+    }
+    array.extend_from_slice(b"}");
+    array.freeze()
 }
 
 type Col = (usize, String);

@@ -289,10 +289,55 @@ fn build(
     // A moved anchor (dual repartition) takes the colocation of its layout: the
     // staying references co-located with it then no longer pair, which `assign`
     // excludes (dual only when the anchor stays alone).
-    let text = deparse_node(&tree).ok()?;
+    let (outer, outer_plan) = plan_renamed(plan, &tree, &overlay, &moves, is_utility_function)?;
+    let moved: Vec<usize> = moves.iter().map(|m| m.rel).collect();
+    Some(Decision {
+        staying: super::staying::staying_filters(plan, est, types, &moved),
+        moves,
+        outer,
+        outer_plan,
+        renamed: tree,
+        overlay,
+    })
+}
+
+impl Decision {
+    /// The renamed statement with the staying references' filters by their keys read
+    /// (`keys[k]` those of `self.staying[k]`; None: that one unfiltered), planned again;
+    /// None when nothing is filtered or the filtered statement does not plan.
+    pub fn with_staying_keys(
+        &self,
+        plan: &RepartitionPlan,
+        keys: &[Option<Vec<bytes::Bytes>>],
+        is_utility_function: &dyn Fn(&str) -> bool,
+    ) -> Option<(Statement, Plan)> {
+        let filters: Vec<(&super::staying::StayingFilter, &[bytes::Bytes])> = self
+            .staying
+            .iter()
+            .zip(keys)
+            .filter_map(|(f, k)| Some((f, k.as_deref()?)))
+            .collect();
+        if filters.is_empty() {
+            return None;
+        }
+        let tree = super::staying::with_filters(&self.renamed, plan, &filters)?;
+        plan_renamed(plan, &tree, &self.overlay, &self.moves, is_utility_function)
+    }
+}
+
+/// The renamed statement (`tree`) and its plan over the catalog `overlay` holding the
+/// moved tables.
+fn plan_renamed(
+    plan: &RepartitionPlan,
+    tree: &N,
+    overlay: &Catalog,
+    moves: &[Move],
+    is_utility_function: &dyn Fn(&str) -> bool,
+) -> Option<(Statement, Plan)> {
+    let text = deparse_node(tree).ok()?;
     let outer = statement_of(text);
     let mut outer_plan =
-        crate::planner::plan(&outer, &overlay, &plan.names, is_utility_function).ok()?;
+        crate::planner::plan(&outer, overlay, &plan.names, is_utility_function).ok()?;
     // The combine step's coordinator-side queries (the collation source, each combine
     // stage's worker query typed over the shells) read the FROM clause on the
     // coordinator node's shells: the original tables there (their columns are the
@@ -330,11 +375,7 @@ fn build(
         }
     }
     match outer_plan {
-        Plan::Router(_) | Plan::MultiShard(_) => Some(Decision {
-            moves,
-            outer,
-            outer_plan,
-        }),
+        Plan::Router(_) | Plan::MultiShard(_) => Some((outer, outer_plan)),
         _ => None,
     }
 }

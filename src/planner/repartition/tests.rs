@@ -352,3 +352,43 @@ fn a_reference_tables_keys_enter_the_estimate() {
     let q = estimate_query(&p, 0).unwrap().unwrap();
     assert!(!q.contains(" IN ("), "{q}");
 }
+
+#[test]
+fn staying_references_filtered_by_few_keys_at_their_level() {
+    // `c` (small after its own conjunct) is broadcast; `a` and `b` stay, `a` filtered
+    // by `c`'s keys in its own level, the correlated `b` in the subquery's.
+    let sql = "SELECT a.v FROM a, c WHERE a.v = c.v AND c.c_only = 1 \
+               AND EXISTS (SELECT 1 FROM b WHERE b.v = c.v AND b.k = a.k)";
+    let p = repartition_plan(sql);
+    let d = decide(&p, &[1e6, 100.0, 1e6], &int4, &catalog(), &|_| false).expect("a strategy");
+    assert_eq!(d.moves.len(), 1);
+    let filtered: Vec<usize> = d.staying.iter().map(|f| f.rel).collect();
+    assert_eq!(filtered, vec![0, 2]);
+    // Keys that need quoting inside the array and inside the literal.
+    let keys: Vec<bytes::Bytes> = ["1", "it's", "a\"b\\c", "{x,y}"]
+        .iter()
+        .map(|k| bytes::Bytes::from(k.to_string()))
+        .collect();
+    let filters: Vec<(&StayingFilter, &[bytes::Bytes])> =
+        d.staying.iter().map(|f| (f, &keys[..])).collect();
+    let tree = staying::with_filters(&d.renamed, &p, &filters).expect("filtered");
+    let text = deparse_node(&tree).unwrap();
+    assert!(
+        text.ends_with(") AND a.v = ANY(E'{\"1\",\"it''s\",\"a\\\\\"b\\\\\\\\c\",\"{x,y}\"}')"),
+        "{text}"
+    );
+    assert!(text.contains("b.k = a.k) AND b.v = ANY("), "{text}");
+    // The literal reads back as the keys' array.
+    let parsed = crate::sql::parse::parse(&text).unwrap();
+    let json = serde_json::to_string(parsed[0].node.as_ref().unwrap()).unwrap();
+    let array = String::from_utf8(keys_array(&keys).to_vec()).unwrap();
+    assert_eq!(array, r#"{"1","it's","a\"b\\c","{x,y}"}"#);
+    let sval = serde_json::to_string(&array).unwrap();
+    assert_eq!(json.matches(&sval[..]).count(), 2, "{json}");
+    // Few keys only: the source estimated over the cap, or the staying side not much
+    // larger than the keys, filters nothing.
+    let d = decide(&p, &[1e6, 5000.0, 1e6], &int4, &catalog(), &|_| false).unwrap();
+    assert!(d.staying.is_empty());
+    let d = decide(&p, &[500.0, 100.0, 500.0], &int4, &catalog(), &|_| false).unwrap();
+    assert!(d.staying.is_empty());
+}
