@@ -293,6 +293,7 @@ const ST_DROP: &str = "DROP TABLE IF EXISTS st_doc, st_tag";
 const ST_SETUP: &str = r#"
 CREATE TABLE st_doc (d_id int PRIMARY KEY, d_tag text, d_n int);
 CREATE TABLE st_tag (t_id int PRIMARY KEY, t_name text, t_flag int);
+CREATE INDEX st_doc_tag ON st_doc (d_tag);
 INSERT INTO st_tag SELECT i, CASE i % 5 WHEN 0 THEN 'it''s ' || i WHEN 1 THEN 'a"b\c ' || i
        WHEN 2 THEN '{x,y} ' || i WHEN 3 THEN NULL ELSE 'tag ' || i END, CASE WHEN i % 10 < 1 THEN 1 ELSE 0 END
 FROM generate_series(1, 400) i;

@@ -101,6 +101,8 @@ pub struct ColumnType {
     pub hashable: bool,
     /// Its array type (0: none): the declared type of a semijoin's keys parameter.
     pub array_oid: Oid,
+    /// The first column of one of the table's indexes (a filter by keys can probe it).
+    pub indexed: bool,
 }
 
 /// How one reference moves.
@@ -212,6 +214,7 @@ pub fn plan_repartition(
             definition: String::new(),
             hashable: true,
             array_oid: 0,
+            indexed: false,
         })
     };
     let big = vec![f64::MAX; plan.rels.len()];

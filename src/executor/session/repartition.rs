@@ -164,7 +164,9 @@ impl Session {
                   AND oc.opcdefault AND (oc.opcintype = a.atttypid \
                   OR (oc.opcintype = 25 AND a.atttypid = 1043) \
                   OR (oc.opcintype = 3500 AND t.typtype = 'e'))), \
-             t.typarray \
+             t.typarray, \
+             EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = a.attrelid \
+                  AND i.indkey[0] = a.attnum) \
              FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
              WHERE a.attrelid IN ({}) AND a.attnum > 0 AND NOT a.attisdropped",
             oids.join(", ")
@@ -182,6 +184,7 @@ impl Session {
                     definition: text(3),
                     hashable: text(4) == "t",
                     array_oid: text(5).parse().unwrap_or(0),
+                    indexed: text(6) == "t",
                 },
             );
         }

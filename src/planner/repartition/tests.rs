@@ -28,6 +28,7 @@ fn int4(_: usize, _: &str) -> Option<ColumnType> {
         definition: "integer".into(),
         hashable: true,
         array_oid: 1007,
+        indexed: true,
     })
 }
 
@@ -306,6 +307,7 @@ fn semijoin_chosen_by_estimates_and_types() {
             definition: String::new(),
             hashable: true,
             array_oid: 0,
+            indexed: true,
         })
     };
     let d = decide(&p, &[1e6, 2e4], &mixed, &catalog(), &|_| false);
@@ -391,4 +393,24 @@ fn staying_references_filtered_by_few_keys_at_their_level() {
     assert!(d.staying.is_empty());
     let d = decide(&p, &[500.0, 100.0, 500.0], &int4, &catalog(), &|_| false).unwrap();
     assert!(d.staying.is_empty());
+    // Nor without an index the filter could probe.
+    let unindexed = |i: usize, c: &str| {
+        int4(i, c).map(|t| ColumnType {
+            indexed: false,
+            ..t
+        })
+    };
+    let d = decide(&p, &[1e6, 100.0, 1e6], &unindexed, &catalog(), &|_| false).unwrap();
+    assert!(d.staying.is_empty());
+    // Nor by a source that stays (its rows are on the shard's node already).
+    let p = repartition_plan(
+        "SELECT a.v FROM a, b, c WHERE a.k = b.k AND a.v = c.k AND b.v = c.v AND b.b_only = 1",
+    );
+    let d = decide(&p, &[1e6, 100.0, 1e6], &int4, &catalog(), &|_| false).unwrap();
+    assert!(d.moves.iter().all(|m| m.rel != 1), "{:?}", d.moves);
+    assert!(
+        d.staying.iter().all(|f| f.semijoin.source != 1),
+        "{:?}",
+        d.staying
+    );
 }
