@@ -242,14 +242,21 @@ impl Session {
             // correlated subquery compares (`JoinRel::probed`, TPC-H Q17 / Q20).
             let mut columns: Vec<&str> =
                 plan.rels[m.rel].probed.iter().map(String::as_str).collect();
+            // Only the join columns a staying distributed reference's rows look up: a
+            // reference table or another moved one is hashed whole anyway (TPC-H Q5's
+            // and Q8's `c_nationkey`: 150,000 rows indexed for nothing).
+            let looked_up_by = |other: usize| {
+                plan.rels[other].table.method == crate::catalog::PartitionMethod::Hash
+                    && moves.iter().all(|o| o.rel != other)
+            };
             if m.kind == MoveKind::Broadcast {
-                columns.extend(
-                    plan.equalities
-                        .iter()
-                        .flat_map(|e| [&e.a, &e.b])
-                        .filter(|(rel, _)| *rel == m.rel)
-                        .map(|(_, c)| c.as_str()),
-                );
+                columns.extend(plan.equalities.iter().filter_map(|e| {
+                    match (e.a.0 == m.rel, e.b.0 == m.rel) {
+                        (true, false) if looked_up_by(e.b.0) => Some(e.a.1.as_str()),
+                        (false, true) if looked_up_by(e.a.0) => Some(e.b.1.as_str()),
+                        _ => None,
+                    }
+                }));
             }
             columns.retain(|c| m.table.columns.iter().any(|t| t == c));
             columns.sort_unstable();
