@@ -229,9 +229,17 @@ async fn reductions_decide_strategies(shard: &Client, plain: &Client) {
                WHERE substring(c_name FROM 6 FOR 1) IN ('1', '2') \
                AND NOT EXISTS (SELECT * FROM rj_orders WHERE o_custkey = c_custkey \
                AND o_orderkey % 50 <> 0) GROUP BY c_nation";
-    for sql in [q11, q22] {
+    // Q5's / Q8's: customer joins a nation whose rows that matter join a filtered
+    // region (here the same reference table again): reduced by those nations' keys.
+    let q5 = "SELECT c.c_nation, count(*), sum(o.o_total) FROM rj_orders o, rj_customer c, \
+              rj_nation n1, rj_nation n2 WHERE o.o_custkey = c.c_custkey \
+              AND c.c_nation = n1.n_key AND n1.n_region = n2.n_key AND n2.n_region = 3 \
+              GROUP BY c.c_nation";
+    for sql in [q11, q22, q5] {
         same(shard, plain, sql).await;
     }
+    let e = explain(shard, q5).await;
+    assert!(e.contains("where c_nation = ANY (keys of n1.n_key)"), "{e}");
     let e = explain(shard, q11).await;
     assert!(e.contains("Broadcast rj_part"), "{e}");
     let e = explain(shard, q22).await;

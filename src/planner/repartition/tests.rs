@@ -414,3 +414,35 @@ fn staying_references_filtered_by_few_keys_at_their_level() {
         d.staying
     );
 }
+
+#[test]
+fn a_reference_tables_keys_filtered_through_another_reference_table() {
+    // TPC-H Q5 / Q8: `c` joins `r1` (unfiltered), whose rows that matter join the
+    // filtered `r2`: `r1`'s keys are those matching `r2`'s kept rows.
+    let sql = "SELECT a.v FROM a, c, r r1, r r2 \
+               WHERE a.k = c.k AND c.v = r1.k AND r1.v = r2.k AND r2.r_only = 1";
+    let p = repartition_plan(sql);
+    let by_r1: Vec<&Semijoin> = p.semijoins[1]
+        .iter()
+        .filter(|s| s.source_alias() == "r1")
+        .collect();
+    assert_eq!(by_r1.len(), 1, "{:?}", p.semijoins[1]);
+    assert_eq!(
+        (by_r1[0].column.as_str(), by_r1[0].source_column.as_str()),
+        ("v", "k")
+    );
+    let shard = by_r1[0].source_table.shards[0].shard_id;
+    let keys = semijoin_key_select(by_r1[0], shard).unwrap();
+    assert!(
+        keys.contains(&format!(
+            "r1.v IN (SELECT r2.k FROM public.r_{shard} r2 WHERE r2.r_only = 1)"
+        )),
+        "{keys}"
+    );
+    // Not through an outer join's nullable side, nor when `r2` is unfiltered.
+    let sql = "SELECT a.v FROM a, c, r r1 LEFT JOIN r r2 ON r1.v = r2.k AND r2.r_only = 1 \
+               WHERE a.k = c.k AND c.v = r1.k";
+    assert!(repartition_plan(sql).semijoins[1].is_empty());
+    let sql = "SELECT a.v FROM a, c, r r1, r r2 WHERE a.k = c.k AND c.v = r1.k AND r1.v = r2.k";
+    assert!(repartition_plan(sql).semijoins[1].is_empty());
+}
