@@ -80,12 +80,21 @@ impl Session {
         if tasks.is_empty() {
             return Ok(());
         }
+        self.run_own_tasks(tasks, &mut |_, _| Ok(())).await
+    }
+
+    /// Runs pgshard's own statements `tasks` (no parameters), each reply but errors and
+    /// ReadyForQuery to `on_reply` (a semijoin's keys: their DataRows).
+    pub(super) async fn run_own_tasks(
+        &mut self,
+        tasks: &[NodeTasks],
+        on_reply: &mut (dyn FnMut(Frame, &mut ResultSink) -> PgResult<()> + Send),
+    ) -> PgResult<()> {
         let params = BoundParams {
             types: &[],
             bind: None,
         };
         let mut ignored = ResultSink::default();
-        let mut on_reply = |_: Frame, _: &mut ResultSink| -> PgResult<()> { Ok(()) };
         self.run_tasks(
             tasks,
             false,
@@ -93,7 +102,7 @@ impl Session {
             &[],
             Describe::None,
             &mut ignored,
-            &mut on_reply,
+            on_reply,
         )
         .await
         .map(drop)

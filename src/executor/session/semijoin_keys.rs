@@ -86,21 +86,7 @@ impl Session {
             }
             Ok(())
         };
-        let params = BoundParams {
-            types: &[],
-            bind: None,
-        };
-        let mut ignored = ResultSink::default();
-        self.run_tasks(
-            &tasks,
-            false,
-            &params,
-            &[],
-            Describe::None,
-            &mut ignored,
-            &mut on_reply,
-        )
-        .await?;
+        self.run_own_tasks(&tasks, &mut on_reply).await?;
         if over {
             tracing::debug!("semijoin on {} given up: over the cap of keys", sj.column);
             return Ok(None);
