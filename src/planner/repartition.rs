@@ -29,7 +29,7 @@ use crate::catalog::{Catalog, DistTable, Oid, PartitionMethod};
 use crate::error::{PgError, PgResult};
 use crate::sql::parse::{RelRef, Statement};
 use crate::sql::quote::quote_ident;
-use pg_query::protobuf::{self, node::Node as N, BoolExprType};
+use pg_query::protobuf::{self, node::Node as N};
 use std::sync::Arc;
 
 /// A table reference estimated at most this many rows (after its own WHERE
@@ -461,18 +461,7 @@ fn with_filters(skeleton: &str, mut filters: Vec<protobuf::Node>) -> PgResult<St
         if let Some(w) = s.where_clause.take() {
             filters.insert(0, *w);
         }
-        s.where_clause = match filters.len() {
-            0 => None,
-            1 => Some(Box::new(filters.remove(0))),
-            _ => Some(Box::new(protobuf::Node {
-                node: Some(N::BoolExpr(Box::new(protobuf::BoolExpr {
-                    xpr: None,
-                    boolop: BoolExprType::AndExpr as i32,
-                    args: filters,
-                    location: -1,
-                }))),
-            })),
-        };
+        s.where_clause = statement::and_all(filters).map(Box::new);
     }
     deparse_node(&node)
 }

@@ -27,7 +27,7 @@
 //! subqueries (no link from the outer level inwards), OR'ed conditions.
 
 use super::levels::{in_link, level_sublinks, top_level_link_locations};
-use super::statement::{conjuncts, equality, from_item, on_equalities, only_reads};
+use super::statement::{and_all, conjuncts, equality, from_item, on_equalities, only_reads};
 use super::{ColumnType, JoinRel};
 use crate::catalog::DistTable;
 use crate::sql::parse::RelRef;
@@ -337,17 +337,6 @@ fn in_reference(
     let Some(N::SelectStmt(inner)) = l.subselect.as_deref_mut()?.node.as_mut() else {
         return None;
     };
-    let mut all = conjuncts.to_vec();
-    inner.where_clause = Some(Box::new(match all.len() {
-        1 => all.remove(0),
-        _ => protobuf::Node {
-            node: Some(N::BoolExpr(Box::new(protobuf::BoolExpr {
-                xpr: None,
-                boolop: protobuf::BoolExprType::AndExpr as i32,
-                args: all,
-                location: -1,
-            }))),
-        },
-    }));
+    inner.where_clause = Some(Box::new(and_all(conjuncts.to_vec())?));
     Some(link)
 }

@@ -129,6 +129,22 @@ pub(super) fn on_equalities(
 }
 
 /// `AND`ed conditions, flattened.
+/// `c1 AND c2 AND ...` (the one conjunct alone; None: none).
+pub(super) fn and_all(mut all: Vec<protobuf::Node>) -> Option<protobuf::Node> {
+    match all.len() {
+        0 => None,
+        1 => all.pop(),
+        _ => Some(protobuf::Node {
+            node: Some(N::BoolExpr(Box::new(protobuf::BoolExpr {
+                xpr: None,
+                boolop: BoolExprType::AndExpr as i32,
+                args: all,
+                location: -1,
+            }))),
+        }),
+    }
+}
+
 pub(super) fn conjuncts(n: &protobuf::Node, out: &mut Vec<protobuf::Node>) {
     match n.node.as_ref() {
         Some(N::BoolExpr(b)) if b.boolop == BoolExprType::AndExpr as i32 => {

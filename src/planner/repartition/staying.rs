@@ -13,10 +13,11 @@
 //! key a row that matters can have (`semijoin.rs`), and a NULL key matches nothing.
 
 use super::semijoin::keys_array;
+use super::statement::and_all;
 use super::{ColumnType, RepartitionPlan, Semijoin};
 use crate::planner::join::tree::{column, str_const, string_node};
 use bytes::Bytes;
-use pg_query::protobuf::{self, node::Node as N, BoolExprType};
+use pg_query::protobuf::{self, node::Node as N};
 
 /// At most this many keys filter a staying reference: they are a constant in every
 /// shard's statement, which each shard's planner estimates key by key (about 1 µs a
@@ -120,21 +121,9 @@ fn add_to_levels(n: &mut N, at: &[i32], condition: &protobuf::Node, found: &mut 
     let here: usize = s.from_clause.iter().map(|f| holds(f, at)).sum();
     if here > 0 {
         *found += here;
-        let mut all = vec![condition.clone()];
-        if let Some(w) = s.where_clause.take() {
-            all.insert(0, *w);
-        }
-        s.where_clause = Some(Box::new(match all.len() {
-            1 => all.remove(0),
-            _ => protobuf::Node {
-                node: Some(N::BoolExpr(Box::new(protobuf::BoolExpr {
-                    xpr: None,
-                    boolop: BoolExprType::AndExpr as i32,
-                    args: all,
-                    location: -1,
-                }))),
-            },
-        }));
+        let mut all: Vec<protobuf::Node> = s.where_clause.take().map(|w| *w).into_iter().collect();
+        all.push(condition.clone());
+        s.where_clause = and_all(all).map(Box::new);
     }
     // The subqueries: their own levels.
     crate::sql::walk::statement(n, false, &mut |x, _| match x.node.as_mut() {
